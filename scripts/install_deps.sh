@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every system package dit_mp needs from Debian's apt repository. Idempotent: packages
+# already present are skipped, so a second run is quick and changes nothing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev hdf5-tools
+  libeigen3-dev libtoml11-dev libcli11-dev
+  libbenchmark-dev libgtest-dev
+  libstb-dev libpng-dev libopenblas-dev
+  dataset-fashion-mnist
+)
+# Python side (tools/dit_checkpoint.py and the PyTorch baseline); optional for the C++ build.
+if [[ "${DIT_WITH_PYTHON:-0}" == 1 ]]; then
+  PACKAGES+=(python3-torch python3-h5py python3-numpy)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[[ $(id -u) -eq 0 ]] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install_deps: done"

@@ -1,0 +1,123 @@
+// The Backend interface: the coarse primitives every layer of dit_mp is written against.
+// Each primitive is one kernel launch or library call on its device. Layers, the optimizer and
+// diffusion code call only these, so the model exists once for the CPU and the GPU.
+//
+// Conventions. Tensors are dense row-major views (core/tensor.h). Shapes use the letters
+//   N batch, T tokens, D hidden, H heads (local to a tensor-parallel rank), E head dim,
+//   K = number of adaLN chunks of D in a modulation tensor (6 in a block, 2 in the final layer).
+// Gradient rule: parameter grads accumulate (Accumulate::Add); activation grads overwrite
+// (Accumulate::Overwrite) except where the argument says otherwise (the residual stream).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "backend/math.h"
+#include "core/arena.h"
+#include "core/tensor.h"
+
+namespace dit {
+
+enum class Accumulate : std::uint8_t { Overwrite, Add };
+enum class Transpose : std::uint8_t { No, Yes };
+
+// How a patch of p x p pixels of C channels is flattened into a token's features.
+enum class PatchOrder : std::uint8_t {
+  ChannelMajor,  // (c, i, j): the order of a Conv2d weight (D, C, p, p), used by the patch embedder
+  ChannelMinor,  // (i, j, c): the order of DiT's unpatchify ("nhwpqc -> nchpwq")
+};
+
+// One modulation vector among the K chunks of D columns of a (N, K*D) adaLN output.
+struct ModChunk {
+  Tensor mod;  // (N, K*D)
+  int index;   // which chunk: columns [index*D, (index+1)*D)
+};
+
+class Backend : public Allocator {
+ public:
+  ~Backend() override = default;
+  virtual std::string name() const = 0;
+  virtual DType compute_dtype() const = 0;  // dtype of activations and params in layer code
+  virtual void synchronize() = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  // Copies between any two tensors of equal numel, across devices, converting the dtype.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill(const Tensor& t, float value) = 0;
+
+  // ---- dense algebra ------------------------------------------------------------------------
+  // C = alpha * op(A) op(B) (+ C if acc == Add). 2-D views, or 3-D for a strided batch.
+  virtual void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
+                    Accumulate acc, float alpha = 1.f) = 0;
+  // y[r, :] += v for every row r of y viewed as (rows, v.numel()): biases, positional embeddings.
+  virtual void add_rowwise(const Tensor& y, const Tensor& v) = 0;
+  // out (L) (+)= sum over rows of x (R, L): bias gradients.
+  virtual void sum_rows(const Tensor& x, const Tensor& out, Accumulate acc) = 0;
+  // dst (B, A, C) = src (A, B, C) with the two leading dims swapped: reorders tp-gathered
+  // column blocks (tp, N, L) into rows (N, tp * L) and back.
+  virtual void transpose_01(const Tensor& src, const Tensor& dst) = 0;
+  // y += alpha * x
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;
+  virtual void scale(const Tensor& x, float alpha) = 0;
+  // sum of x^2 accumulated in double, returned on the host (synchronizes)
+  virtual double sum_squares(const Tensor& x) = 0;
+
+  // ---- activations --------------------------------------------------------------------------
+  virtual void gelu_tanh_fwd(const Tensor& x, const Tensor& y) = 0;
+  virtual void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void silu_fwd(const Tensor& x, const Tensor& y) = 0;
+  virtual void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) = 0;
+
+  // ---- adaLN ----------------------------------------------------------------------------------
+  // y = LayerNorm(x) * (1 + scale) + shift, no affine, per token over D; x (N, T, D).
+  // Saves mean and rstd (N*T) for backward.
+  virtual void ln_modulate_fwd(const Tensor& x, const ModChunk& shift, const ModChunk& scale,
+                               float eps, const Tensor& y, const Tensor& mean,
+                               const Tensor& rstd) = 0;
+  // Gradients of ln_modulate_fwd: dx (residual stream, so acc chooses), and the shift and scale
+  // chunks of dmod (overwritten).
+  virtual void ln_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, const ModChunk& scale, const Tensor& dx,
+                               Accumulate acc, const ModChunk& dshift, const ModChunk& dscale) = 0;
+  // x += gate * h (gate broadcast over T); x, h (N, T, D).
+  virtual void gate_residual_fwd(const Tensor& x, const Tensor& h, const ModChunk& gate) = 0;
+  // dh = gate * dx; dgate = sum_T dx * h (overwrites the gate chunk of dmod).
+  virtual void gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate,
+                                 const Tensor& dh, const ModChunk& dgate) = 0;
+
+  // ---- attention ----------------------------------------------------------------------------
+  // Fused softmax(q k^T / sqrt(E)) v over heads. qkv (N, T, 3*H*E) laid out [q | k | v] with
+  // heads contiguous inside each; out (N, T, H*E); lse (N, H, T) row logsumexp kept for backward
+  // (no T x T matrix is stored).
+  virtual void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) = 0;
+  virtual void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                             const Tensor& dout, int heads, const Tensor& dqkv) = 0;
+
+  // ---- embeddings ---------------------------------------------------------------------------
+  // out[n] = table[ids[n]]; ids (N) int32, table (V, D), out (N, D)
+  virtual void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  // dtable[ids[n]] += dout[n]
+  virtual void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) = 0;
+  // DiT's sinusoidal timestep features: out[n] = [cos(t_n f), sin(t_n f)], f_i = P^(-i/half),
+  // half = F/2, P = max_period; t (N) fp32, out (N, F) (a zero column is appended when F is odd).
+  virtual void timestep_embedding(const Tensor& t, float max_period, const Tensor& out) = 0;
+  // img (N, C, Hi, Wi) -> patches (N, T, C*p*p), T = (Hi/p)(Wi/p), tokens row-major over the grid
+  virtual void patchify(const Tensor& img, int p, PatchOrder order, const Tensor& patches) = 0;
+  // The inverse (and adjoint) of patchify.
+  virtual void unpatchify(const Tensor& patches, int p, PatchOrder order, const Tensor& img) = 0;
+
+  // ---- optimizer over flat ranges -----------------------------------------------------------
+  // AdamW on fp32 master params with fp32 moments; grad may be any float dtype.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                          const Tensor& exp_avg_sq, const math::AdamWParams& h) = 0;
+  // ema = decay * ema + (1 - decay) * param
+  virtual void ema_step(const Tensor& ema, const Tensor& param, float decay) = 0;
+};
+
+// The backends this build has: "cpu" always, "cuda" when compiled in and a GPU is visible.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+bool backend_available(std::string_view name, std::string* why_not = nullptr);
+
+}  // namespace dit

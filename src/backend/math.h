@@ -1,0 +1,63 @@
+// Elementwise math shared by every backend: each function is compiled for the host (CPU backend,
+// references) and for the device (CUDA kernels), so the formulas exist exactly once.
+#pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define DIT_HD __host__ __device__ __forceinline__
+#else
+#define DIT_HD inline
+#endif
+
+namespace dit::math {
+
+// GELU with the tanh approximation (nn.GELU(approximate="tanh"), used by DiT's MLP):
+//   gelu(x) = 0.5 x (1 + tanh(k (x + a x^3))),  k = sqrt(2/pi), a = 0.044715
+struct GeluTanh {
+  static constexpr float kK = 0.7978845608028654f;
+  static constexpr float kA = 0.044715f;
+  DIT_HD static float forward(float x) {
+    float u = kK * (x + kA * x * x * x);
+    return 0.5f * x * (1.f + tanhf(u));
+  }
+  // d gelu / dx = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 a x^2)
+  DIT_HD static float derivative(float x) {
+    float u = kK * (x + kA * x * x * x);
+    float th = tanhf(u);
+    return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kK * (1.f + 3.f * kA * x * x);
+  }
+};
+
+// SiLU(x) = x * sigmoid(x); d/dx = s (1 + x (1 - s))
+struct Silu {
+  DIT_HD static float forward(float x) { return x / (1.f + expf(-x)); }
+  DIT_HD static float derivative(float x) {
+    float s = 1.f / (1.f + expf(-x));
+    return s * (1.f + x * (1.f - s));
+  }
+};
+
+// adaLN modulation of a normalized activation: y = xn * (1 + scale) + shift
+DIT_HD float modulate(float xn, float shift, float scale) { return xn * (1.f + scale) + shift; }
+
+// Hyper-parameters of one AdamW step, with the bias corrections precomputed on the host:
+// bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+};
+
+// One AdamW update of a single element (torch.optim.AdamW semantics: decoupled weight decay
+// applied to the parameter before the Adam step).
+DIT_HD void adamw_update(float& p, float g, float& m, float& v, const AdamWParams& h) {
+  p -= h.lr * h.weight_decay * p;
+  m = h.beta1 * m + (1.f - h.beta1) * g;
+  v = h.beta2 * v + (1.f - h.beta2) * g * g;
+  float denom = sqrtf(v / h.bc2) + h.eps;
+  p -= (h.lr / h.bc1) * m / denom;
+}
+
+// Exponential moving average: ema = decay * ema + (1 - decay) * p
+DIT_HD float ema_update(float ema, float p, float decay) { return decay * ema + (1.f - decay) * p; }
+
+}  // namespace dit::math

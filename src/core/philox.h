@@ -1,0 +1,95 @@
+// Counter-based random numbers (Philox 4x32-10, Salmon et al. 2011), keyed by
+// (seed, purpose, step, index). Every random number in dit_mp comes from here, so the numbers a
+// sample sees do not depend on the layout, the rank that draws them, or whether the run resumed.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace dit {
+
+// What a stream is for; part of the counter so streams never overlap.
+enum class RngPurpose : std::uint32_t {
+  Init = 1,        // parameter initialization; index = tensor id
+  Timestep = 2,    // diffusion timestep of a training sample; index = global sample index
+  Noise = 3,       // diffusion noise of a training sample
+  LabelDrop = 4,   // classifier-free-guidance label dropout
+  Sampler = 5,     // sampling-time noise; index = sample index, step = sampler step
+  DataOrder = 6,   // per-epoch dataset permutation; step = epoch
+  Test = 100,
+};
+
+class Philox {
+ public:
+  Philox(std::uint64_t seed, RngPurpose purpose, std::uint64_t step, std::uint64_t index)
+      : key_{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)},
+        ctr_{0, static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(step),
+             (static_cast<std::uint32_t>(purpose) << 24) ^
+                 static_cast<std::uint32_t>((index >> 32) & 0xffffffu) ^
+                 static_cast<std::uint32_t>((step >> 32) & 0xffu) << 16} {}
+
+  std::uint32_t next_u32() {
+    if (pos_ == 4) refill();
+    return out_[pos_++];
+  }
+  // Uniform in [0, 1) with 24 random bits.
+  float uniform() { return static_cast<float>(next_u32() >> 8) * 0x1p-24f; }
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform_f64() {
+    std::uint64_t a = next_u32() >> 5, b = next_u32() >> 6;
+    return (static_cast<double>(a) * 67108864.0 + static_cast<double>(b)) * 0x1p-53;
+  }
+  // Standard normal by Box-Muller (computed in double, so it is the same on every compiler).
+  float normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = (static_cast<double>(next_u32() >> 8) + 1.0) * 0x1p-24;  // (0, 1]
+    double u2 = static_cast<double>(next_u32() >> 8) * 0x1p-24;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    double th = 6.283185307179586476925286766559 * u2;
+    spare_ = static_cast<float>(r * std::sin(th));
+    has_spare_ = true;
+    return static_cast<float>(r * std::cos(th));
+  }
+  // Integer in [0, n) (n small compared with 2^32; the bias is below 2^-32 * n).
+  std::uint32_t below(std::uint32_t n) {
+    return static_cast<std::uint32_t>((static_cast<std::uint64_t>(next_u32()) * n) >> 32);
+  }
+
+  static std::array<std::uint32_t, 4> block(std::array<std::uint32_t, 4> ctr,
+                                            std::array<std::uint32_t, 2> key);
+
+ private:
+  void refill() {
+    out_ = block(ctr_, key_);
+    ++ctr_[0];
+    pos_ = 0;
+  }
+  std::array<std::uint32_t, 2> key_;
+  std::array<std::uint32_t, 4> ctr_;
+  std::array<std::uint32_t, 4> out_{};
+  int pos_ = 4;
+  bool has_spare_ = false;
+  float spare_ = 0.f;
+};
+
+inline std::array<std::uint32_t, 4> Philox::block(std::array<std::uint32_t, 4> c,
+                                                  std::array<std::uint32_t, 2> k) {
+  constexpr std::uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr std::uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    std::uint64_t p0 = static_cast<std::uint64_t>(kM0) * c[0];
+    std::uint64_t p1 = static_cast<std::uint64_t>(kM1) * c[2];
+    std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+    k[0] += kW0;
+    k[1] += kW1;
+  }
+  return c;
+}
+
+}  // namespace dit

@@ -1,0 +1,64 @@
+// Golden file reading: config from /config attributes, tensors with shape checks.
+#include "io/golden.h"
+
+namespace dit {
+
+GoldenFile::GoldenFile(const std::string& path) : file_(h5::File::open_read(path)) {
+  const std::string c = "/config";
+  DIT_CHECK(file_.exists(c), path, ": group /config is missing (not a golden file?)");
+  auto geti = [&](const char* k) { return static_cast<int>(file_.attr_int(c, k)); };
+  cfg_.input_size = geti("input_size");
+  cfg_.patch_size = geti("patch_size");
+  cfg_.in_channels = geti("in_channels");
+  cfg_.hidden_size = geti("hidden_size");
+  cfg_.depth = geti("depth");
+  cfg_.num_heads = geti("num_heads");
+  cfg_.mlp_ratio = file_.attr_double(c, "mlp_ratio");
+  cfg_.num_classes = geti("num_classes");
+  cfg_.learn_sigma = file_.attr_bool(c, "learn_sigma");
+  cfg_.class_dropout_prob = file_.attr_double(c, "class_dropout_prob");
+  if (file_.has_attr(c, "frequency_embedding_size"))
+    cfg_.frequency_embedding_size = geti("frequency_embedding_size");
+  if (file_.has_attr(c, "layernorm_eps")) cfg_.layernorm_eps = file_.attr_double(c, "layernorm_eps");
+  try {
+    cfg_.validate();
+  } catch (const Error& e) {
+    DIT_FAIL(path, ": /config describes a model that cannot be built: ", e.what());
+  }
+  if (file_.has_attr(c, "out_channels"))
+    DIT_CHECK(file_.attr_int(c, "out_channels") == cfg_.out_channels(), path,
+              ": /config out_channels = ", file_.attr_int(c, "out_channels"), " but learn_sigma = ",
+              cfg_.learn_sigma, " and in_channels = ", cfg_.in_channels, " imply ",
+              cfg_.out_channels());
+}
+
+std::vector<double> GoldenFile::read(const std::string& dataset, const Shape& expected) const {
+  return file_.read(dataset, expected).values;
+}
+
+std::vector<float> GoldenFile::read_f32(const std::string& dataset, const Shape& expected) const {
+  auto d = read(dataset, expected);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+std::vector<std::int32_t> GoldenFile::read_labels(const std::string& dataset, std::int64_t n) const {
+  const Shape s = file_.shape(dataset);
+  DIT_CHECK(s == Shape({n}), path(), ": dataset '", dataset, "' has shape ", s.str(),
+            ", expected (", n, ")");
+  std::vector<std::int32_t> out;
+  for (std::int64_t v : file_.read_ints(dataset)) {
+    DIT_CHECK(v >= 0 && v <= cfg_.num_classes, path(), ": label ", v, " in '", dataset,
+              "' is outside [0, ", cfg_.num_classes, "] (", cfg_.num_classes, " = null label)");
+    out.push_back(static_cast<std::int32_t>(v));
+  }
+  return out;
+}
+
+void GoldenFile::load_params(ParamSet& ps, const std::string& group) const {
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const ParamSpec& s = ps.specs()[i];
+    ps.set_global(static_cast<int>(i), read_f32(group + "/" + s.name, s.global));
+  }
+}
+
+}  // namespace dit

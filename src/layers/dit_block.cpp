@@ -1,0 +1,147 @@
+// DiT block forward and explicit backward (see dit_block.h for the math and the tp split).
+#include "layers/dit_block.h"
+
+namespace dit {
+
+namespace {
+// Modulation chunks of the block's (N, 6D) adaLN output, in the official order.
+enum Chunk : int { kShift1 = 0, kScale1, kGate1, kShift2, kScale2, kGate2 };
+}  // namespace
+
+DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp)
+    : cfg_(cfg), tp_(&tp) {
+  const std::string p = "blocks." + std::to_string(index);
+  qkv_ = LinearParams::from(ps, p + ".attn.qkv");
+  proj_ = LinearParams::from(ps, p + ".attn.proj");
+  fc1_ = LinearParams::from(ps, p + ".mlp.fc1");
+  fc2_ = LinearParams::from(ps, p + ".mlp.fc2");
+  ada_ = LinearParams::from(ps, p + ".adaLN_modulation.1");
+}
+
+void DiTBlock::declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& s) {
+  const std::int64_t d = cfg.hidden_size, m = cfg.mlp_hidden();
+  const std::string p = "blocks." + std::to_string(index);
+  s.push_back({p + ".attn.qkv.weight", {3 * d, d}, Split::Column, 3, Init::XavierUniform});
+  s.push_back({p + ".attn.qkv.bias", {3 * d}, Split::Column, 3, Init::Zero});
+  s.push_back({p + ".attn.proj.weight", {d, d}, Split::Row, 1, Init::XavierUniform});
+  s.push_back({p + ".attn.proj.bias", {d}, Split::Replicated, 1, Init::Zero});
+  s.push_back({p + ".mlp.fc1.weight", {m, d}, Split::Column, 1, Init::XavierUniform});
+  s.push_back({p + ".mlp.fc1.bias", {m}, Split::Column, 1, Init::Zero});
+  s.push_back({p + ".mlp.fc2.weight", {d, m}, Split::Row, 1, Init::XavierUniform});
+  s.push_back({p + ".mlp.fc2.bias", {d}, Split::Replicated, 1, Init::Zero});
+  // adaLN-Zero: the modulation starts at zero so every block starts as the identity.
+  s.push_back({p + ".adaLN_modulation.1.weight", {6 * d, d}, Split::Column, 1, Init::Zero});
+  s.push_back({p + ".adaLN_modulation.1.bias", {6 * d}, Split::Column, 1, Init::Zero});
+}
+
+Tensor DiTBlock::adaln_forward(Backend& be, const Tensor& silu_c, Arena& saved,
+                               Arena& scratch) const {
+  const std::int64_t n = silu_c.dim(0), d = cfg_.hidden_size, tp = tp_->size();
+  const DType dt = be.compute_dtype();
+  Tensor mod = saved.tensor({n, 6 * d}, dt);
+  if (tp == 1) {
+    linear_fwd(be, ada_, silu_c, mod, Bias::Add);
+    return mod;
+  }
+  // Each rank computes its 6D/tp columns; gathering gives (tp, N, 6D/tp), reordered to (N, 6D).
+  Tensor local = scratch.tensor({n, 6 * d / tp}, dt);
+  Tensor gathered = scratch.tensor({tp, n, 6 * d / tp}, dt);
+  linear_fwd(be, ada_, silu_c, local, Bias::Add);
+  tp_->all_gather(local, gathered);
+  be.transpose_01(gathered, mod.view({n, tp, 6 * d / tp}));
+  return mod;
+}
+
+void DiTBlock::adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod,
+                              const Tensor& dsilu_c, Arena& scratch) const {
+  const std::int64_t n = silu_c.dim(0), d = cfg_.hidden_size, tp = tp_->size();
+  Tensor dlocal = dmod;
+  if (tp > 1) {  // this rank's columns of the (identical on every rank) dmod
+    Tensor all = scratch.tensor({tp, n, 6 * d / tp}, be.compute_dtype());
+    be.transpose_01(dmod.view({n, tp, 6 * d / tp}), all);
+    dlocal = all.rows(tp_->rank(), 1).view({n, 6 * d / tp});
+  }
+  linear_bwd(be, ada_, silu_c, dlocal, dsilu_c, Accumulate::Add, Bias::Add);
+}
+
+BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
+                            Arena& scratch) const {
+  const std::int64_t n = x_in.dim(0), t = x_in.dim(1), d = cfg_.hidden_size;
+  const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
+  const DType dt = be.compute_dtype();
+  const float eps = static_cast<float>(cfg_.layernorm_eps);
+  BlockActs a;
+  a.x_in = x_in;
+  a.mod = adaln_forward(be, silu_c, saved, scratch);
+
+  // Attention branch.
+  a.mean1 = saved.tensor({n * t}, DType::F32);
+  a.rstd1 = saved.tensor({n * t}, DType::F32);
+  a.h1 = saved.tensor({n, t, d}, dt);
+  be.ln_modulate_fwd(x_in, {a.mod, kShift1}, {a.mod, kScale1}, eps, a.h1, a.mean1, a.rstd1);
+  a.qkv = saved.tensor({n, t, 3 * d / tp}, dt);
+  linear_fwd(be, qkv_, a.h1, a.qkv, Bias::Add);
+  a.attn = saved.tensor({n, t, d / tp}, dt);
+  a.lse = saved.tensor({n, heads, t}, DType::F32);
+  be.attention_fwd(a.qkv, static_cast<int>(heads), a.attn, a.lse);
+  a.o1 = saved.tensor({n, t, d}, dt);
+  linear_fwd(be, proj_, a.attn, a.o1, Bias::Skip);
+  tp_->all_reduce_sum(a.o1);
+  be.add_rowwise(as_rows(a.o1), proj_.b);
+  a.x_mid = saved.tensor({n, t, d}, dt);
+  be.copy(a.x_mid, x_in);
+  be.gate_residual_fwd(a.x_mid, a.o1, {a.mod, kGate1});
+
+  // MLP branch.
+  a.mean2 = saved.tensor({n * t}, DType::F32);
+  a.rstd2 = saved.tensor({n * t}, DType::F32);
+  a.h2 = saved.tensor({n, t, d}, dt);
+  be.ln_modulate_fwd(a.x_mid, {a.mod, kShift2}, {a.mod, kScale2}, eps, a.h2, a.mean2, a.rstd2);
+  a.f1 = saved.tensor({n, t, m / tp}, dt);
+  linear_fwd(be, fc1_, a.h2, a.f1, Bias::Add);
+  a.g1 = saved.tensor({n, t, m / tp}, dt);
+  be.gelu_tanh_fwd(a.f1, a.g1);
+  a.o2 = saved.tensor({n, t, d}, dt);
+  linear_fwd(be, fc2_, a.g1, a.o2, Bias::Skip);
+  tp_->all_reduce_sum(a.o2);
+  be.add_rowwise(as_rows(a.o2), fc2_.b);
+  a.x_out = saved.tensor({n, t, d}, dt);
+  be.copy(a.x_out, a.x_mid);
+  be.gate_residual_fwd(a.x_out, a.o2, {a.mod, kGate2});
+  return a;
+}
+
+void DiTBlock::backward(Backend& be, const BlockActs& a, const Tensor& silu_c, const Tensor& dx,
+                        const Tensor& dsilu_c, Arena& scratch) const {
+  const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), d = cfg_.hidden_size;
+  const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
+  const DType dt = be.compute_dtype();
+  Tensor dmod = scratch.tensor({n, 6 * d}, dt);
+  Tensor dbranch = scratch.tensor({n, t, d}, dt);  // grad of a branch output (o1, o2)
+  Tensor dnorm = scratch.tensor({n, t, d}, dt);    // grad of a modulated norm (h1, h2)
+
+  // MLP branch: dx holds dL/dx_out and becomes dL/dx_mid.
+  be.gate_residual_bwd(dx, a.o2, {a.mod, kGate2}, dbranch, {dmod, kGate2});
+  Tensor dg1 = scratch.tensor({n, t, m / tp}, dt);
+  linear_bwd(be, fc2_, a.g1, dbranch, dg1, Accumulate::Overwrite, Bias::Add);
+  be.gelu_tanh_bwd(a.f1, dg1, dg1);
+  linear_bwd(be, fc1_, a.h2, dg1, dnorm, Accumulate::Overwrite, Bias::Add);
+  tp_->all_reduce_sum(dnorm);
+  be.ln_modulate_bwd(dnorm, a.x_mid, a.mean2, a.rstd2, {a.mod, kScale2}, dx, Accumulate::Add,
+                     {dmod, kShift2}, {dmod, kScale2});
+
+  // Attention branch: dx becomes dL/dx_in.
+  be.gate_residual_bwd(dx, a.o1, {a.mod, kGate1}, dbranch, {dmod, kGate1});
+  Tensor dattn = scratch.tensor({n, t, d / tp}, dt);
+  linear_bwd(be, proj_, a.attn, dbranch, dattn, Accumulate::Overwrite, Bias::Add);
+  Tensor dqkv = scratch.tensor({n, t, 3 * d / tp}, dt);
+  be.attention_bwd(a.qkv, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv);
+  linear_bwd(be, qkv_, a.h1, dqkv, dnorm, Accumulate::Overwrite, Bias::Add);
+  tp_->all_reduce_sum(dnorm);
+  be.ln_modulate_bwd(dnorm, a.x_in, a.mean1, a.rstd1, {a.mod, kScale1}, dx, Accumulate::Add,
+                     {dmod, kShift1}, {dmod, kScale1});
+
+  adaln_backward(be, silu_c, dmod, dsilu_c, scratch);
+}
+
+}  // namespace dit

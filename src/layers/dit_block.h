@@ -1,0 +1,59 @@
+// One DiT block with adaLN-Zero conditioning (Peebles & Xie 2023, Fig. 3), tensor-parallel:
+//   shift1, scale1, gate1, shift2, scale2, gate2 = adaLN(SiLU(c))           (N, 6D)
+//   x = x + gate1 * proj(attn(qkv(LN(x) * (1 + scale1) + shift1)))
+//   x = x + gate2 * fc2(gelu(fc1(LN(x) * (1 + scale2) + shift2)))
+// qkv and fc1 are column-parallel (a rank owns H/tp heads and M/tp hidden units), proj and fc2
+// row-parallel (forward all-reduce, bias added once after), adaLN column-parallel with an
+// all-gather of its small (N, 6D) output.
+#pragma once
+
+#include "backend/backend.h"
+#include "layers/dit_config.h"
+#include "layers/linear.h"
+#include "parallel/comm.h"
+
+namespace dit {
+
+// Activations one block keeps for its backward, for one microbatch.
+struct BlockActs {
+  Tensor x_in;          // (N, T, D) residual stream entering the block (owned upstream)
+  Tensor mod;           // (N, 6D)   adaLN output, all tp columns
+  Tensor mean1, rstd1;  // (N*T)     LayerNorm statistics before attention
+  Tensor h1;            // (N, T, D) modulated norm, input of qkv
+  Tensor qkv;           // (N, T, 3D/tp)
+  Tensor attn;          // (N, T, D/tp) attention output of this rank's heads
+  Tensor lse;           // (N, H/tp, T) row logsumexp of the attention scores
+  Tensor o1;            // (N, T, D) attention branch output before the gate
+  Tensor x_mid;         // (N, T, D) residual stream after attention
+  Tensor mean2, rstd2;  // (N*T)
+  Tensor h2;            // (N, T, D) modulated norm, input of fc1
+  Tensor f1;            // (N, T, M/tp) fc1 output before GELU
+  Tensor g1;            // (N, T, M/tp) GELU output, input of fc2
+  Tensor o2;            // (N, T, D) MLP branch output before the gate
+  Tensor x_out;         // (N, T, D) residual stream leaving the block
+};
+
+class DiTBlock {
+ public:
+  DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp);
+  static void declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& specs);
+
+  // silu_c (N, D) = SiLU(c), computed once per stage and shared by its blocks.
+  BlockActs forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
+                    Arena& scratch) const;
+  // dx: on entry dL/dx_out, on exit dL/dx_in (updated in place: the residual stream).
+  // dsilu_c (N, D) += this rank's partial dL/dSiLU(c); the stage all-reduces it over tp once.
+  void backward(Backend& be, const BlockActs& a, const Tensor& silu_c, const Tensor& dx,
+                const Tensor& dsilu_c, Arena& scratch) const;
+
+ private:
+  Tensor adaln_forward(Backend& be, const Tensor& silu_c, Arena& saved, Arena& scratch) const;
+  void adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod, const Tensor& dsilu_c,
+                      Arena& scratch) const;
+
+  DiTConfig cfg_;
+  Comm* tp_;
+  LinearParams qkv_, proj_, fc1_, fc2_, ada_;
+};
+
+}  // namespace dit

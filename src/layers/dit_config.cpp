@@ -1,0 +1,100 @@
+// Presets and validation of DiT model shapes.
+#include "layers/dit_config.h"
+
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace dit {
+
+namespace {
+struct Size {
+  int depth, hidden, heads;
+};
+// The four official model sizes of Peebles & Xie (2023), Table 1.
+const std::map<std::string, Size>& sizes() {
+  static const std::map<std::string, Size> s = {
+      {"S", {12, 384, 6}}, {"B", {12, 768, 12}}, {"L", {24, 1024, 16}}, {"XL", {28, 1152, 16}}};
+  return s;
+}
+}  // namespace
+
+std::vector<std::string> dit_preset_names() {
+  std::vector<std::string> names;
+  for (const char* s : {"S", "B", "L", "XL"})
+    for (int p : {2, 4, 8}) names.push_back(std::string("DiT-") + s + "/" + std::to_string(p));
+  return names;
+}
+
+DiTConfig dit_preset(const std::string& name) {
+  std::string body = name.rfind("DiT-", 0) == 0 ? name.substr(4) : name;
+  auto slash = body.find('/');
+  auto it = sizes().end();
+  int patch = 0;
+  if (slash != std::string::npos) {
+    it = sizes().find(body.substr(0, slash));
+    const std::string p = body.substr(slash + 1);
+    patch = (p == "2" || p == "4" || p == "8") ? std::stoi(p) : 0;
+  }
+  if (it == sizes().end() || patch == 0) {
+    std::ostringstream os;
+    for (auto& n : dit_preset_names()) os << " " << n;
+    DIT_FAIL("unknown model preset '", name, "': expected one of", os.str());
+  }
+  DiTConfig c;
+  c.depth = it->second.depth;
+  c.hidden_size = it->second.hidden;
+  c.num_heads = it->second.heads;
+  c.patch_size = patch;
+  return c;
+}
+
+void DiTConfig::validate() const {
+  auto positive = [](const char* field, double v) {
+    DIT_CHECK(v > 0, "model.", field, " = ", v, ": expected a positive value");
+  };
+  positive("input_size", input_size);
+  positive("patch_size", patch_size);
+  positive("in_channels", in_channels);
+  positive("hidden_size", hidden_size);
+  positive("depth", depth);
+  positive("num_heads", num_heads);
+  positive("mlp_ratio", mlp_ratio);
+  positive("num_classes", num_classes);
+  positive("frequency_embedding_size", frequency_embedding_size);
+  positive("layernorm_eps", layernorm_eps);
+  DIT_CHECK(input_size % patch_size == 0, "model.input_size = ", input_size,
+            " is not divisible by model.patch_size = ", patch_size);
+  DIT_CHECK(hidden_size % num_heads == 0, "model.hidden_size = ", hidden_size,
+            " is not divisible by model.num_heads = ", num_heads);
+  DIT_CHECK(hidden_size % 4 == 0, "model.hidden_size = ", hidden_size,
+            " must be divisible by 4 (2-D sin-cos positional embedding)");
+  DIT_CHECK(mlp_hidden() > 0, "model.mlp_ratio = ", mlp_ratio, " gives an empty MLP");
+  DIT_CHECK(class_dropout_prob >= 0 && class_dropout_prob < 1, "model.class_dropout_prob = ",
+            class_dropout_prob, ": expected a value in [0, 1)");
+}
+
+long long DiTConfig::num_params() const {
+  const long long d = hidden_size, m = mlp_hidden(), c = in_channels, p = patch_size;
+  const long long f = frequency_embedding_size;
+  long long n = d * c * p * p + d;                 // x_embedder
+  n += f * d + d + d * d + d;                      // t_embedder
+  n += (num_classes + 1) * d;                      // y_embedder (with the null class)
+  long long block = 3 * d * d + 3 * d + d * d + d  // attention
+                    + m * d + m + d * m + d        // mlp
+                    + 6 * d * d + 6 * d;           // adaLN
+  n += depth * block;
+  n += 2 * d * d + 2 * d + p * p * out_channels() * d + p * p * out_channels();  // final layer
+  return n;
+}
+
+double DiTConfig::forward_flops() const {
+  const double d = hidden_size, m = mlp_hidden(), t = num_patches();
+  const double block = 2 * t * d * (3 * d + d + 2 * m) + 4 * t * t * d + 2 * 6 * d * d;
+  const double embed = 2 * t * d * in_channels * patch_size * patch_size;
+  const double final = 2 * t * d * patch_size * patch_size * out_channels() + 2 * 2 * d * d;
+  return depth * block + embed + final;
+}
+
+}  // namespace dit

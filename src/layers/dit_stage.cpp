@@ -1,0 +1,88 @@
+// Forward and backward of a pipeline stage's slice of the DiT.
+#include "layers/dit_stage.h"
+
+namespace dit {
+
+std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const StageLayout& layout) {
+  std::vector<ParamSpec> specs;
+  if (layout.has_embed) Embedders::declare(cfg, specs);
+  for (int b = layout.first_block; b < layout.end_block; ++b) DiTBlock::declare(cfg, b, specs);
+  if (layout.has_final) FinalLayer::declare(cfg, specs);
+  return specs;
+}
+
+DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp)
+    : be_(&be), cfg_(cfg), layout_(layout), tp_(&tp) {
+  cfg.validate();
+  DIT_CHECK(0 <= layout.first_block && layout.first_block <= layout.end_block &&
+                layout.end_block <= cfg.depth,
+            "stage blocks [", layout.first_block, ", ", layout.end_block, ") outside the model's ",
+            cfg.depth, " blocks");
+  DIT_CHECK(cfg.num_heads % tp.size() == 0 && cfg.mlp_hidden() % tp.size() == 0 &&
+                (6 * cfg.hidden_size) % tp.size() == 0,
+            "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
+            "), mlp hidden (", cfg.mlp_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
+            ") divisible by tp");
+  params_ = std::make_unique<ParamSet>(be, declare(cfg, layout), tp.size(), tp.rank());
+  if (layout.has_embed) embed_ = std::make_unique<Embedders>(be, cfg, *params_);
+  for (int b = layout.first_block; b < layout.end_block; ++b)
+    blocks_.emplace_back(cfg, *params_, b, tp);
+  if (layout.has_final) final_ = std::make_unique<FinalLayer>(cfg, *params_);
+}
+
+StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch) const {
+  Backend& be = *be_;
+  StageActs a;
+  if (embed_) {
+    a.embed = embed_->forward(be, in.images, in.t, in.ids, saved);
+    a.x_in = a.embed.x0;
+    a.c = a.embed.c;
+  } else {
+    a.x_in = in.x;
+    a.c = in.c;
+  }
+  a.silu_c = saved.tensor(a.c.shape, be.compute_dtype());
+  be.silu_fwd(a.c, a.silu_c);
+  Tensor x = a.x_in;
+  for (const DiTBlock& block : blocks_) {
+    const Arena::Mark m = scratch.mark();
+    a.blocks.push_back(block.forward(be, x, a.silu_c, saved, scratch));
+    scratch.rewind(m);
+    x = a.blocks.back().x_out;
+  }
+  if (final_) {
+    const Arena::Mark m = scratch.mark();
+    a.final = final_->forward(be, x, a.silu_c, saved, scratch);
+    scratch.rewind(m);
+  }
+  return a;
+}
+
+void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const {
+  Backend& be = *be_;
+  const DType dt = be.compute_dtype();
+  Tensor dsilu_final;
+  if (final_) {
+    g.dx = scratch.tensor(a.x_out().shape, dt);
+    g.dc = scratch.tensor(a.c.shape, dt);
+    be.fill(g.dc, 0.f);
+    dsilu_final = scratch.tensor(a.c.shape, dt);
+    const Arena::Mark m = scratch.mark();
+    final_->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
+    scratch.rewind(m);
+  }
+  // Blocks add their tp-partial dL/dSiLU(c) here; one all-reduce per microbatch completes it.
+  Tensor dsilu = scratch.tensor(a.c.shape, dt);
+  be.fill(dsilu, 0.f);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    const Arena::Mark m = scratch.mark();
+    blocks_[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch);
+    scratch.rewind(m);
+  }
+  tp_->all_reduce_sum(dsilu);
+  if (final_) be.axpy(1.f, dsilu_final, dsilu);  // replicated over tp: added after the reduce
+  be.silu_bwd(a.c, dsilu, g.dc, Accumulate::Add);
+  if (embed_) embed_->backward(be, a.embed, g.dx, g.dc, g.dimages, scratch);
+}
+
+}  // namespace dit

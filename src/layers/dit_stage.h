@@ -1,0 +1,72 @@
+// The slice of a DiT that one pipeline stage owns: a contiguous run of blocks, plus the embedders
+// on the first stage and the final layer on the last. Forward and backward of one microbatch;
+// between stages flow (x: N x T x D, c: N x D) forward and (dx, dc) backward. With one stage this
+// is the whole model.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/dit_block.h"
+#include "layers/embed.h"
+#include "layers/final_layer.h"
+
+namespace dit {
+
+struct StageLayout {
+  int first_block = 0, end_block = 0;  // blocks [first_block, end_block)
+  bool has_embed = true, has_final = true;
+  static StageLayout whole(const DiTConfig& cfg) { return {0, cfg.depth, true, true}; }
+};
+
+// Inputs of one microbatch: images/t/ids on the first stage, (x, c) from the previous otherwise.
+struct StageInputs {
+  Tensor images, t, ids;
+  Tensor x, c;
+};
+
+// Everything one microbatch keeps between its forward and its backward on this stage.
+struct StageActs {
+  EmbedActs embed;
+  std::vector<BlockActs> blocks;
+  FinalActs final;
+  Tensor x_in, c;  // (N, T, D), (N, D) as they entered the blocks
+  Tensor silu_c;   // (N, D)
+  Tensor x_out() const { return blocks.empty() ? x_in : blocks.back().x_out; }
+};
+
+// Gradients flowing out of / into a stage's backward.
+struct StageGrads {
+  Tensor dout;    // last stage: dL/d model output (N, C_out, H, W)
+  Tensor dx, dc;  // other stages: on entry dL/d(x, c) of this stage's outputs; on return, of its
+                  // inputs (updated in place). The last stage allocates them from scratch.
+  Tensor dimages; // first stage, optional: dL/d images
+};
+
+class DiTStage {
+ public:
+  DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp);
+  static std::vector<ParamSpec> declare(const DiTConfig& cfg, const StageLayout& layout);
+
+  ParamSet& params() { return *params_; }
+  const ParamSet& params() const { return *params_; }
+  const DiTConfig& config() const { return cfg_; }
+  const StageLayout& layout() const { return layout_; }
+  const Embedders* embedders() const { return embed_.get(); }
+
+  StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch) const;
+  // Parameter gradients accumulate into params().grad(...).
+  void backward(const StageActs& acts, StageGrads& g, Arena& scratch) const;
+
+ private:
+  Backend* be_;
+  DiTConfig cfg_;
+  StageLayout layout_;
+  Comm* tp_;
+  std::unique_ptr<ParamSet> params_;
+  std::unique_ptr<Embedders> embed_;
+  std::vector<DiTBlock> blocks_;
+  std::unique_ptr<FinalLayer> final_;
+};
+
+}  // namespace dit

@@ -1,0 +1,32 @@
+// Linear forward/backward as GEMMs on row views.
+#include "layers/linear.h"
+
+namespace dit {
+
+LinearParams LinearParams::from(const ParamSet& ps, const std::string& prefix) {
+  return {ps.value(prefix + ".weight"), ps.value(prefix + ".bias"), ps.grad(prefix + ".weight"),
+          ps.grad(prefix + ".bias")};
+}
+
+namespace {
+// A weight (out, in...) as a matrix (out, prod(in...)): Conv2d weights (D, C, p, p) act as
+// (D, C*p*p).
+Tensor as_matrix(const Tensor& w) { return w.view({w.dim(0), w.numel() / w.dim(0)}); }
+}  // namespace
+
+void linear_fwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& y, Bias bias) {
+  const Tensor w = as_matrix(p.w);
+  const Tensor y2 = as_rows(y);
+  be.gemm(as_rows(x), Transpose::No, w, Transpose::Yes, y2, Accumulate::Overwrite);
+  if (bias == Bias::Add) be.add_rowwise(y2, p.b);
+}
+
+void linear_bwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy,
+                const Tensor& dx, Accumulate dx_acc, Bias bias) {
+  const Tensor dy2 = as_rows(dy);
+  be.gemm(dy2, Transpose::Yes, as_rows(x), Transpose::No, as_matrix(p.dw), Accumulate::Add);
+  if (bias == Bias::Add) be.sum_rows(dy2, p.db, Accumulate::Add);
+  if (dx.data) be.gemm(dy2, Transpose::No, as_matrix(p.w), Transpose::No, as_rows(dx), dx_acc);
+}
+
+}  // namespace dit

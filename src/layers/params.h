@@ -1,0 +1,81 @@
+// Parameters of a model slice: each tensor declares its PyTorch name, global shape, how tensor
+// parallelism shards it and how it is initialized. Values live in one flat buffer and gradients in
+// another (views are slices), so optimizers and data-parallel reductions see flat ranges.
+// Initialization draws the GLOBAL tensor from the keyed RNG and keeps this rank's slice, so the
+// model is the same at every layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace dit {
+
+// How a tensor is split over the tp ranks (Megatron's column/row parallel linear layers).
+enum class Split : std::uint8_t {
+  Replicated,  // every rank holds the whole tensor
+  Column,      // dim 0 (output features) split; `groups` independent row groups are each split
+  Row,         // dim 1 (input features) split
+};
+
+enum class Init : std::uint8_t { Zero, XavierUniform, Normal002 };
+
+struct ParamSpec {
+  std::string name;  // PyTorch state_dict name, e.g. "blocks.3.attn.qkv.weight"
+  Shape global;      // PyTorch shape
+  Split split = Split::Replicated;
+  int groups = 1;    // Column split only: qkv has 3 ([q | k | v] rows), others 1
+  Init init = Init::Zero;
+
+  Shape local(int tp) const;
+  // Copies this rank's slice out of a global tensor (host, row-major), or back into it.
+  void slice(const float* global_data, float* local_data, int tp, int tp_rank) const;
+  void unslice(const float* local_data, float* global_data, int tp, int tp_rank) const;
+  // Draws the global tensor from the keyed RNG (host).
+  void initialize(std::uint64_t seed, std::vector<float>& global_data) const;
+};
+
+// A set of parameters in flat buffers of the backend's compute dtype.
+class ParamSet {
+ public:
+  ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank);
+
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  std::size_t size() const { return specs_.size(); }
+  int index(const std::string& name) const;  // -1 if absent
+  Tensor value(int i) const;
+  Tensor grad(int i) const;
+  Tensor value(const std::string& name) const { return value(checked_index(name)); }
+  Tensor grad(const std::string& name) const { return grad(checked_index(name)); }
+  std::int64_t offset(int i) const { return offsets_[i]; }  // element offset in the flat buffers
+  std::int64_t numel() const { return total_; }
+  Tensor flat_values() const;
+  Tensor flat_grads() const;
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+
+  void initialize(std::uint64_t seed);
+  void zero_grads();
+  // Sets parameter i from its global (PyTorch-shaped) host tensor; this rank keeps its slice.
+  void set_global(int i, const std::vector<float>& global_data);
+  // This rank's slice of a global tensor, or its values / grads, on the host in fp32.
+  std::vector<float> local_host(int i, const std::vector<float>& global_data) const;
+  std::vector<float> value_host(int i) const;
+  std::vector<float> grad_host(int i) const;
+
+ private:
+  int checked_index(const std::string& name) const;
+  Backend* backend_;
+  std::vector<ParamSpec> specs_;
+  std::vector<std::int64_t> offsets_;
+  std::int64_t total_ = 0;
+  int tp_, tp_rank_;
+  Buffer values_, grads_;
+};
+
+// Stable 64-bit hash of a name (FNV-1a): the RNG index of a tensor's initialization.
+std::uint64_t name_hash(const std::string& s);
+
+}  // namespace dit
