@@ -33,7 +33,8 @@ void check_batch(const char* what, std::span<const double> a, std::int64_t expec
 
 double normal_kl(double mean1, double logvar1, double mean2, double logvar2) {
   const double d = mean1 - mean2;
-  return 0.5 * (-1.0 + logvar2 - logvar1 + std::exp(logvar1 - logvar2) + d * d * std::exp(-logvar2));
+  return 0.5 *
+         (-1.0 + logvar2 - logvar1 + std::exp(logvar1 - logvar2) + d * d * std::exp(-logvar2));
 }
 
 double normal_kl_dlogvar2(double mean1, double logvar1, double mean2, double logvar2) {
@@ -58,7 +59,8 @@ double discretized_gaussian_log_likelihood(double x, double mean, double log_sca
 // With s = log_scale, plus = e^-s (x - mean + 1/255) so d plus / ds = -plus (minus alike):
 //   d log Phi(plus) / ds        = -phi(plus) plus / Phi(plus)
 //   d log(1 - Phi(minus)) / ds  =  phi(minus) minus / (1 - Phi(minus))
-//   d log(Phi(plus) - Phi(minus)) / ds = (phi(minus) minus - phi(plus) plus) / (Phi(plus) - Phi(minus))
+//   d log(Phi(plus) - Phi(minus)) / ds
+//                               = (phi(minus) minus - phi(plus) plus) / (Phi(plus) - Phi(minus))
 // where the clamp to 1e-12 is active the value is constant and the derivative 0 (PyTorch passes
 // the gradient where the input equals the bound; so do we).
 double discretized_gaussian_log_likelihood_dlogscale(double x, double mean, double log_scale) {
@@ -78,7 +80,8 @@ double discretized_gaussian_log_likelihood_dlogscale(double x, double mean, doub
   }
   const double delta = cdf_plus - cdf_min;
   if (delta < kProbFloor) return 0.0;
-  return (approx_standard_normal_pdf(min_in) * min_in - approx_standard_normal_pdf(plus_in) * plus_in) /
+  return (approx_standard_normal_pdf(min_in) * min_in -
+          approx_standard_normal_pdf(plus_in) * plus_in) /
          delta;
 }
 
@@ -93,7 +96,8 @@ std::vector<double> q_sample(const Schedule& schedule, std::span<const double> x
   for (std::int64_t i = 0; i < n; ++i) {
     schedule.check_timestep(t[i], "q_sample t");
     const auto ti = static_cast<std::size_t>(t[i]);
-    const double a = schedule.sqrt_alphas_cumprod[ti], b = schedule.sqrt_one_minus_alphas_cumprod[ti];
+    const double a = schedule.sqrt_alphas_cumprod[ti],
+                 b = schedule.sqrt_one_minus_alphas_cumprod[ti];
     for (std::size_t j = i * per; j < (i + 1) * per; ++j) x_t[j] = a * x_start[j] + b * noise[j];
   }
   return x_t;
@@ -125,7 +129,8 @@ double mse_term(const SampleSlices& s, std::int64_t p, double inv_n) {
 // vb in bits per dim for one sample at schedule index t, the model mean built from the (detached)
 // eps. With lv = learned log variance, d vb / d v_j = d term_j / d lv * (max_log - min_log) / 2
 // / (p log 2); the decoder NLL's log scale is lv / 2.
-double vb_term(const Schedule& sc, std::size_t t, const SampleSlices& s, std::int64_t p, double inv_n) {
+double vb_term(const Schedule& sc, std::size_t t, const SampleSlices& s, std::int64_t p,
+               double inv_n) {
   const double max_log = std::log(sc.betas[t]);
   const double min_log = sc.posterior_log_variance_clipped[t];
   const double true_logvar = sc.posterior_log_variance_clipped[t];
@@ -135,12 +140,14 @@ double vb_term(const Schedule& sc, std::size_t t, const SampleSlices& s, std::in
   double sum = 0.0;
   for (std::int64_t j = 0; j < p; ++j) {
     const double x_t = a * s.x0[j] + b * s.noise[j];
-    const double model_mean = sc.posterior_mean(t, sc.predict_xstart_from_eps(t, x_t, s.eps[j]), x_t);
+    const double model_mean =
+        sc.posterior_mean(t, sc.predict_xstart_from_eps(t, x_t, s.eps[j]), x_t);
     const double lv = Schedule::learned_range_log_variance(s.v[j], max_log, min_log);
     double term, dterm_dlv;
     if (t == 0) {  // decoder NLL: -log p(x_0 | x_1)
       term = -discretized_gaussian_log_likelihood(s.x0[j], model_mean, 0.5 * lv);
-      dterm_dlv = -0.5 * discretized_gaussian_log_likelihood_dlogscale(s.x0[j], model_mean, 0.5 * lv);
+      dterm_dlv =
+          -0.5 * discretized_gaussian_log_likelihood_dlogscale(s.x0[j], model_mean, 0.5 * lv);
     } else {  // KL(q(x_{t-1} | x_t, x_0) || p(x_{t-1} | x_t))
       const double true_mean = sc.posterior_mean(t, s.x0[j], x_t);
       term = normal_kl(true_mean, true_logvar, model_mean, lv);

@@ -12,8 +12,9 @@ namespace dit::diffusion {
 namespace {
 
 void check_shape(const char* fn, const ImageShape& s) {
-  DIT_CHECK(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0, fn, ": shape (n, c, h, w) must be positive, got (",
-            s.n, ", ", s.c, ", ", s.h, ", ", s.w, ")");
+  DIT_CHECK(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0, fn,
+            ": shape (n, c, h, w) must be positive, got (", s.n, ", ", s.c, ", ", s.h, ", ", s.w,
+            ")");
 }
 
 void check_size(const char* fn, const char* what, std::size_t got, std::int64_t expected) {
@@ -26,7 +27,8 @@ void check_step_inputs(const char* fn, const Schedule& sc, const ImageShape& sha
                        std::span<const double> model_output, std::span<const double> x,
                        std::span<const std::int64_t> t) {
   check_shape(fn, shape);
-  check_size(fn, "model_output", model_output.size(), shape.n * sc.out_channels(shape.c) * shape.h * shape.w);
+  check_size(fn, "model_output", model_output.size(),
+             shape.n * sc.out_channels(shape.c) * shape.h * shape.w);
   check_size(fn, "x", x.size(), shape.numel());
   check_size(fn, "t", t.size(), shape.n);
   for (std::int64_t ti : t) sc.check_timestep(ti, fn);
@@ -71,9 +73,10 @@ MeanVariance p_mean_variance(const Schedule& sc, const ImageShape& shape,
   return out;
 }
 
-StepResult p_sample(const Schedule& sc, const ImageShape& shape, std::span<const double> model_output,
-                    std::span<const double> x, std::span<const std::int64_t> t,
-                    std::span<const double> noise, ClipDenoised clip) {
+StepResult p_sample(const Schedule& sc, const ImageShape& shape,
+                    std::span<const double> model_output, std::span<const double> x,
+                    std::span<const std::int64_t> t, std::span<const double> noise,
+                    ClipDenoised clip) {
   MeanVariance mv = p_mean_variance(sc, shape, model_output, x, t, clip);
   check_size("p_sample", "noise", noise.size(), shape.numel());
   const std::int64_t p = shape.per_sample();
@@ -86,19 +89,22 @@ StepResult p_sample(const Schedule& sc, const ImageShape& shape, std::span<const
   return out;
 }
 
-StepResult ddim_sample(const Schedule& sc, const ImageShape& shape, std::span<const double> model_output,
-                       std::span<const double> x, std::span<const std::int64_t> t,
-                       std::span<const double> noise, double eta, ClipDenoised clip) {
+StepResult ddim_sample(const Schedule& sc, const ImageShape& shape,
+                       std::span<const double> model_output, std::span<const double> x,
+                       std::span<const std::int64_t> t, std::span<const double> noise, double eta,
+                       ClipDenoised clip) {
   MeanVariance mv = p_mean_variance(sc, shape, model_output, x, t, clip);
   DIT_CHECK(eta >= 0.0, "ddim_sample: eta must be >= 0, got ", eta);
-  if (!(noise.empty() && eta == 0.0)) check_size("ddim_sample", "noise", noise.size(), shape.numel());
+  if (!(noise.empty() && eta == 0.0))
+    check_size("ddim_sample", "noise", noise.size(), shape.numel());
   const std::int64_t p = shape.per_sample();
   StepResult out;
   out.sample.resize(x.size());
   for (std::int64_t i = 0; i < shape.n; ++i) {
     const auto ti = static_cast<std::size_t>(t[i]);
     const double ab = sc.alphas_cumprod[ti], ab_prev = sc.alphas_cumprod_prev[ti];
-    const double sigma = eta * std::sqrt((1.0 - ab_prev) / (1.0 - ab)) * std::sqrt(1.0 - ab / ab_prev);
+    const double sigma =
+        eta * std::sqrt((1.0 - ab_prev) / (1.0 - ab)) * std::sqrt(1.0 - ab / ab_prev);
     const double eps_coef = std::sqrt(1.0 - ab_prev - sigma * sigma);
     for (std::int64_t k = i * p; k < (i + 1) * p; ++k) {
       const double x0 = mv.pred_xstart[k];

@@ -40,7 +40,8 @@ StepResult p_sample(const Schedule& schedule, const ImageShape& shape,
 
 // DDIM (Song et al. eq. 12), eps re-derived from pred_xstart:
 //   sigma = eta sqrt((1 - abar_prev) / (1 - abar)) sqrt(1 - abar / abar_prev)
-//   x_{t-1} = pred_xstart sqrt(abar_prev) + sqrt(1 - abar_prev - sigma^2) eps + [t != 0] sigma noise.
+//   x_{t-1} = pred_xstart sqrt(abar_prev) + sqrt(1 - abar_prev - sigma^2) eps
+//             + [t != 0] sigma noise.
 // noise may be empty when eta == 0 (then it has no effect).
 StepResult ddim_sample(const Schedule& schedule, const ImageShape& shape,
                        std::span<const double> model_output, std::span<const double> x,

@@ -17,8 +17,8 @@ double Schedule::fixed_large_variance(std::int64_t t) const {
 }
 
 void Schedule::check_timestep(std::int64_t t, const char* what) const {
-  DIT_CHECK(t >= 0 && t < num_timesteps, what, " ", t, " is outside the schedule: expected 0 <= t < ",
-            num_timesteps);
+  DIT_CHECK(t >= 0 && t < num_timesteps, what, " ", t,
+            " is outside the schedule: expected 0 <= t < ", num_timesteps);
 }
 
 std::vector<std::int64_t> Schedule::model_timesteps(std::span<const std::int64_t> t) const {
@@ -148,8 +148,8 @@ std::vector<int> space_timesteps(int num_timesteps, const std::string& section_c
   int start = 0;
   for (int i = 0; i < k; ++i) {
     const int size = size_per + (i < extra ? 1 : 0);
-    DIT_CHECK(size >= counts[i], "timestep respacing \"", section_counts, "\": cannot divide a section of ",
-              size, " steps into ", counts[i]);
+    DIT_CHECK(size >= counts[i], "timestep respacing \"", section_counts,
+              "\": cannot divide a section of ", size, " steps into ", counts[i]);
     // Evenly spaced fractional indices, accumulated as Python does and rounded half to even
     // (std::nearbyint under the default rounding mode, like Python's round()).
     const double stride = counts[i] <= 1 ? 1.0 : static_cast<double>(size - 1) / (counts[i] - 1);

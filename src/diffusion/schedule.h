@@ -36,17 +36,18 @@ struct Schedule {
   VarianceKind variance = VarianceKind::kLearnedRange;
 
   std::vector<double> betas;
-  std::vector<double> alphas_cumprod;                  // abar_t
-  std::vector<double> alphas_cumprod_prev;             // abar_{t-1}, 1 at t = 0
-  std::vector<double> alphas_cumprod_next;             // abar_{t+1}, 0 at the last t
-  std::vector<double> sqrt_alphas_cumprod;             // sqrt(abar_t)
-  std::vector<double> sqrt_one_minus_alphas_cumprod;   // sqrt(1 - abar_t)
-  std::vector<double> log_one_minus_alphas_cumprod;    // log(1 - abar_t)
-  std::vector<double> sqrt_recip_alphas_cumprod;       // sqrt(1 / abar_t)
-  std::vector<double> sqrt_recipm1_alphas_cumprod;     // sqrt(1 / abar_t - 1)
+  std::vector<double> alphas_cumprod;                 // abar_t
+  std::vector<double> alphas_cumprod_prev;            // abar_{t-1}, 1 at t = 0
+  std::vector<double> alphas_cumprod_next;            // abar_{t+1}, 0 at the last t
+  std::vector<double> sqrt_alphas_cumprod;            // sqrt(abar_t)
+  std::vector<double> sqrt_one_minus_alphas_cumprod;  // sqrt(1 - abar_t)
+  std::vector<double> log_one_minus_alphas_cumprod;   // log(1 - abar_t)
+  std::vector<double> sqrt_recip_alphas_cumprod;      // sqrt(1 / abar_t)
+  std::vector<double> sqrt_recipm1_alphas_cumprod;    // sqrt(1 / abar_t - 1)
   // Posterior q(x_{t-1} | x_t, x_0) = N(coef1 * x_0 + coef2 * x_t, posterior_variance):
   //   posterior_variance = beta_t (1 - abar_{t-1}) / (1 - abar_t)   (0 at t = 0)
-  //   coef1 = beta_t sqrt(abar_{t-1}) / (1 - abar_t),  coef2 = (1 - abar_{t-1}) sqrt(alpha_t) / (1 - abar_t)
+  //   coef1 = beta_t sqrt(abar_{t-1}) / (1 - abar_t)
+  //   coef2 = (1 - abar_{t-1}) sqrt(alpha_t) / (1 - abar_t)
   std::vector<double> posterior_variance;
   std::vector<double> posterior_log_variance_clipped;  // log of posterior_variance, [0] := [1]
   std::vector<double> posterior_mean_coef1;

@@ -1,9 +1,11 @@
 // Tests of the float64 diffusion module: schedule identities derived by hand, respacing as the
 // official respace.py, the loss gradient against central finite differences, and sampling steps
-// against closed forms (a perfect epsilon recovers x_0; DDIM with eta = 1 has the posterior variance).
+// against closed forms (a perfect epsilon recovers x_0; DDIM at eta = 1 has the posterior var).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -78,7 +80,8 @@ TEST(DiffusionMath, DiscretizedLikelihoodSumsToOneOverAll256Bins) {
     for (double log_scale : {-4.0, -2.0, -0.5, 0.0, 0.7}) {
       double total = 0.0;
       for (int k = 0; k < 256; ++k)
-        total += std::exp(dd::discretized_gaussian_log_likelihood(-1.0 + 2.0 * k / 255.0, m, log_scale));
+        total +=
+            std::exp(dd::discretized_gaussian_log_likelihood(-1.0 + 2.0 * k / 255.0, m, log_scale));
       EXPECT_NEAR(total, 1.0, 1e-6) << "mean " << m << " log_scale " << log_scale;
     }
   }
@@ -91,7 +94,8 @@ TEST(DiffusionMath, ElementwiseDerivativesMatchFiniteDifferences) {
     for (double m : {x - 0.03, x + 0.01, 0.0}) {
       for (double s : {-4.0, -2.5, -1.0}) {
         const double fd = (dd::discretized_gaussian_log_likelihood(x, m, s + h) -
-                           dd::discretized_gaussian_log_likelihood(x, m, s - h)) / (2 * h);
+                           dd::discretized_gaussian_log_likelihood(x, m, s - h)) /
+                          (2 * h);
         const double an = dd::discretized_gaussian_log_likelihood_dlogscale(x, m, s);
         EXPECT_NEAR(an, fd, 1e-6 * std::max(1.0, std::abs(fd))) << x << " " << m << " " << s;
       }
@@ -101,7 +105,9 @@ TEST(DiffusionMath, ElementwiseDerivativesMatchFiniteDifferences) {
   EXPECT_DOUBLE_EQ(dd::discretized_gaussian_log_likelihood(0.0, 0.9, -5.0), std::log(1e-12));
   EXPECT_EQ(dd::discretized_gaussian_log_likelihood_dlogscale(0.0, 0.9, -5.0), 0.0);
   for (double lv2 : {-3.0, 0.0, 1.5}) {
-    const double fd = (dd::normal_kl(0.2, -1.0, -0.4, lv2 + h) - dd::normal_kl(0.2, -1.0, -0.4, lv2 - h)) / (2 * h);
+    const double fd =
+        (dd::normal_kl(0.2, -1.0, -0.4, lv2 + h) - dd::normal_kl(0.2, -1.0, -0.4, lv2 - h)) /
+        (2 * h);
     EXPECT_NEAR(dd::normal_kl_dlogvar2(0.2, -1.0, -0.4, lv2), fd, 1e-8);
   }
 }
@@ -123,7 +129,8 @@ TEST(DiffusionSchedule, LinearScheduleMatchesHandComputation) {
   EXPECT_EQ(s.posterior_log_variance_clipped[0], s.posterior_log_variance_clipped[1]);
   for (int t = 0; t < 1000; ++t) EXPECT_EQ(s.timestep_map[t], t);
 
-  // beta_i = 1e-4 + i (0.02 - 1e-4) / 999; posterior variance at t = beta_t (1 - abar_{t-1}) / (1 - abar_t).
+  // beta_i = 1e-4 + i (0.02 - 1e-4) / 999;
+  // posterior variance at t = beta_t (1 - abar_{t-1}) / (1 - abar_t).
   const int t = 500;
   double abar_prev = 1.0;
   for (int i = 0; i < t; ++i) abar_prev *= 1.0 - (1e-4 + i * (0.02 - 1e-4) / 999.0);
@@ -148,11 +155,12 @@ TEST(DiffusionSchedule, SpaceTimestepsMatchesTheOfficialAlgorithm) {
             (std::vector<int>{0, 111, 222, 333, 444, 555, 666, 777, 888, 999}));
   EXPECT_EQ(dd::space_timesteps(10, "2,3"), (std::vector<int>{0, 4, 5, 7, 9}));
   EXPECT_EQ(dd::space_timesteps(7, "3,1"), (std::vector<int>{0, 2, 3, 4}));  // first section longer
-  EXPECT_EQ(dd::space_timesteps(6, "3"), (std::vector<int>{0, 2, 5}));      // round(2.5) = 2
+  EXPECT_EQ(dd::space_timesteps(6, "3"), (std::vector<int>{0, 2, 5}));       // round(2.5) = 2
   EXPECT_EQ(dd::space_timesteps(300, "10,15,20"),
-            (std::vector<int>{0,   11,  22,  33,  44,  55,  66,  77,  88,  99,  100, 107, 114, 121, 128,
-                              135, 142, 149, 157, 164, 171, 178, 185, 192, 199, 200, 205, 210, 216, 221,
-                              226, 231, 236, 242, 247, 252, 257, 263, 268, 273, 278, 283, 289, 294, 299}));
+            (std::vector<int>{0,   11,  22,  33,  44,  55,  66,  77,  88,  99,  100, 107,
+                              114, 121, 128, 135, 142, 149, 157, 164, 171, 178, 185, 192,
+                              199, 200, 205, 210, 216, 221, 226, 231, 236, 242, 247, 252,
+                              257, 263, 268, 273, 278, 283, 289, 294, 299}));
   const std::vector<int> all = dd::space_timesteps(1000, "1000");
   ASSERT_EQ(all.size(), 1000u);
   EXPECT_EQ(all.back(), 999);
@@ -188,7 +196,8 @@ TEST(DiffusionLoss, QSampleMatchesClosedForm) {
   const std::vector<std::int64_t> t{0, 999};
   const std::vector<double> xt = dd::q_sample(s, x0, t, noise);
   EXPECT_NEAR(xt[0], std::sqrt(1.0 - 1e-4) * 0.5 + 0.01 * 1.0, 1e-15);
-  EXPECT_NEAR(xt[1], -s.sqrt_alphas_cumprod[999] + 2.0 * std::sqrt(1.0 - s.alphas_cumprod[999]), 1e-15);
+  EXPECT_NEAR(xt[1], -s.sqrt_alphas_cumprod[999] + 2.0 * std::sqrt(1.0 - s.alphas_cumprod[999]),
+              1e-15);
 }
 
 TEST(DiffusionLoss, PerfectPredictionHasZeroMseAndKl) {
@@ -266,7 +275,8 @@ TEST(DiffusionLoss, LearnedSigmaGradientMatchesFiniteDifferences) {
     EXPECT_GT(r.vb[i], 0.0);
     EXPECT_NEAR(r.loss[i], r.mse[i] + r.vb[i], 1e-15);
   }
-  const std::vector<double> fd = finite_difference_grad(s, c.shape, c.out, c.x0, c.noise, c.t, 1e-5);
+  const std::vector<double> fd =
+      finite_difference_grad(s, c.shape, c.out, c.x0, c.noise, c.t, 1e-5);
   const double err = rel_l2(r.grad_model_output, fd);
   EXPECT_LT(err, 1e-6);
   // Every sample's variance channels, the t = 0 one included, carry gradient.
@@ -292,7 +302,8 @@ TEST(DiffusionLoss, FixedVarianceGradientMatchesFiniteDifferences) {
   const dd::LossTerms r = dd::training_losses(s, c.shape, {c.out, c.x0, c.noise, c.t});
   EXPECT_TRUE(r.vb.empty());
   EXPECT_EQ(r.loss, r.mse);
-  const std::vector<double> fd = finite_difference_grad(s, c.shape, c.out, c.x0, c.noise, c.t, 1e-5);
+  const std::vector<double> fd =
+      finite_difference_grad(s, c.shape, c.out, c.x0, c.noise, c.t, 1e-5);
   const double err = rel_l2(r.grad_model_output, fd);
   EXPECT_LT(err, 1e-6);
   std::printf("fixed-variance gradient vs finite differences: rel L2 %.3e\n", err);
@@ -323,14 +334,16 @@ TEST(DiffusionSampling, PerfectEpsilonRecoversTheStartAndThePosteriorMean) {
   for (std::size_t k = 0; k < 16; ++k) {
     const std::size_t ti = static_cast<std::size_t>(t[k / 8]);
     EXPECT_NEAR(mv.pred_xstart[k], x0[k], 1e-12);
-    EXPECT_NEAR(mv.mean[k], s.posterior_mean_coef1[ti] * x0[k] + s.posterior_mean_coef2[ti] * xt[k], 1e-12);
+    EXPECT_NEAR(mv.mean[k], s.posterior_mean_coef1[ti] * x0[k] + s.posterior_mean_coef2[ti] * xt[k],
+                1e-12);
   }
   // FIXED_LARGE: the posterior variance at t = 1 for t = 0, beta_t after.
   EXPECT_EQ(mv.variance[0], s.posterior_variance[1]);
   EXPECT_EQ(mv.variance[8], s.betas[6]);
   EXPECT_NEAR(mv.log_variance[8], std::log(s.betas[6]), 1e-15);
 
-  // DDIM with eta = 0 keeps the same noise: x_{t-1} = sqrt(abar_prev) x_0 + sqrt(1 - abar_prev) eps.
+  // DDIM with eta = 0 keeps the same noise:
+  //   x_{t-1} = sqrt(abar_prev) x_0 + sqrt(1 - abar_prev) eps.
   const dd::StepResult d = dd::ddim_sample(s, shape, eps, xt, t, {}, 0.0, dd::ClipDenoised::kNo);
   for (std::size_t k = 0; k < 16; ++k) {
     const double ap = s.alphas_cumprod_prev[static_cast<std::size_t>(t[k / 8])];
@@ -350,10 +363,12 @@ TEST(DiffusionSampling, StepNoiseScales) {
   EXPECT_EQ(a.sample[0], b.sample[0]);  // no noise at t = 0
   EXPECT_EQ(a.sample[1], b.sample[1]);
   EXPECT_NEAR(a.sample[2] - b.sample[2], std::sqrt(s.betas[6]) * 0.5, 1e-12);
-  EXPECT_NEAR(a.sample[3] - b.sample[3], std::exp(0.5 * s.posterior_log_variance_clipped[6]) * 3.0, 1e-12);
+  EXPECT_NEAR(a.sample[3] - b.sample[3], std::exp(0.5 * s.posterior_log_variance_clipped[6]) * 3.0,
+              1e-12);
   EXPECT_NE(b.sample[2], 0.0);
 
-  // DDIM with eta = 1: sigma^2 = (1 - abar_prev) / (1 - abar) (1 - abar / abar_prev) = posterior var.
+  // DDIM with eta = 1: sigma^2 = (1 - abar_prev) / (1 - abar) (1 - abar / abar_prev)
+  //                            = the posterior variance.
   const dd::StepResult c = dd::ddim_sample(s, shape, out, x, t, noise, 1.0, dd::ClipDenoised::kNo);
   const dd::StepResult e = dd::ddim_sample(s, shape, out, x, t, zero, 1.0, dd::ClipDenoised::kNo);
   EXPECT_EQ(c.sample[0], e.sample[0]);
@@ -364,7 +379,8 @@ TEST(DiffusionSampling, StepNoiseScales) {
   const dd::MeanVariance mv = dd::p_mean_variance(s, shape, big, x, t, dd::ClipDenoised::kYes);
   for (double v : mv.pred_xstart) EXPECT_LE(std::abs(v), 1.0);
   EXPECT_EQ(mv.pred_xstart[0], -1.0);
-  EXPECT_THROW(dd::p_sample(s, shape, out, x, t, std::vector<double>(3), dd::ClipDenoised::kNo), dit::Error);
+  EXPECT_THROW(dd::p_sample(s, shape, out, x, t, std::vector<double>(3), dd::ClipDenoised::kNo),
+               dit::Error);
 }
 
 TEST(DiffusionSampling, CfgCombineGuidesTheFirstChannelsAndKeepsTheRest) {
@@ -375,8 +391,9 @@ TEST(DiffusionSampling, CfgCombineGuidesTheFirstChannelsAndKeepsTheRest) {
   const std::vector<double> expect{0.5 + 4.0 * 0.5, 1.0 + 4.0 * 1.0, -1.0 + 4.0 * 4.0, 4.0,
                                    0.5 + 4.0 * 0.5, 1.0 + 4.0 * 1.0, -1.0 + 4.0 * 4.0, 7.0};
   EXPECT_EQ(g, expect);
-  EXPECT_EQ(dd::cfg_combine(shape, out, 1.0, 4),
-            (std::vector<double>{1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0}));  // scale 1: the cond output
+  EXPECT_EQ(
+      dd::cfg_combine(shape, out, 1.0, 4),
+      (std::vector<double>{1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0}));  // scale 1: the cond output
   EXPECT_THROW(dd::cfg_combine({3, 4, 1, 1}, std::vector<double>(12), 4.0, 3), dit::Error);
   EXPECT_THROW(dd::cfg_combine(shape, out, 4.0, 5), dit::Error);
 }

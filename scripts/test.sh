@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine and runs the whole test suite: installs packages, builds dit_mp (with the
+# CUDA backend when nvcc is present; its GPU tests skip without a GPU), runs every ctest test, then
+# builds and tests a CPU-only configuration (-DDIT_CUDA=OFF) as well.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Running as root under mpirun with more ranks than cores (tests use up to 8 ranks).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+start=$(date +%s)
+scripts/build.sh build
+(cd build && ctest --output-on-failure -j "${DIT_JOBS:-2}")
+if [[ "${DIT_SKIP_CPU_ONLY:-0}" != 1 ]] && grep -q "CUDA backend ON" build.cmake.log; then
+  echo "== CPU-only configuration (-DDIT_CUDA=OFF)"
+  scripts/build.sh build-cpu -DDIT_CUDA=OFF -DDIT_BUILD_BENCHMARKS=OFF
+  (cd build-cpu && ctest --output-on-failure -j "${DIT_JOBS:-2}")
+fi
+echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"
