@@ -106,7 +106,13 @@ class LabelEmbedder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 class Attention(nn.Module):
-    """timm's Attention: fused qkv Linear whose output splits as (B,N,3,H,hd), then proj."""
+    """timm's Attention: fused qkv Linear whose output splits as (B,N,3,H,hd), then proj.
+
+    fused=True uses F.scaled_dot_product_attention where this torch has it (2.0+), as recent timm
+    does; the explicit softmax path is the reference (torch 1.13 has only that one).
+    """
+
+    fused = hasattr(F, "scaled_dot_product_attention")
 
     def __init__(self, dim, num_heads):
         super().__init__()
@@ -121,9 +127,12 @@ class Attention(nn.Module):
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)      # each (B, H, N, hd)
-        attn = (q * self.scale) @ k.transpose(-2, -1)        # (B, H, N, N)
-        attn = attn.softmax(dim=-1)
-        x = (attn @ v).transpose(1, 2).reshape(B, N, C)      # (B, N, D)
+        if self.fused:
+            x = F.scaled_dot_product_attention(q, k, v)      # (B, H, N, hd)
+        else:
+            attn = (q * self.scale) @ k.transpose(-2, -1)    # (B, H, N, N)
+            x = attn.softmax(dim=-1) @ v                     # (B, H, N, hd)
+        x = x.transpose(1, 2).reshape(B, N, C)               # (B, N, D)
         return self.proj(x)
 
 
@@ -470,8 +479,13 @@ class Diffusion:
 
 
 def _extract(arr, t, like):
-    """arr[t] (float64 numpy, t (N,) long) broadcast to like's shape, in like's dtype."""
-    res = torch.from_numpy(arr).to(device=t.device)[t].to(like.dtype)
+    """arr[t] (float64 numpy, t (N,) long) broadcast to like's shape, in like's dtype.
+
+    The value is rounded to float32 first, as the official _extract_into_tensor does (.float());
+    the arithmetic that follows is in like's dtype. The official float64 golden file carries
+    this rounding: without it, loss and sampling tensors differ from it by ~1e-7.
+    """
+    res = torch.from_numpy(arr).to(device=t.device)[t].float().to(like.dtype)
     return res.view(-1, *([1] * (like.dim() - 1))).expand_as(like)
 
 

@@ -1,0 +1,218 @@
+"""Recompute every tensor of a golden DiT file with tools/torch_dit.py and compare.
+
+Usage: /usr/bin/python3 tools/check_golden.py FILE [--tol 1e-12]
+Prints the relative L2 error ||a - b|| / ||b|| of each tensor, fails on any error above --tol, on
+any dataset of the file that no check covered, and on schema violations (dtypes, attributes).
+"""
+
+import argparse
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_dit  # noqa: E402
+
+INT_DATASETS = {"forward/y", "loss/t", "loss/y", "sample/t", "sample/y", "sample/cfg/y",
+                "sample/timestep_map"}
+CONFIG_INT = ["input_size", "patch_size", "in_channels", "hidden_size", "depth", "num_heads",
+              "num_classes", "out_channels", "num_patches", "frequency_embedding_size"]
+CONFIG_FLOAT = ["mlp_ratio", "class_dropout_prob", "layernorm_eps"]
+
+
+class Checker:
+    """Collects per-tensor errors and the names of the datasets compared."""
+
+    def __init__(self, f, tol):
+        self.f, self.tol = f, tol
+        self.rows, self.covered, self.problems = [], set(), []
+
+    def ref(self, name):
+        self.covered.add(name)
+        return torch.from_numpy(np.asarray(self.f[name][()]))
+
+    def compare(self, name, got):
+        ref = self.ref(name).to(torch.float64)
+        got = torch.as_tensor(got).detach().to(torch.float64)
+        if tuple(got.shape) != tuple(ref.shape):
+            self.problems.append(f"{name}: shape {tuple(got.shape)} != file {tuple(ref.shape)}")
+            return
+        norm = ref.norm().item()
+        err = (got - ref).norm().item() / (norm if norm > 0 else 1.0)
+        if norm == 0:
+            self.problems.append(f"{name}: reference is all zero (no signal)")
+        self.rows.append((name, err))
+
+    def problem(self, msg):
+        self.problems.append(msg)
+
+
+def check_schema(f, c):
+    """Dtypes and attributes the README prescribes."""
+    def walk(name, obj):
+        if not isinstance(obj, h5py.Dataset):
+            return
+        want = np.int64 if name in INT_DATASETS else np.float64
+        if obj.dtype != want:
+            c.problem(f"{name}: dtype {obj.dtype}, schema says {np.dtype(want)}")
+    f.visititems(walk)
+    cfg = f["config"].attrs
+    for k in CONFIG_INT + CONFIG_FLOAT + ["learn_sigma"]:
+        if k not in cfg:
+            c.problem(f"/config attr {k} missing")
+    if "learn_sigma" in cfg and not isinstance(cfg["learn_sigma"], (bool, np.bool_)):
+        c.problem(f"/config learn_sigma is {type(cfg['learn_sigma']).__name__}, not bool")
+    for grp, keys in {"adamw": ["lr", "beta1", "beta2", "eps", "weight_decay"],
+                      "ema": ["decay"], "sample": ["respacing"], "sample/cfg": ["scale"]}.items():
+        for k in keys:
+            if k not in f[grp].attrs:
+                c.problem(f"/{grp} attr {k} missing")
+    if h5py.check_string_dtype(f.attrs.get_id("trainable").dtype) is None:
+        c.problem("/ attr trainable is not an array of strings")
+
+
+def build_model(f, c):
+    a = f["config"].attrs
+    model = torch_dit.DiT(
+        input_size=int(a["input_size"]), patch_size=int(a["patch_size"]),
+        in_channels=int(a["in_channels"]), hidden_size=int(a["hidden_size"]),
+        depth=int(a["depth"]), num_heads=int(a["num_heads"]), mlp_ratio=float(a["mlp_ratio"]),
+        class_dropout_prob=float(a["class_dropout_prob"]), num_classes=int(a["num_classes"]),
+        learn_sigma=bool(a["learn_sigma"])).double().eval()
+    if int(a["out_channels"]) != model.out_channels:
+        c.problem(f"/config out_channels {a['out_channels']} != {model.out_channels}")
+    if int(a["num_patches"]) != model.x_embedder.num_patches:
+        c.problem(f"/config num_patches {a['num_patches']} != {model.x_embedder.num_patches}")
+    computed_pe = model.pos_embed.detach().clone()
+    sd = model.state_dict()
+    if set(f["weights"].keys()) != set(sd.keys()):
+        c.problem(f"/weights names differ from the state_dict: "
+                  f"{sorted(set(f['weights'].keys()) ^ set(sd.keys()))}")
+    model.load_state_dict({k: c.ref(f"weights/{k}") for k in sd})
+    c.rows.append(("(pos_embed: file vs get_2d_sincos_pos_embed)",
+                   ((model.pos_embed - computed_pe).norm() / computed_pe.norm()).item()))
+    trainable = [s.decode() if isinstance(s, bytes) else str(s) for s in f.attrs["trainable"]]
+    if trainable != model.trainable_names():
+        c.problem(f"/ attr trainable {trainable} != {model.trainable_names()}")
+    return model
+
+
+def params(model):
+    return dict((n, p) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def check_forward(f, c, model):
+    x = c.ref("forward/x").requires_grad_(True)
+    t, y = c.ref("forward/t"), c.ref("forward/y")
+    if y[-1].item() != model.num_classes:
+        c.problem("forward/y: last label is not the null label")
+    model.zero_grad(set_to_none=True)
+    out = model(x, t, y)
+    (out * c.ref("forward/cotangent")).sum().backward()
+    c.compare("forward/out", out)
+    c.compare("forward/dx", x.grad)
+    for n, p in params(model).items():
+        c.compare(f"forward/grads/{n}", p.grad)
+
+
+def check_loss(f, c, model):
+    learn_sigma = model.learn_sigma
+    diffusion = torch_dit.Diffusion("", learn_sigma=learn_sigma)
+    for n, arr in diffusion.schedule_arrays().items():
+        c.compare(f"schedule/{n}", torch.from_numpy(arr))
+    t = c.ref("loss/t")
+    if t[0].item() != 0:
+        c.problem("loss/t[0] != 0: the discretized-likelihood branch is not exercised")
+    model.zero_grad(set_to_none=True)
+    terms = diffusion.training_losses(model, c.ref("loss/x_start"), t, c.ref("loss/y"),
+                                      c.ref("loss/noise"))
+    terms["loss"].mean().backward()
+    for k in ("loss", "mse", "vb"):
+        if k in terms:
+            c.compare(f"loss/{k}", terms[k])
+        elif f"loss/{k}" in f:
+            c.problem(f"loss/{k} present but learn_sigma is false")
+    for n, p in params(model).items():
+        c.compare(f"loss/grads/{n}", p.grad)
+
+
+def check_adamw_ema(f, c, model):
+    """One AdamW step from /weights with /loss/grads; EMA from /weights and the stepped params."""
+    a = f["adamw"].attrs
+    ps = params(model)
+    with torch.no_grad():
+        for n, p in ps.items():
+            p.copy_(c.ref(f"weights/{n}"))
+            p.grad = c.ref(f"loss/grads/{n}").clone()
+    opt = torch.optim.AdamW(list(ps.values()), lr=float(a["lr"]),
+                            betas=(float(a["beta1"]), float(a["beta2"])), eps=float(a["eps"]),
+                            weight_decay=float(a["weight_decay"]))
+    opt.step()
+    decay = float(f["ema"].attrs["decay"])
+    for n, p in ps.items():
+        c.compare(f"adamw/params_after/{n}", p)
+        ema = c.ref(f"weights/{n}").clone().mul_(decay).add_(p.detach(), alpha=1 - decay)
+        c.compare(f"ema/after/{n}", ema)
+    with torch.no_grad():   # restore /weights for the sampling checks
+        for n, p in ps.items():
+            p.copy_(c.ref(f"weights/{n}"))
+
+
+def check_sample(f, c, model):
+    g = f["sample"]
+    respacing = g.attrs["respacing"]
+    respacing = respacing.decode() if isinstance(respacing, bytes) else str(respacing)
+    diffusion = torch_dit.Diffusion(respacing, learn_sigma=model.learn_sigma)
+    c.compare("sample/timestep_map", torch.tensor(diffusion.timestep_map, dtype=torch.int64))
+    c.compare("sample/betas", torch.from_numpy(diffusion.betas))
+    x, t, y = c.ref("sample/x_t"), c.ref("sample/t"), c.ref("sample/y")
+    with torch.no_grad():
+        out = diffusion.p_sample(model, x, t, y, c.ref("sample/ddpm_noise"))
+        c.compare("sample/ddpm_out", out["sample"])
+        c.compare("sample/pred_xstart", out["pred_xstart"])
+        c.compare("sample/ddim_out", diffusion.ddim_sample(model, x, t, y)["sample"])
+        cfg = g["cfg"]
+        guided = int(cfg.attrs["guided_channels"]) if "guided_channels" in cfg.attrs else 3
+        cfg_out = model.forward_with_cfg(c.ref("sample/cfg/x"), c.ref("sample/cfg/t"),
+                                         c.ref("sample/cfg/y"), float(cfg.attrs["scale"]),
+                                         guided_channels=guided)
+        c.compare("sample/cfg/out", cfg_out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file")
+    ap.add_argument("--tol", type=float, default=1e-12,
+                    help="max relative L2 error per tensor (float64 vs float64)")
+    ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    with h5py.File(args.file, "r") as f:
+        c = Checker(f, args.tol)
+        check_schema(f, c)
+        model = build_model(f, c)
+        check_forward(f, c, model)
+        check_loss(f, c, model)
+        check_adamw_ema(f, c, model)
+        check_sample(f, c, model)
+        all_ds = set()
+        f.visititems(lambda n, o: all_ds.add(n) if isinstance(o, h5py.Dataset) else None)
+        for n in sorted(all_ds - c.covered):
+            c.problem(f"{n}: dataset not checked")
+    for name, err in c.rows:
+        if not args.quiet or err > args.tol:
+            print(f"{err:10.3e}  {name}{'   <-- FAIL' if err > args.tol else ''}")
+    worst_name, worst = max(c.rows, key=lambda r: r[1])
+    for p in c.problems:
+        print(f"PROBLEM: {p}")
+    print(f"{args.file}: {len(c.rows)} tensors, worst relative L2 error {worst:.3e} ({worst_name})")
+    ok = worst <= args.tol and not c.problems
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
