@@ -26,7 +26,7 @@ struct DeviceVec {
   float* p = nullptr;
   std::size_t n;
   explicit DeviceVec(const std::vector<float>& h) : n(h.size()) {
-    DIT_CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
+    DIT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)));
     DIT_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   }
   ~DeviceVec() { cudaFree(p); }
