@@ -1,80 +1,124 @@
-// Single-rank training step (see trainer.h).
+// The distributed training step (see trainer.h).
 #include "app/trainer.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "diffusion/losses.h"
 
 namespace dit {
 
-Trainer::Trainer(Backend& be, const DiTConfig& model, const TrainConfig& train, const Dataset& data)
-    : be_(&be), cfg_(model), train_(train),
-      schedule_(diffusion::create_diffusion({"", model.learn_sigma, 1000})), saved_(be),
-      scratch_(be) {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, const TrainConfig& train,
+                 const Dataset& data)
+    : be_(&be), ctx_(&ctx), cfg_(model), train_(train),
+      schedule_(diffusion::create_diffusion({"", model.learn_sigma, 1000})) {
   const SampleShape s = data.shape();
   DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size &&
                 s.width == model.input_size,
             "the dataset's samples are ", s.channels, "x", s.height, "x", s.width,
             " but the model takes ", model.in_channels, "x", model.input_size, "x", model.input_size);
-  model_ = std::make_unique<DiTStage>(be, cfg_, StageLayout::whole(cfg_), self_);
+  const Layout& l = ctx.layout;
+  const auto stages = partition_stages(cfg_, l.pp, train.pp_layers);
+  model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, l.dp);
   model_->params().initialize(train.seed);
-  opt_ = std::make_unique<Optimizer>(be, model_->params(), 0, model_->params().numel());
-  batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, 1, train.micro_batch),
+  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx);
+  batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
                                            train.seed, cfg_.class_dropout_prob, cfg_.num_classes);
+  executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
+}
+
+const Microbatch& Trainer::microbatch(int mb) {
+  auto it = cache_.find(mb);
+  if (it == cache_.end()) it = cache_.emplace(mb, batches_->get(step_, ctx_->coord.dp, mb)).first;
+  return it->second;
+}
+
+void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
+  be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
 }
 
 StepStats Trainer::step() {
   Backend& be = *be_;
+  const double t_start = now_s();
   const BatchPlan& plan = batches_->plan();
-  const diffusion::ImageShape shape{plan.micro_batch, cfg_.in_channels, cfg_.input_size, cfg_.input_size};
+  const std::int64_t n = plan.micro_batch;
+  const DType dt = be.compute_dtype();
+  const diffusion::ImageShape shape{n, cfg_.in_channels, cfg_.input_size, cfg_.input_size};
+  const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
+                      dp0 = ctx_->dp->stats().bytes;
   StepStats st;
   st.step = step_;
-  ParamSet& ps = model_->params();
-  ps.zero_grads();
-  for (int mb = 0; mb < plan.microbatches; ++mb) {
-    const Microbatch b = batches_->get(step_, 0, mb);
-    saved_.reset();
-    scratch_.reset();
-    const std::int64_t n = b.n;
+  double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
+  cache_.clear();
+  model_->params().zero_grads();
+
+  DiTPipelineHooks hooks;
+  hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
+    const Microbatch& b = microbatch(mb);
     std::vector<float> x(b.x_t.begin(), b.x_t.end());
     const auto model_t = schedule_.model_timesteps(b.t);
     std::vector<float> t(model_t.begin(), model_t.end());
-    std::vector<std::int32_t> y = b.y;
-    StageInputs in;
-    in.images = saved_.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, be.compute_dtype());
-    be.copy(in.images, Tensor{x.data(), DType::F32, in.images.shape, Device::Host});
-    in.t = saved_.tensor({n}, be.compute_dtype());
-    be.copy(in.t, Tensor{t.data(), DType::F32, {n}, Device::Host});
-    in.ids = saved_.tensor({n}, DType::I32);
-    be.copy(in.ids, Tensor{y.data(), DType::I32, {n}, Device::Host});
-    StageActs acts = model_->forward(in, saved_, scratch_);
-
-    std::vector<float> out(static_cast<std::size_t>(acts.final.out.numel()));
-    be.copy(Tensor{out.data(), DType::F32, acts.final.out.shape, Device::Host}, acts.final.out);
-    const std::vector<double> out64(out.begin(), out.end());
-    const auto terms = diffusion::training_losses(schedule_, shape, {out64, b.x_start, b.noise, b.t});
+    in.images = arena.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, dt);
+    upload(in.images, x.data(), DType::F32);
+    in.t = arena.tensor({n}, DType::F32);  // timesteps stay fp32 (bf16 would round 999 to 1000)
+    upload(in.t, t.data(), DType::F32);
+    in.ids = arena.tensor({n}, DType::I32);
+    upload(in.ids, b.y.data(), DType::I32);
+  };
+  hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
+    const Microbatch& b = microbatch(mb);
+    std::vector<float> o(static_cast<std::size_t>(out.numel()));
+    be.copy(Tensor{o.data(), DType::F32, out.shape, Device::Host}, out);
+    const std::vector<double> o64(o.begin(), o.end());
+    const auto terms = diffusion::training_losses(schedule_, shape, {o64, b.x_start, b.noise, b.t});
     for (std::int64_t i = 0; i < n; ++i) {
-      st.loss += terms.loss[i] / plan.global_batch;
-      st.mse += terms.mse[i] / plan.global_batch;
-      if (!terms.vb.empty()) st.vb += terms.vb[i] / plan.global_batch;
+      sums[0] += terms.loss[i];
+      sums[1] += terms.mse[i];
+      if (!terms.vb.empty()) sums[2] += terms.vb[i];
     }
-    // terms.grad_model_output is d mean over this microbatch; the step's loss is the mean over
-    // all microbatches.
+    // terms.grad_model_output is d(mean over this microbatch); the step's loss is the mean over
+    // the microbatches (and, through the ZeRO reduction, over dp).
     std::vector<float> dout(terms.grad_model_output.size());
     for (std::size_t i = 0; i < dout.size(); ++i)
       dout[i] = static_cast<float>(terms.grad_model_output[i] / plan.microbatches);
-    StageGrads g;
-    g.dout = saved_.tensor(acts.final.out.shape, be.compute_dtype());
-    be.copy(g.dout, Tensor{dout.data(), DType::F32, g.dout.shape, Device::Host});
-    model_->backward(acts, g, scratch_);
-  }
-  st.grad_norm = std::sqrt(be.sum_squares(ps.flat_grads()));
-  const double factor = clip_factor(st.grad_norm, train_.grad_clip);
-  if (factor < 1.0) be.scale(ps.flat_grads(), static_cast<float>(factor));
+    Tensor d = arena.tensor(out.shape, dt);
+    upload(d, dout.data(), DType::F32);
+    return d;
+  };
+  DiTPipelineStage stage(be, *model_, n, hooks);
+  const PipelineTiming timing = executor_->run(
+      make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches),
+      plan.microbatches, stage);
+
+  const double t_opt = now_s();
   LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
   st.lr = lr_at(lc, step_);
-  opt_->step(train_.adamw, st.lr, step_ + 1);
-  opt_->update_ema(ema_decay_at(train_.ema_decay, train_.ema_warmup, step_));
+  st.grad_norm = zero_->step(train_.adamw, st.lr, step_ + 1, train_.grad_clip,
+                             ema_decay_at(train_.ema_decay, train_.ema_warmup, step_));
+  // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes.
+  if (!(ctx_->last_stage() && ctx_->tp->rank() == 0)) sums[0] = sums[1] = sums[2] = 0;
+  ctx_->world->all_reduce_sum(sums, 3);
+  st.loss = sums[0] / plan.global_batch;
+  st.mse = sums[1] / plan.global_batch;
+  st.vb = sums[2] / plan.global_batch;
+
+  StepAccounting& a = st.acct;
+  a.tp_bytes = ctx_->tp->stats().bytes - tp0;
+  a.pp_bytes = ctx_->pp->stats().bytes - pp0;
+  a.dp_bytes = ctx_->dp->stats().bytes - dp0;
+  a.compute_s = timing.compute_s;
+  a.pp_wait_s = timing.wait_s;
+  a.optimizer_s = now_s() - t_opt;
+  a.step_s = now_s() - t_start;
+  a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
+  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches);
+  a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
   ++step_;
   return st;
 }

@@ -1,15 +1,19 @@
-// The training step as the official DiT train.py defines it: per microbatch, sample t and noise
-// (keyed RNG), drop labels for guidance, forward, hybrid loss (MSE + VB), backward; then clip the
-// global gradient norm, AdamW, EMA. Gradients are the mean over the global batch.
+// The training step as the official DiT train.py defines it, split over the rank grid: per
+// microbatch, sample t and noise (keyed RNG), drop labels for guidance, forward through the
+// pipeline, hybrid loss (MSE + VB) on the last stage, backward; then ZeRO-1: reduce-scatter the
+// grads over dp, clip the global norm, AdamW and EMA on the shard, all-gather. The loss and its
+// gradients are means over the global batch, so every layout trains the same model.
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include "app/batch.h"
+#include "app/dit_pipeline.h"
 #include "backend/backend.h"
 #include "diffusion/schedule.h"
-#include "layers/dit_stage.h"
-#include "optim/adamw.h"
+#include "optim/zero.h"
+#include "parallel/grid.h"
 
 namespace dit {
 
@@ -25,36 +29,54 @@ struct TrainConfig {
   double ema_decay = 0.9999;
   bool ema_warmup = true;
   std::uint64_t seed = 0;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  std::vector<int> pp_layers;  // blocks per stage; empty = balanced
+};
+
+// Bytes this rank sent per kind of communication during one step, and where its time went.
+struct StepAccounting {
+  std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
+  double step_s = 0, compute_s = 0, pp_wait_s = 0, optimizer_s = 0;
+  double measured_bubble = 0;     // pp_wait / (pp_wait + compute) on this rank
+  double theoretical_bubble = 0;  // (pp - 1) / (m + pp - 1)
+  std::size_t activation_bytes = 0;  // peak of the microbatch arenas
 };
 
 struct StepStats {
   std::int64_t step = 0;  // the step just taken (counting from 0)
-  double loss = 0, mse = 0, vb = 0;  // means over the global batch
+  double loss = 0, mse = 0, vb = 0;  // means over the global batch, on every rank
   double grad_norm = 0;              // before clipping
   double lr = 0;
+  StepAccounting acct;
 };
 
 class Trainer {
  public:
-  Trainer(Backend& be, const DiTConfig& model, const TrainConfig& train, const Dataset& data);
+  Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, const TrainConfig& train,
+          const Dataset& data);
 
   StepStats step();
   std::int64_t next_step() const { return step_; }
   DiTStage& model() { return *model_; }
-  Optimizer& optimizer() { return *opt_; }
+  ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }
+  const BatchPlan& plan() const { return batches_->plan(); }
 
  private:
+  const Microbatch& microbatch(int mb);
+  void upload(const Tensor& dst, const void* host, DType host_dtype);
+
   Backend* be_;
+  ParallelContext* ctx_;
   DiTConfig cfg_;
   TrainConfig train_;
   diffusion::Schedule schedule_;
-  SelfComm self_;
   std::unique_ptr<DiTStage> model_;
-  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<ZeroOptimizer> zero_;
   std::unique_ptr<BatchSource> batches_;
-  Arena saved_, scratch_;
+  std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
+  std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
 };
 
 }  // namespace dit

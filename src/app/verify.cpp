@@ -65,7 +65,7 @@ class Runner {
     in_shape_ = {n, cfg_.in_channels, cfg_.input_size, cfg_.input_size};
     StageInputs in;
     in.images = upload(host_view(x, in_shape_));
-    in.t = upload(host_view(t, {n}));
+    in.t = upload(host_view(t, {n}), DType::F32);  // timesteps stay fp32
     in.ids = upload(Tensor{y.data(), DType::I32, {n}, Device::Host});
     acts_ = model_.forward(in, saved_, scratch_);
     return download(acts_.final.out);
@@ -77,6 +77,8 @@ class Runner {
     model_.params().zero_grads();
     StageGrads grads;
     grads.dout = upload(host_view(dout, acts_.final.out.shape));
+    grads.dx = saved_.tensor(acts_.x_out().shape, be_.compute_dtype());
+    grads.dc = saved_.tensor(acts_.c.shape, be_.compute_dtype());
     grads.dimages = saved_.tensor(in_shape_, be_.compute_dtype());
     model_.backward(acts_, grads, scratch_);
     return download(grads.dimages);
@@ -90,7 +92,10 @@ class Runner {
 
  private:
   Tensor upload(const Tensor& host) {
-    Tensor t = saved_.tensor(host.shape, host.dtype == DType::I32 ? DType::I32 : be_.compute_dtype());
+    return upload(host, host.dtype == DType::I32 ? DType::I32 : be_.compute_dtype());
+  }
+  Tensor upload(const Tensor& host, DType dtype) {
+    Tensor t = saved_.tensor(host.shape, dtype);
     be_.copy(t, host);
     return t;
   }
@@ -212,7 +217,7 @@ void verify_adamw_ema(Backend& be, const GoldenFile& g, bool adamw, bool ema, st
   a.beta2 = g.h5().attr_double("/adamw", "beta2");
   a.eps = g.h5().attr_double("/adamw", "eps");
   a.weight_decay = g.h5().attr_double("/adamw", "weight_decay");
-  opt.step(a, a.lr, 1);
+  opt.step(a, a.lr, 1, ps.flat_grads());
   if (adamw)
     for (std::size_t i = 0; i < ps.size(); ++i) {
       const ParamSpec& s = ps.specs()[i];

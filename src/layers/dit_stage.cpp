@@ -11,7 +11,8 @@ std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const StageLayout
   return specs;
 }
 
-DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp)
+DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
+                   std::int64_t pad_multiple)
     : be_(&be), cfg_(cfg), layout_(layout), tp_(&tp) {
   cfg.validate();
   DIT_CHECK(0 <= layout.first_block && layout.first_block <= layout.end_block &&
@@ -23,7 +24,7 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& 
             "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
             "), mlp hidden (", cfg.mlp_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
             ") divisible by tp");
-  params_ = std::make_unique<ParamSet>(be, declare(cfg, layout), tp.size(), tp.rank());
+  params_ = std::make_unique<ParamSet>(be, declare(cfg, layout), tp.size(), tp.rank(), pad_multiple);
   if (layout.has_embed) embed_ = std::make_unique<Embedders>(be, cfg, *params_);
   for (int b = layout.first_block; b < layout.end_block; ++b)
     blocks_.emplace_back(cfg, *params_, b, tp);
@@ -63,8 +64,9 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const
   const DType dt = be.compute_dtype();
   Tensor dsilu_final;
   if (final_) {
-    g.dx = scratch.tensor(a.x_out().shape, dt);
-    g.dc = scratch.tensor(a.c.shape, dt);
+    DIT_CHECK(g.dx.shape == a.x_out().shape && g.dc.shape == a.c.shape,
+              "last stage backward: dx/dc buffers of shapes ", a.x_out().shape.str(), " and ",
+              a.c.shape.str(), " are needed");
     be.fill(g.dc, 0.f);
     dsilu_final = scratch.tensor(a.c.shape, dt);
     const Arena::Mark m = scratch.mark();

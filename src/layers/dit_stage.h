@@ -38,14 +38,17 @@ struct StageActs {
 // Gradients flowing out of / into a stage's backward.
 struct StageGrads {
   Tensor dout;    // last stage: dL/d model output (N, C_out, H, W)
-  Tensor dx, dc;  // other stages: on entry dL/d(x, c) of this stage's outputs; on return, of its
-                  // inputs (updated in place). The last stage allocates them from scratch.
+  Tensor dx, dc;  // on entry dL/d(x, c) of this stage's outputs; on return, of its inputs
+                  // (updated in place). On the last stage they are output buffers only.
   Tensor dimages; // first stage, optional: dL/d images
 };
 
 class DiTStage {
  public:
-  DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp);
+  // pad_multiple: the flat parameter buffers are padded to a multiple of it (the dp size, so
+  // ZeRO shards are equal).
+  DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
+           std::int64_t pad_multiple = 1);
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const StageLayout& layout);
 
   ParamSet& params() { return *params_; }

@@ -75,13 +75,16 @@ void ParamSpec::initialize(std::uint64_t seed, std::vector<float>& g) const {
   }
 }
 
-ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank)
+ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
+                   std::int64_t pad_multiple)
     : backend_(&backend), specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank) {
   for (auto& s : specs_) {
     offsets_.push_back(total_);
     total_ += s.local(tp).numel();
   }
-  const std::size_t bytes = static_cast<std::size_t>(total_) * dtype_size(backend.compute_dtype());
+  DIT_CHECK(pad_multiple > 0, "parameter padding multiple must be positive");
+  padded_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  const std::size_t bytes = static_cast<std::size_t>(padded_) * dtype_size(backend.compute_dtype());
   values_ = Buffer(backend, bytes);
   grads_ = Buffer(backend, bytes);
   backend.fill(flat_values(), 0.f);
@@ -108,8 +111,8 @@ Tensor ParamSet::grad(int i) const {
   const DType dt = backend_->compute_dtype();
   return grads_.tensor(specs_[i].local(tp_), dt, offsets_[i] * dtype_size(dt));
 }
-Tensor ParamSet::flat_values() const { return values_.tensor({total_}, backend_->compute_dtype()); }
-Tensor ParamSet::flat_grads() const { return grads_.tensor({total_}, backend_->compute_dtype()); }
+Tensor ParamSet::flat_values() const { return values_.tensor({padded_}, backend_->compute_dtype()); }
+Tensor ParamSet::flat_grads() const { return grads_.tensor({padded_}, backend_->compute_dtype()); }
 
 void ParamSet::zero_grads() { backend_->fill(flat_grads(), 0.f); }
 

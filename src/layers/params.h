@@ -40,7 +40,9 @@ struct ParamSpec {
 // A set of parameters in flat buffers of the backend's compute dtype.
 class ParamSet {
  public:
-  ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank);
+  // The flat buffers hold numel() elements padded with zeros up to a multiple of pad_multiple.
+  ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
+           std::int64_t pad_multiple = 1);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::size_t size() const { return specs_.size(); }
@@ -51,7 +53,8 @@ class ParamSet {
   Tensor grad(const std::string& name) const { return grad(checked_index(name)); }
   std::int64_t offset(int i) const { return offsets_[i]; }  // element offset in the flat buffers
   std::int64_t numel() const { return total_; }
-  Tensor flat_values() const;
+  std::int64_t padded_numel() const { return padded_; }
+  Tensor flat_values() const;  // (padded_numel)
   Tensor flat_grads() const;
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
@@ -70,7 +73,7 @@ class ParamSet {
   Backend* backend_;
   std::vector<ParamSpec> specs_;
   std::vector<std::int64_t> offsets_;
-  std::int64_t total_ = 0;
+  std::int64_t total_ = 0, padded_ = 0;
   int tp_, tp_rank_;
   Buffer values_, grads_;
 };

@@ -8,8 +8,8 @@ namespace dit {
 
 Optimizer::Optimizer(Backend& be, const ParamSet& ps, std::int64_t begin, std::int64_t end)
     : be_(&be), ps_(&ps), begin_(begin), end_(end) {
-  DIT_CHECK(0 <= begin && begin <= end && end <= ps.numel(), "optimizer range [", begin, ", ", end,
-            ") outside a parameter buffer of ", ps.numel());
+  DIT_CHECK(0 <= begin && begin <= end && end <= ps.padded_numel(), "optimizer range [", begin,
+            ", ", end, ") outside a parameter buffer of ", ps.padded_numel());
   const std::int64_t n = end - begin;
   if (be.compute_dtype() == DType::F32) {
     master_ = params();
@@ -31,12 +31,7 @@ Tensor Optimizer::params() const {
   return all.rows(begin_, end_ - begin_);
 }
 
-Tensor Optimizer::grads() const {
-  const Tensor all = ps_->flat_grads();
-  return all.rows(begin_, end_ - begin_);
-}
-
-void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t) {
+void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Tensor& grads) {
   DIT_CHECK(t >= 1, "AdamW step numbers count from 1, got ", t);
   math::AdamWParams h;
   h.lr = static_cast<float>(lr);
@@ -46,7 +41,7 @@ void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t) {
   h.weight_decay = static_cast<float>(cfg.weight_decay);
   h.bc1 = static_cast<float>(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
   h.bc2 = static_cast<float>(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
-  be_->adamw_step(master_, grads(), exp_avg(), exp_avg_sq(), h);
+  be_->adamw_step(master_, grads, exp_avg(), exp_avg_sq(), h);
   if (master_.data != params().data) be_->copy(params(), master_);
 }
 

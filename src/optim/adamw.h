@@ -32,13 +32,13 @@ class Optimizer {
   Tensor exp_avg() const { return m_.tensor({end_ - begin_}, DType::F32); }
   Tensor exp_avg_sq() const { return v_.tensor({end_ - begin_}, DType::F32); }
   Tensor ema() const { return ema_.tensor({end_ - begin_}, DType::F32); }
-  // The range's slice of the parameter / gradient buffers (compute dtype).
+  // The range's slice of the parameter buffer (compute dtype).
   Tensor params() const;
-  Tensor grads() const;
 
-  // One AdamW step (step_number counts from 1) on the range with its gradients (already reduced
-  // and clipped), writing the new values into the compute-dtype params of the range.
-  void step(const AdamWConfig& cfg, double lr, std::int64_t step_number);
+  // One AdamW step (step_number counts from 1) on the range with its gradients `grads` (the
+  // range's reduced and clipped gradients, end - begin elements), writing the new values into the
+  // compute-dtype params of the range.
+  void step(const AdamWConfig& cfg, double lr, std::int64_t step_number, const Tensor& grads);
   // ema = decay * ema + (1 - decay) * master
   void update_ema(double decay);
   // Resets the EMA to the current master weights (start of training).

@@ -15,4 +15,11 @@ void SelfComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   if (in.data != out.data) std::memmove(out.data, in.data, in.bytes());
 }
 
+Request SelfComm::isend(const Tensor&, int peer, int) {
+  DIT_FAIL("point-to-point send to rank ", peer, " on a single-rank communicator");
+}
+Request SelfComm::irecv(const Tensor&, int peer, int) {
+  DIT_FAIL("point-to-point receive from rank ", peer, " on a single-rank communicator");
+}
+
 }  // namespace dit

@@ -1,6 +1,7 @@
 // The communication interface every parallel axis talks through (tensor, pipeline, data).
 // Implementations: MPI (always) and NCCL (CUDA builds). A Comm of size 1 makes every collective a
-// no-op, so layer code calls collectives unconditionally.
+// no-op, so layer code calls collectives unconditionally. Each Comm counts the bytes it moves and
+// the time spent inside its calls, for the step accounting.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,19 @@
 #include "core/tensor.h"
 
 namespace dit {
+
+struct CommStats {
+  std::uint64_t bytes = 0;  // payload bytes this rank contributed (sent) through this comm
+  std::uint64_t calls = 0;
+  double seconds = 0;       // wall time inside calls (waiting included)
+  void reset() { *this = CommStats{}; }
+};
+
+// A pending non-blocking point-to-point operation.
+struct Request {
+  std::int64_t id = -1;
+  bool pending() const { return id >= 0; }
+};
 
 class Comm {
  public:
@@ -17,12 +31,27 @@ class Comm {
 
   // x = sum over ranks of x (in place)
   virtual void all_reduce_sum(const Tensor& x) = 0;
-  // out (size * in.numel()) = concatenation of every rank's `in`, in rank order
+  // out (size * in.numel()) = concatenation of every rank's `in`, in rank order. `in` may be this
+  // rank's block of `out` (in place).
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
   // out (in.numel() / size) = this rank's block of the sum over ranks of `in`
   virtual void reduce_scatter_sum(const Tensor& in, const Tensor& out) = 0;
   virtual void broadcast(const Tensor& x, int root) = 0;
   virtual void barrier() = 0;
+  // Largest value over ranks (for agreeing on errors and step counts).
+  virtual double all_reduce_max(double v) = 0;
+  // Sums host doubles over ranks in place (statistics, norms, error sums).
+  virtual void all_reduce_sum(double* v, int n) = 0;
+
+  // Non-blocking point-to-point; the tensor must stay alive until wait() returns.
+  virtual Request isend(const Tensor& x, int peer, int tag) = 0;
+  virtual Request irecv(const Tensor& x, int peer, int tag) = 0;
+  virtual void wait(Request& r) = 0;
+
+  CommStats& stats() { return stats_; }
+
+ protected:
+  CommStats stats_;
 };
 
 // The trivial communicator of one rank: every collective leaves its data as it is.
@@ -35,6 +64,11 @@ class SelfComm final : public Comm {
   void reduce_scatter_sum(const Tensor& in, const Tensor& out) override;
   void broadcast(const Tensor&, int) override {}
   void barrier() override {}
+  double all_reduce_max(double v) override { return v; }
+  void all_reduce_sum(double*, int) override {}
+  Request isend(const Tensor&, int peer, int) override;
+  Request irecv(const Tensor&, int peer, int) override;
+  void wait(Request& r) override { r.id = -1; }
 };
 
 }  // namespace dit

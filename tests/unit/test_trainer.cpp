@@ -33,7 +33,8 @@ std::vector<double> run_losses(int steps) {
   tc.adamw.lr = 2e-3;
   tc.grad_clip = 1.0;
   tc.seed = 11;
-  Trainer trainer(be, tiny_model(), tc, data);
+  ParallelContext ctx = make_single_context();
+  Trainer trainer(be, ctx, tiny_model(), tc, data);
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) losses.push_back(trainer.step().loss);
   return losses;

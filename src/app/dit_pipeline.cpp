@@ -1,0 +1,103 @@
+// DiT stages under the pipeline executor (see dit_pipeline.h).
+#include "app/dit_pipeline.h"
+
+#include <numeric>
+#include <sstream>
+
+namespace dit {
+
+std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const std::vector<int>& layers) {
+  DIT_CHECK(pp >= 1, "parallel.pp = ", pp, ": expected at least 1");
+  DIT_CHECK(pp <= cfg.depth, "parallel.pp = ", pp, " pipeline stages for a model of depth ",
+            cfg.depth, ": every stage needs at least one block, so pp <= ", cfg.depth);
+  std::vector<int> counts = layers;
+  if (counts.empty()) {
+    for (int s = 0; s < pp; ++s) counts.push_back((s + 1) * cfg.depth / pp - s * cfg.depth / pp);
+  }
+  std::ostringstream os;
+  for (int c : counts) os << (os.tellp() > 0 ? "," : "") << c;
+  DIT_CHECK(static_cast<int>(counts.size()) == pp, "parallel.pp_layers = ", os.str(), " has ",
+            counts.size(), " entries for ", pp, " pipeline stages");
+  DIT_CHECK(std::accumulate(counts.begin(), counts.end(), 0) == cfg.depth, "parallel.pp_layers = ",
+            os.str(), " sums to ", std::accumulate(counts.begin(), counts.end(), 0),
+            " blocks, the model has ", cfg.depth);
+  std::vector<StageLayout> out;
+  int first = 0;
+  for (int s = 0; s < pp; ++s) {
+    DIT_CHECK(counts[s] >= 1, "parallel.pp_layers = ", os.str(), ": stage ", s, " has no block");
+    out.push_back({first, first + counts[s], s == 0, s == pp - 1});
+    first += counts[s];
+  }
+  return out;
+}
+
+DiTPipelineStage::DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch,
+                                   DiTPipelineHooks hooks)
+    : be_(&be), stage_(&stage), n_(micro_batch), hooks_(std::move(hooks)), scratch_(be) {}
+
+Shape DiTPipelineStage::x_shape() const {
+  const DiTConfig& c = stage_->config();
+  return {n_, c.num_patches(), c.hidden_size};
+}
+Shape DiTPipelineStage::c_shape() const { return {n_, stage_->config().hidden_size}; }
+
+std::vector<Tensor> DiTPipelineStage::forward_inputs(int, Arena& arena) {
+  if (stage_->layout().has_embed) return {};
+  const DType dt = be_->compute_dtype();
+  return {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
+}
+
+std::vector<Tensor> DiTPipelineStage::forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) {
+  scratch_.reset();
+  StageInputs in;
+  if (stage_->layout().has_embed) {
+    hooks_.make_inputs(mb, in, arena);
+  } else {
+    in.x = inputs.at(0);
+    in.c = inputs.at(1);
+  }
+  StageActs& a = acts_[mb] = stage_->forward(in, arena, scratch_);
+  if (stage_->layout().has_final) {
+    douts_[mb] = hooks_.on_output(mb, a.final.out, arena);
+    if (!douts_[mb].data) {  // forward only: nothing is kept for a backward
+      acts_.erase(mb);
+      douts_.erase(mb);
+    }
+    return {};
+  }
+  return {a.x_out(), a.c};
+}
+
+std::vector<Tensor> DiTPipelineStage::backward_inputs(int, Arena& arena) {
+  if (stage_->layout().has_final) return {};
+  const DType dt = be_->compute_dtype();
+  return {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
+}
+
+std::vector<Tensor> DiTPipelineStage::backward(int mb, const std::vector<Tensor>& grads, Arena& arena) {
+  scratch_.reset();
+  auto it = acts_.find(mb);
+  DIT_CHECK(it != acts_.end(), "pipeline stage: backward of microbatch ", mb, " without its forward");
+  StageGrads g;
+  const DType dt = be_->compute_dtype();
+  if (stage_->layout().has_final) {
+    g.dout = douts_.at(mb);
+    g.dx = arena.tensor(x_shape(), dt);
+    g.dc = arena.tensor(c_shape(), dt);
+  } else {
+    g.dx = grads.at(0);
+    g.dc = grads.at(1);
+  }
+  const bool want_dimages = stage_->layout().has_embed && hooks_.on_input_grad;
+  if (want_dimages) g.dimages = arena.tensor(it->second.embed.images.shape, dt);
+  stage_->backward(it->second, g, scratch_);
+  acts_.erase(it);
+  douts_.erase(mb);
+  if (stage_->layout().has_embed) {
+    if (want_dimages) hooks_.on_input_grad(mb, g.dimages);
+    return {};
+  }
+  return {g.dx, g.dc};
+}
+
+}  // namespace dit

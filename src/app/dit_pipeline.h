@@ -1,0 +1,52 @@
+// The DiT side of the pipeline executor: one pipeline stage's slice of the model as a
+// PipelineStage. What enters the first stage and what the last stage does with the model output
+// are hooks, so training (loss), golden verification (a given cotangent) and sampling (forward
+// only) share one executor.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "layers/dit_stage.h"
+#include "parallel/pipeline.h"
+
+namespace dit {
+
+// Blocks [first, end) of each stage: balanced (stage s gets floor((s+1)L/pp) - floor(sL/pp)), or
+// the given counts (--pp-layers 3,4,4,3). Every stage needs at least one block.
+std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
+                                          const std::vector<int>& layers = {});
+
+struct DiTPipelineHooks {
+  // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.
+  std::function<void(int mb, StageInputs& in, Arena& arena)> make_inputs;
+  // Last stage: sees the model output; returns dL/d output in `arena` (empty when forward only).
+  std::function<Tensor(int mb, const Tensor& out, Arena& arena)> on_output;
+  // First stage, optional: receives dL/d images.
+  std::function<void(int mb, const Tensor& dimages)> on_input_grad;
+};
+
+class DiTPipelineStage final : public PipelineStage {
+ public:
+  DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch, DiTPipelineHooks hooks);
+
+  std::vector<Tensor> forward_inputs(int mb, Arena& arena) override;
+  std::vector<Tensor> forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) override;
+  std::vector<Tensor> backward_inputs(int mb, Arena& arena) override;
+  std::vector<Tensor> backward(int mb, const std::vector<Tensor>& grads, Arena& arena) override;
+  std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
+
+ private:
+  Shape x_shape() const;
+  Shape c_shape() const;
+  Backend* be_;
+  const DiTStage* stage_;
+  std::int64_t n_;
+  DiTPipelineHooks hooks_;
+  Arena scratch_;
+  std::map<int, StageActs> acts_;
+  std::map<int, Tensor> douts_;
+};
+
+}  // namespace dit

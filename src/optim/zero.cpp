@@ -1,0 +1,58 @@
+// ZeRO-1 sharded optimizer step (see zero.h).
+#include "optim/zero.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dit {
+
+ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx)
+    : be_(&be), ps_(&ps), ctx_(&ctx) {
+  const int dp = ctx.dp->size(), r = ctx.dp->rank();
+  DIT_CHECK(ps.padded_numel() % dp == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
+            " elements is not padded to a multiple of dp = ", dp);
+  const std::int64_t shard = ps.padded_numel() / dp;
+  begin_ = r * shard;
+  end_ = begin_ + shard;
+  if (dp > 1) shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(be.compute_dtype()));
+  opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_);
+  // Tensors replicated over tp have identical grads on every tp rank: count them once.
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const ParamSpec& s = ps.specs()[i];
+    if (s.split == Split::Replicated && ctx.tp->rank() != 0) continue;
+    const std::int64_t a = std::max(begin_, ps.offset(static_cast<int>(i)));
+    const std::int64_t b = std::min(end_, ps.offset(static_cast<int>(i)) + s.local(ps.tp()).numel());
+    if (a < b) counted_.push_back({a - begin_, b - begin_});
+  }
+}
+
+std::size_t ZeroOptimizer::state_bytes() const {
+  const std::size_t n = static_cast<std::size_t>(end_ - begin_);
+  const bool separate_master = be_->compute_dtype() != DType::F32;
+  return n * 4 * (3 + (separate_master ? 1 : 0));
+}
+
+double ZeroOptimizer::step(const AdamWConfig& cfg, double lr, std::int64_t step_number,
+                           double max_norm, double ema_decay) {
+  Backend& be = *be_;
+  const int dp = ctx_->dp->size();
+  const std::int64_t n = end_ - begin_;
+  Tensor grads = ps_->flat_grads().rows(begin_, n);
+  if (dp > 1) {
+    grads = shard_grads_.tensor({n}, be.compute_dtype());
+    ctx_->dp->reduce_scatter_sum(ps_->flat_grads(), grads);
+    be.scale(grads, 1.f / static_cast<float>(dp));
+  }
+  double sumsq = 0;
+  for (const auto& [a, b] : counted_) sumsq += be.sum_squares(grads.rows(a, b - a));
+  ctx_->world->all_reduce_sum(&sumsq, 1);
+  const double norm = std::sqrt(sumsq);
+  const double factor = clip_factor(norm, max_norm);
+  if (factor < 1.0) be.scale(grads, static_cast<float>(factor));
+  opt_->step(cfg, lr, step_number, grads);
+  opt_->update_ema(ema_decay);
+  if (dp > 1) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
+  return norm;
+}
+
+}  // namespace dit

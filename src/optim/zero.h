@@ -1,0 +1,45 @@
+// ZeRO-1 over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range and
+// keeps the fp32 master weights, Adam moments and EMA of that shard only. A step:
+//   1. reduce-scatter the flat grads over dp (sum), scale by 1/dp (mean over the dp replicas);
+//   2. global grad norm: sum of squares over the shard, counting tensors replicated over tp only
+//      on tp rank 0, summed over dp, tp and pp; clip;
+//   3. AdamW and EMA on the shard;
+//   4. all-gather the updated parameters over dp.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "optim/adamw.h"
+#include "parallel/grid.h"
+
+namespace dit {
+
+class ZeroOptimizer {
+ public:
+  // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple).
+  ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx);
+
+  // Returns the global gradient norm before clipping (max_norm <= 0: no clipping).
+  double step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
+              double ema_decay);
+
+  Optimizer& shard() { return *opt_; }
+  const Optimizer& shard() const { return *opt_; }
+  std::int64_t shard_begin() const { return begin_; }
+  std::int64_t shard_size() const { return end_ - begin_; }
+  // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
+  std::size_t state_bytes() const;
+
+ private:
+  Backend* be_;
+  ParamSet* ps_;
+  ParallelContext* ctx_;
+  std::int64_t begin_, end_;
+  Buffer shard_grads_;  // dp > 1: the reduce-scatter output
+  std::unique_ptr<Optimizer> opt_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> counted_;  // shard-relative ranges in the norm
+};
+
+}  // namespace dit

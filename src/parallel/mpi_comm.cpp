@@ -1,0 +1,137 @@
+// MPI implementation of Comm: collectives on host tensors, counted in CommStats.
+#include "parallel/mpi_comm.h"
+
+#include <chrono>
+
+namespace dit {
+
+namespace {
+
+MPI_Datatype mpi_type(const Tensor& t) {
+  DIT_CHECK(t.device == Device::Host, "MPI communication needs host tensors");
+  switch (t.dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::I32: return MPI_INT;
+    default: DIT_FAIL("MPI communication of ", dtype_name(t.dtype), " tensors is not supported");
+  }
+}
+
+int count_of(const Tensor& t) {
+  DIT_CHECK(t.numel() <= std::int64_t(2147483647), "an MPI message of ", t.numel(),
+            " elements exceeds MPI's int count");
+  return static_cast<int>(t.numel());
+}
+
+// Times a call and counts its payload.
+class Timed {
+ public:
+  Timed(CommStats& s, std::size_t bytes) : s_(s), t0_(std::chrono::steady_clock::now()) {
+    s.bytes += bytes;
+    ++s.calls;
+  }
+  ~Timed() {
+    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  CommStats& s_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  DIT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  DIT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+}
+
+MpiComm::~MpiComm() {
+  if (owned_) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiComm> MpiComm::world() {
+  return std::unique_ptr<MpiComm>(new MpiComm(MPI_COMM_WORLD, false));
+}
+
+std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key) {
+  const auto* p = dynamic_cast<const MpiComm*>(&parent);
+  DIT_CHECK(p, "MpiComm::split needs an MPI parent communicator");
+  MPI_Comm c;
+  DIT_MPI_CHECK(MPI_Comm_split(p->comm_, color, key, &c));
+  return std::unique_ptr<MpiComm>(new MpiComm(c, true));
+}
+
+void MpiComm::all_reduce_sum(const Tensor& x) {
+  if (size_ == 1) return;
+  Timed t(stats_, x.bytes());
+  DIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_));
+}
+
+void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
+  DIT_CHECK(out.numel() == in.numel() * size_ && in.dtype == out.dtype, "all_gather: ",
+            in.shape.str(), " from each of ", size_, " ranks does not fill ", out.shape.str());
+  const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank_;
+  Timed t(stats_, in.bytes());
+  if (in.data == block)
+    DIT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, count_of(in),
+                                mpi_type(out), comm_));
+  else
+    DIT_MPI_CHECK(MPI_Allgather(in.data, count_of(in), mpi_type(in), out.data, count_of(in),
+                                mpi_type(out), comm_));
+}
+
+void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
+  DIT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter: ",
+            in.shape.str(), " does not split into ", size_, " blocks of ", out.shape.str());
+  Timed t(stats_, in.bytes());
+  DIT_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
+                                         comm_));
+}
+
+void MpiComm::broadcast(const Tensor& x, int root) {
+  if (size_ == 1) return;
+  Timed t(stats_, rank_ == root ? x.bytes() : 0);
+  DIT_MPI_CHECK(MPI_Bcast(x.data, count_of(x), mpi_type(x), root, comm_));
+}
+
+void MpiComm::barrier() { DIT_MPI_CHECK(MPI_Barrier(comm_)); }
+
+double MpiComm::all_reduce_max(double v) {
+  double out = v;
+  DIT_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  return out;
+}
+
+void MpiComm::all_reduce_sum(double* v, int n) {
+  if (size_ == 1) return;
+  DIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+Request MpiComm::isend(const Tensor& x, int peer, int tag) {
+  Timed t(stats_, x.bytes());
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Isend(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
+  requests_[next_request_] = r;
+  return Request{next_request_++};
+}
+
+Request MpiComm::irecv(const Tensor& x, int peer, int tag) {
+  Timed t(stats_, 0);
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Irecv(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
+  requests_[next_request_] = r;
+  return Request{next_request_++};
+}
+
+void MpiComm::wait(Request& req) {
+  if (!req.pending()) return;
+  auto it = requests_.find(req.id);
+  DIT_CHECK(it != requests_.end(), "wait on an unknown request ", req.id);
+  Timed t(stats_, 0);
+  --stats_.calls;
+  DIT_MPI_CHECK(MPI_Wait(&it->second, MPI_STATUS_IGNORE));
+  requests_.erase(it);
+  req.id = -1;
+}
+
+}  // namespace dit

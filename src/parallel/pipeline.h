@@ -1,0 +1,62 @@
+// The pipeline executor: carries out a schedule (schedule.h) on one stage, receiving inputs from
+// the previous stage and gradients from the next with non-blocking point-to-point messages.
+// Sends never block (isend; buffers stay alive until they complete) and each stage blocks only
+// on the receive its next action needs, so any schedule that respects the data dependencies
+// cannot deadlock. The executor knows nothing of DiT: it drives the PipelineStage interface.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "parallel/comm.h"
+#include "parallel/schedule.h"
+
+namespace dit {
+
+// What a stage does for one microbatch. Tensors it returns must live in `arena` (the
+// microbatch's own arena, kept until its backward is done and its messages have left).
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  // Buffers to receive this microbatch's forward inputs into (empty on the first stage).
+  virtual std::vector<Tensor> forward_inputs(int mb, Arena& arena) = 0;
+  // Runs forward; returns the tensors for the next stage (empty on the last stage).
+  virtual std::vector<Tensor> forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) = 0;
+  // Buffers to receive the gradients of this microbatch's outputs into (empty on the last stage).
+  virtual std::vector<Tensor> backward_inputs(int mb, Arena& arena) = 0;
+  // Runs backward; returns the gradients for the previous stage (empty on the first stage).
+  virtual std::vector<Tensor> backward(int mb, const std::vector<Tensor>& grads, Arena& arena) = 0;
+};
+
+struct PipelineTiming {
+  double compute_s = 0;  // inside the stage's forward/backward
+  double wait_s = 0;     // blocked on receives and on sends still in flight
+};
+
+class PipelineExecutor {
+ public:
+  // pp: the communicator of this rank's pipeline (rank = stage).
+  PipelineExecutor(Comm& pp, Allocator& alloc);
+  // Runs the actions for `microbatches` microbatches; returns when every message has completed.
+  PipelineTiming run(const std::vector<Action>& actions, int microbatches, PipelineStage& stage);
+  // Peak bytes held by the microbatch arenas (activation memory).
+  std::size_t peak_activation_bytes() const;
+
+ private:
+  struct Slot {
+    std::unique_ptr<Arena> arena;
+    std::vector<Request> sends;  // messages sent from this slot's tensors
+    int microbatch = -1;
+  };
+  Slot& acquire(int mb, PipelineTiming& t);
+  Slot& slot_of(int mb);
+  void release(Slot& s);
+  void drain(Slot& s, PipelineTiming& t);
+
+  Comm* pp_;
+  Allocator* alloc_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace dit
