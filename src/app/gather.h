@@ -1,5 +1,5 @@
 // Full (global, PyTorch-shaped) tensors assembled from the slices every rank of a layout holds:
-// for tests, exports and comparisons across layouts. Every rank gets every tensor.
+// for tests, verification and exports. Every rank gets every tensor.
 #pragma once
 
 #include <map>
@@ -7,14 +7,22 @@
 #include <vector>
 
 #include "layers/dit_stage.h"
+#include "optim/zero.h"
 #include "parallel/grid.h"
 
 namespace dit {
 
-enum class GatherWhat : unsigned char { Values, Grads };
+// A backend tensor copied to the host as fp32.
+std::vector<float> host_copy(Backend& be, const Tensor& t);
 
-// name -> global tensor (host fp32) for every parameter of the whole model.
-std::map<std::string, std::vector<float>> gather_global(Backend& be, const DiTStage& stage,
-                                                        ParallelContext& ctx, GatherWhat what);
+// name -> global tensor for every parameter of the whole model, from each rank's flat buffer
+// `flat` (its stage's layout, padded size). Owners: dp rank 0, and tp rank 0 for tensors
+// replicated over tp; a world all-reduce completes every tensor on every rank.
+std::map<std::string, std::vector<float>> gather_global(const DiTStage& stage, ParallelContext& ctx,
+                                                        const std::vector<float>& flat);
+
+// The stage's full flat buffer of a ZeRO-sharded state (e.g. the EMA), all-gathered over dp.
+std::vector<float> gather_shards(Backend& be, const ZeroOptimizer& zero, const Tensor& shard,
+                                 ParallelContext& ctx);
 
 }  // namespace dit

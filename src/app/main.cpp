@@ -1,11 +1,13 @@
 // dit_mp entry point: MPI start-up, subcommand dispatch, and the one place errors are reported.
-// Library code throws; here a failure is printed once as "rank r: ..." and every rank is taken
-// down (MPI_Abort), so a bad input never leaves other ranks waiting.
+// Library code throws. Input errors found while setting up are agreed on by all ranks: the lowest
+// failing rank prints one message and every rank exits non-zero. A failure later, when ranks may
+// be inside collectives, is printed by its rank and takes the job down with MPI_Abort.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include "app/verify.h"
 #include "core/error.h"
@@ -26,12 +28,38 @@ int world_size() {
   return size;
 }
 
-[[noreturn]] void fail_all(const char* what) {
+void print_error(const char* what) {
   std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", world_rank(), what);
   std::fflush(stderr);
-  if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Finalize();
-  std::exit(1);
+}
+
+// Thrown on every rank after an agreed setup failure (already reported).
+struct AgreedFailure {};
+
+// Runs `check` on every rank (it must not communicate). If it throws on any rank, the lowest
+// failing rank prints its message and every rank throws AgreedFailure.
+void collective_check(const std::function<void()>& check) {
+  std::string msg;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  int me = msg.empty() ? world_size() : world_rank(), first = me;
+  MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world_size()) return;
+  if (first == world_rank()) print_error(msg.c_str());
+  throw AgreedFailure{};
+}
+
+// dp from the world size, or a message naming the numbers and what would fit.
+dit::Layout layout_for_world(int tp, int pp) {
+  const int n = world_size();
+  DIT_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " --pp ", pp, ": both must be at least 1");
+  DIT_CHECK(n % (tp * pp) == 0, "the job has ", n, " ranks, which is not a multiple of tp x pp = ",
+            tp, " x ", pp, " = ", tp * pp, "; run with a multiple of ", tp * pp, " ranks (e.g. mpirun -np ",
+            tp * pp, ")");
+  return dit::Layout{tp, pp, n / (tp * pp)};
 }
 
 int run(int argc, char** argv) {
@@ -41,14 +69,20 @@ int run(int argc, char** argv) {
   app.set_version_flag("--version", "dit_mp 0.1");
 
   dit::VerifyOptions vopt;
-  std::string groups;
+  std::string groups, schedule = "1f1b";
+  int tp = 1, pp = 1;
   auto* verify = app.add_subcommand(
-      "verify", "Check the model against a golden file of float64 numbers from the official DiT");
+      "verify", "Check the model against a golden file of float64 numbers from the official DiT, "
+                "at any layout (mpirun -np N dit_mp verify --golden F --tp T --pp P)");
   verify->add_option("--golden", vopt.golden, "Golden HDF5 file")->required();
   verify->add_option("--groups", groups,
-                     "Comma-separated groups to check (default: every group in the file)");
-  verify->add_option("--backend", vopt.backend, "Compute backend: cpu or cuda")
-      ->capture_default_str();
+                     "Comma-separated groups: forward,schedule,loss,adamw,ema,sample (default: all in the file)");
+  verify->add_option("--backend", vopt.backend, "Compute backend: cpu or cuda")->capture_default_str();
+  verify->add_option("--tp", tp, "Tensor-parallel size")->capture_default_str();
+  verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
+  verify->add_option("--microbatches", vopt.microbatches,
+                     "Microbatches per data-parallel rank for the forward and loss groups")->capture_default_str();
+  verify->add_option("--schedule", schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -60,7 +94,14 @@ int run(int argc, char** argv) {
     std::stringstream ss(groups);
     for (std::string g; std::getline(ss, g, ',');)
       if (!g.empty()) vopt.groups.push_back(g);
-    return dit::run_verify(vopt);
+    dit::Layout layout;
+    collective_check([&] {
+      vopt.schedule = dit::parse_schedule(schedule);
+      layout = layout_for_world(tp, pp);
+      dit::check_verify_inputs(vopt, layout);
+    });
+    dit::ParallelContext ctx = dit::make_mpi_context(layout);
+    return dit::run_verify(vopt, ctx);
   }
   if (world_rank() == 0) std::printf("%s", app.help().c_str());
   return 0;
@@ -74,10 +115,16 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = run(argc, argv);
+  } catch (const AgreedFailure&) {
+    rc = 1;
   } catch (const std::exception& e) {
-    fail_all(e.what());
+    print_error(e.what());
+    if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    rc = 1;
   }
-  if (rc != 0 && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, rc);
+  // A failed check on rank 0 only (e.g. verify's result) still ends every rank with its code.
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
-  return rc;
+  return worst;
 }

@@ -1,154 +1,223 @@
 // Golden verification: each group compares our outputs with the official float64 numbers using
-// one rule, the relative L2 error per tensor ||a - b|| / ||b||, against 1e-4 for fp32.
+// one rule, the relative L2 error per tensor ||a - b|| / ||b||, against 1e-4 for fp32 (1e-12 for
+// the float64 schedule arrays).
 #include "app/verify.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
+#include "app/dit_pipeline.h"
+#include "app/gather.h"
 #include "backend/backend.h"
-#include "io/golden.h"
 #include "diffusion/losses.h"
 #include "diffusion/sampling.h"
 #include "diffusion/schedule.h"
-#include "layers/dit_stage.h"
-#include "optim/adamw.h"
+#include "io/golden.h"
+#include "optim/zero.h"
 
 namespace dit {
 
 namespace {
 
-constexpr double kTolF32 = 1e-4;  // float32 computation against float64 references
-constexpr double kTolF64 = 1e-12; // float64 schedule arrays
+constexpr double kTolF32 = 1e-4;   // float32 computation against float64 references
+constexpr double kTolF64 = 1e-12;  // float64 schedule arrays
 
+// One reported tensor. Every rank holds the same list; d2 and r2 are this rank's contribution
+// to ||a - b||^2 and ||b||^2, summed over ranks before printing.
 struct Row {
   std::string name;
-  double err;
   double tol;
-  bool pass() const { return std::isfinite(err) && err <= tol; }
+  double d2 = 0, r2 = 0;
+  double err() const { return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2); }
+  bool pass() const { return std::isfinite(err()) && err() <= tol; }
 };
 
-template <typename T>
-double rel_l2_any(const std::vector<T>& a, const std::vector<double>& b) {
-  DIT_CHECK(a.size() == b.size(), "comparison of ", a.size(), " values with ", b.size());
-  double d2 = 0, r2 = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    d2 += d * d;
-    r2 += b[i] * b[i];
+class Report {
+ public:
+  explicit Report(ParallelContext& ctx) : ctx_(ctx) {}
+  // Adds a comparison computed on the full tensors; counted on world rank 0 only.
+  template <typename T>
+  void full(const std::string& name, const std::vector<T>& ours, const std::vector<double>& want,
+            double tol = kTolF32) {
+    Row r{name, tol};
+    if (ctx_.world_rank == 0) {
+      DIT_CHECK(ours.size() == want.size(), name, ": comparison of ", ours.size(), " values with ", want.size());
+      for (std::size_t i = 0; i < ours.size(); ++i) {
+        const double d = static_cast<double>(ours[i]) - want[i];
+        r.d2 += d * d;
+        r.r2 += want[i] * want[i];
+      }
+    }
+    rows_.push_back(r);
   }
-  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+  // Sums every rank's contributions and prints; returns the number of failed rows.
+  int finish(const std::string& header);
+
+ private:
+  ParallelContext& ctx_;
+  std::vector<Row> rows_;
+};
+
+int Report::finish(const std::string& header) {
+  std::vector<double> sums;
+  for (const Row& r : rows_) {
+    sums.push_back(r.d2);
+    sums.push_back(r.r2);
+  }
+  ctx_.world->all_reduce_sum(sums.data(), static_cast<int>(sums.size()));
+  int failed = 0;
+  double worst = 0;
+  if (ctx_.world_rank == 0) std::printf("%s\n%-56s %12s %10s  %s\n", header.c_str(), "tensor", "rel_l2", "tol", "result");
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    Row& r = rows_[i];
+    r.d2 = sums[2 * i];
+    r.r2 = sums[2 * i + 1];
+    failed += !r.pass();
+    worst = std::max(worst, r.err());
+    if (ctx_.world_rank == 0)
+      std::printf("%-56s %12.3e %10.1e  %s\n", r.name.c_str(), r.err(), r.tol, r.pass() ? "PASS" : "FAIL");
+  }
+  if (ctx_.world_rank == 0)
+    std::printf("%zu passed, %d failed (worst relative error %.3e)\n", rows_.size() - failed, failed, worst);
+  return failed;
 }
-double rel_l2(const std::vector<float>& a, const std::vector<double>& b) { return rel_l2_any(a, b); }
-double rel_l2_f64(const std::vector<double>& a, const std::vector<double>& b) { return rel_l2_any(a, b); }
 
-Tensor host_view(std::vector<float>& v, Shape s) { return Tensor{v.data(), DType::F32, s, Device::Host}; }
-
+std::vector<float> to_f32(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 std::vector<double> to_f64(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// The whole model on one rank with the golden weights: forward and backward of one batch.
+// Returns dL/d output for samples [first, first + count) given their outputs; empty = no backward.
+using DoutFn = std::function<std::vector<float>(std::int64_t first, std::int64_t count,
+                                                const std::vector<float>& out)>;
+
+// This rank's slice of the model, loaded with the golden weights, run through the pipeline.
+// A batch of N samples is split over dp ranks and then microbatches.
 class Runner {
  public:
-  Runner(Backend& be, const GoldenFile& g)
-      : be_(be), cfg_(g.config()), model_(be, cfg_, StageLayout::whole(cfg_), self_),
-        saved_(be), scratch_(be) {
-    g.load_params(model_.params(), "/weights");
+  Runner(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt)
+      : be_(be), ctx_(ctx), cfg_(g.config()), opt_(opt) {
+    const auto stages = partition_stages(cfg_, ctx.layout.pp);
+    model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp);
+    g.load_params(model_->params(), "/weights");
+    executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
   }
-  DiTStage& model() { return model_; }
+  DiTStage& model() { return *model_; }
 
-  // Model output for images x (N, C, H, W), model timesteps t and labels y.
-  std::vector<float> forward(std::vector<float> x, std::vector<float> t, std::vector<std::int32_t> y) {
-    const std::int64_t n = static_cast<std::int64_t>(t.size());
-    saved_.reset();
-    scratch_.reset();
-    in_shape_ = {n, cfg_.in_channels, cfg_.input_size, cfg_.input_size};
-    StageInputs in;
-    in.images = upload(host_view(x, in_shape_));
-    in.t = upload(host_view(t, {n}), DType::F32);  // timesteps stay fp32
-    in.ids = upload(Tensor{y.data(), DType::I32, {n}, Device::Host});
-    acts_ = model_.forward(in, saved_, scratch_);
-    return download(acts_.final.out);
+  // Runs x (N, C, H, W), model timesteps t, labels y; returns the full model output on every
+  // rank. With dout, also backward (parameter grads summed over dp; dx returned via *dx).
+  std::vector<float> run(const std::vector<float>& x, const std::vector<float>& t,
+                         const std::vector<std::int32_t>& y, const DoutFn& dout,
+                         std::vector<float>* dx = nullptr, int microbatches = 1) {
+    const std::int64_t n = static_cast<std::int64_t>(t.size()), dp = ctx_.layout.dp;
+    DIT_CHECK(n % (dp * microbatches) == 0, "a golden batch of ", n, " samples does not split over dp = ",
+              dp, " x ", microbatches, " microbatches; use a layout and --microbatches whose product divides ", n);
+    const std::int64_t nmb = n / (dp * microbatches);
+    const std::int64_t per_in = x.size() / n, c = cfg_.in_channels, hw = cfg_.input_size;
+    const std::int64_t per_out = std::int64_t(cfg_.out_channels()) * hw * hw;
+    std::vector<float> out(static_cast<std::size_t>(n * per_out), 0.f);
+    if (dx) dx->assign(x.size(), 0.f);
+    auto first = [&](int mb) { return (ctx_.coord.dp * microbatches + mb) * nmb; };
+    const DType dt = be_.compute_dtype();
+    DiTPipelineHooks hooks;
+    hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
+      const std::int64_t f = first(mb);
+      in.images = arena.tensor({nmb, c, hw, hw}, dt);
+      be_.copy(in.images, Tensor{const_cast<float*>(x.data()) + f * per_in, DType::F32, in.images.shape, Device::Host});
+      in.t = arena.tensor({nmb}, DType::F32);
+      be_.copy(in.t, Tensor{const_cast<float*>(t.data()) + f, DType::F32, {nmb}, Device::Host});
+      in.ids = arena.tensor({nmb}, DType::I32);
+      be_.copy(in.ids, Tensor{const_cast<std::int32_t*>(y.data()) + f, DType::I32, {nmb}, Device::Host});
+    };
+    hooks.on_output = [&](int mb, const Tensor& o, Arena& arena) -> Tensor {
+      std::vector<float> slice = host_copy(be_, o);
+      if (ctx_.coord.tp == 0) std::copy(slice.begin(), slice.end(), out.begin() + first(mb) * per_out);
+      if (!dout) return {};
+      std::vector<float> d = dout(first(mb), nmb, slice);
+      Tensor dt_out = arena.tensor(o.shape, dt);
+      be_.copy(dt_out, Tensor{d.data(), DType::F32, o.shape, Device::Host});
+      return dt_out;
+    };
+    if (dx)
+      hooks.on_input_grad = [&](int mb, const Tensor& g) {
+        if (ctx_.coord.tp != 0) return;
+        std::vector<float> v = host_copy(be_, g);
+        std::copy(v.begin(), v.end(), dx->begin() + first(mb) * per_in);
+      };
+    model_->params().zero_grads();
+    DiTPipelineStage stage(be_, *model_, nmb, hooks);
+    executor_->run(dout ? make_schedule(opt_.schedule, ctx_.layout.pp, ctx_.coord.pp, microbatches)
+                        : make_forward_only(microbatches),
+                   microbatches, stage);
+    // Each sample's output lives on one last-stage rank (tp 0 of its dp replica): sum to all.
+    ctx_.world->all_reduce_sum(Tensor{out.data(), DType::F32, {std::int64_t(out.size())}, Device::Host});
+    if (dx) ctx_.world->all_reduce_sum(Tensor{dx->data(), DType::F32, {std::int64_t(dx->size())}, Device::Host});
+    if (dout) ctx_.dp->all_reduce_sum(model_->params().flat_grads());
+    return out;
   }
 
-  // Backward of the last forward with cotangent dout; parameter grads are zeroed first.
-  // Returns dL/dx.
-  std::vector<float> backward(std::vector<float> dout) {
-    model_.params().zero_grads();
-    StageGrads grads;
-    grads.dout = upload(host_view(dout, acts_.final.out.shape));
-    grads.dx = saved_.tensor(acts_.x_out().shape, be_.compute_dtype());
-    grads.dc = saved_.tensor(acts_.c.shape, be_.compute_dtype());
-    grads.dimages = saved_.tensor(in_shape_, be_.compute_dtype());
-    model_.backward(acts_, grads, scratch_);
-    return download(grads.dimages);
-  }
-
-  std::vector<float> download(const Tensor& t) {
-    std::vector<float> v(static_cast<std::size_t>(t.numel()));
-    be_.copy(host_view(v, t.shape), t);
-    return v;
+  std::map<std::string, std::vector<float>> grads() {
+    return gather_global(*model_, ctx_, host_copy(be_, model_->params().flat_grads()));
   }
 
  private:
-  Tensor upload(const Tensor& host) {
-    return upload(host, host.dtype == DType::I32 ? DType::I32 : be_.compute_dtype());
-  }
-  Tensor upload(const Tensor& host, DType dtype) {
-    Tensor t = saved_.tensor(host.shape, dtype);
-    be_.copy(t, host);
-    return t;
-  }
   Backend& be_;
+  ParallelContext& ctx_;
   DiTConfig cfg_;
-  SelfComm self_;
-  DiTStage model_;
-  Arena saved_, scratch_;
-  StageActs acts_;
-  Shape in_shape_;
+  VerifyOptions opt_;
+  std::unique_ptr<DiTStage> model_;
+  std::unique_ptr<PipelineExecutor> executor_;
 };
 
 Shape image_shape(const DiTConfig& c, std::int64_t n, int channels) {
   return {n, channels, c.input_size, c.input_size};
 }
 
-// The forward group: model output, input gradient and every parameter gradient of sum(out * R).
-void verify_forward(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
+void compare_params(Report& rep, const GoldenFile& g, const std::string& prefix,
+                    const std::map<std::string, std::vector<float>>& ours, const std::string& group) {
   const DiTConfig& cfg = g.config();
-  Runner run(be, g);
-  const ParamSet& ps = run.model().params();
+  for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg)))
+    rep.full(prefix + s.name, ours.at(s.name), g.read(group + s.name, s.global));
+}
+
+// The forward group: model output, input gradient and every parameter gradient of sum(out * R).
+void verify_forward(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep) {
+  const DiTConfig& cfg = g.config();
+  Runner run(be, ctx, g, opt);
   // Every tensor the file calls trainable must be one of ours, and the reverse.
   const auto trainable = g.h5().attr_strings("/", "trainable");
-  DIT_CHECK(trainable.size() == ps.size(), g.path(), ": lists ", trainable.size(),
-            " trainable tensors, the model built from its config has ", ps.size());
+  const auto specs = DiTStage::declare(cfg, StageLayout::whole(cfg));
+  DIT_CHECK(trainable.size() == specs.size(), g.path(), ": lists ", trainable.size(),
+            " trainable tensors, the model built from its config has ", specs.size());
   for (const auto& name : trainable)
-    DIT_CHECK(ps.index(name) >= 0, g.path(), ": trainable tensor '", name, "' is not in the model");
+    DIT_CHECK(std::any_of(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == name; }),
+              g.path(), ": trainable tensor '", name, "' is not in the model");
 
-  const std::int64_t tokens = cfg.num_patches(), d = cfg.hidden_size;
-  rows.push_back({"forward/pos_embed",
-                  rel_l2(run.download(run.model().embedders()->pos_embed()),
-                         g.read("/weights/pos_embed", {1, tokens, d})),
-                  kTolF32});
+  if (const Embedders* e = run.model().embedders())
+    rep.full("forward/pos_embed", ctx.world_rank == 0 ? host_copy(be, e->pos_embed()) : std::vector<float>{},
+             g.read("/weights/pos_embed", {1, cfg.num_patches(), cfg.hidden_size}));
+  else
+    rep.full("forward/pos_embed", std::vector<float>{}, {});
 
   const std::int64_t n = g.h5().shape("/forward/x")[0];
-  const Shape in_shape = image_shape(cfg, n, cfg.in_channels);
-  const Shape out_shape = image_shape(cfg, n, cfg.out_channels());
-  auto out = run.forward(g.read_f32("/forward/x", in_shape), g.read_f32("/forward/t", {n}),
-                         g.read_labels("/forward/y", n));
-  rows.push_back({"forward/out", rel_l2(out, g.read("/forward/out", out_shape)), kTolF32});
-  auto dx = run.backward(g.read_f32("/forward/cotangent", out_shape));
-  rows.push_back({"forward/dx", rel_l2(dx, g.read("/forward/dx", in_shape)), kTolF32});
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const ParamSpec& s = ps.specs()[i];
-    rows.push_back({"forward/grads/" + s.name,
-                    rel_l2(ps.grad_host(static_cast<int>(i)),
-                           g.read("/forward/grads/" + s.name, s.global)),
-                    kTolF32});
-  }
+  const Shape in_shape = image_shape(cfg, n, cfg.in_channels), out_shape = image_shape(cfg, n, cfg.out_channels());
+  const auto cot = g.read_f32("/forward/cotangent", out_shape);
+  const std::int64_t per_out = out_shape.numel() / n;
+  std::vector<float> dx;
+  const auto out = run.run(g.read_f32("/forward/x", in_shape), g.read_f32("/forward/t", {n}),
+                           g.read_labels("/forward/y", n),
+                           [&](std::int64_t f, std::int64_t count, const std::vector<float>&) {
+                             return std::vector<float>(cot.begin() + f * per_out, cot.begin() + (f + count) * per_out);
+                           },
+                           &dx, opt.microbatches);
+  rep.full("forward/out", out, g.read("/forward/out", out_shape));
+  rep.full("forward/dx", dx, g.read("/forward/dx", in_shape));
+  compare_params(rep, g, "forward/grads/", run.grads(), "/forward/grads/");
 }
 
 // The float64 schedule arrays of the linear schedule over 1000 steps.
-void verify_schedule(const GoldenFile& g, std::vector<Row>& rows) {
+void verify_schedule(const GoldenFile& g, Report& rep) {
   const auto s = diffusion::create_diffusion({"", g.config().learn_sigma, 1000});
   const std::pair<const char*, const std::vector<double>*> arrays[] = {
       {"betas", &s.betas},
@@ -160,12 +229,12 @@ void verify_schedule(const GoldenFile& g, std::vector<Row>& rows) {
       {"posterior_mean_coef2", &s.posterior_mean_coef2}};
   for (const auto& [name, ours] : arrays) {
     const std::string path = std::string("/schedule/") + name;
-    rows.push_back({path.substr(1), rel_l2_f64(*ours, g.read(path, {s.num_timesteps})), kTolF64});
+    rep.full(path.substr(1), *ours, g.read(path, {s.num_timesteps}), kTolF64);
   }
 }
 
 // Training loss terms and the parameter gradients of mean(loss).
-void verify_loss(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
+void verify_loss(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep) {
   const DiTConfig& cfg = g.config();
   const auto sched = diffusion::create_diffusion({"", cfg.learn_sigma, 1000});
   const std::int64_t n = g.h5().shape("/loss/x_start")[0];
@@ -175,80 +244,72 @@ void verify_loss(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
   const auto t = g.h5().read_ints("/loss/t");
   DIT_CHECK(static_cast<std::int64_t>(t.size()) == n, g.path(), ": /loss/t must have ", n, " entries");
   for (auto v : t) sched.check_timestep(v, "/loss/t");
+  const std::int64_t per = in_shape.numel() / n;
 
-  Runner run(be, g);
+  Runner run(be, ctx, g, opt);
   const auto x_t = diffusion::q_sample(sched, x_start, t, noise);
   const auto model_t = sched.model_timesteps(t);
-  const auto out = to_f64(run.forward(std::vector<float>(x_t.begin(), x_t.end()),
-                                      std::vector<float>(model_t.begin(), model_t.end()),
-                                      g.read_labels("/loss/y", n)));
+  // Per microbatch: the loss gradient of its samples, scaled from its mean to the batch mean.
+  auto dout = [&](std::int64_t f, std::int64_t count, const std::vector<float>& out) {
+    const diffusion::ImageShape shape{count, cfg.in_channels, cfg.input_size, cfg.input_size};
+    auto span_of = [&](const std::vector<double>& v) {
+      return std::span<const double>(v.data() + f * per, static_cast<std::size_t>(count * per));
+    };
+    const auto o64 = to_f64(out);
+    const auto terms = diffusion::training_losses(
+        sched, shape, {o64, span_of(x_start), span_of(noise), std::span<const std::int64_t>(t.data() + f, count)});
+    std::vector<float> d(terms.grad_model_output.size());
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<float>(terms.grad_model_output[i] * count / n);
+    return d;
+  };
+  const auto out = to_f64(run.run(to_f32(x_t), std::vector<float>(model_t.begin(), model_t.end()),
+                                  g.read_labels("/loss/y", n), dout, nullptr, opt.microbatches));
   const diffusion::ImageShape shape{n, cfg.in_channels, cfg.input_size, cfg.input_size};
   const auto terms = diffusion::training_losses(sched, shape, {out, x_start, noise, t});
-  rows.push_back({"loss/loss", rel_l2_f64(terms.loss, g.read("/loss/loss", {n})), kTolF32});
-  rows.push_back({"loss/mse", rel_l2_f64(terms.mse, g.read("/loss/mse", {n})), kTolF32});
-  if (cfg.learn_sigma)
-    rows.push_back({"loss/vb", rel_l2_f64(terms.vb, g.read("/loss/vb", {n})), kTolF32});
-  run.backward(std::vector<float>(terms.grad_model_output.begin(), terms.grad_model_output.end()));
-  const ParamSet& ps = run.model().params();
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const ParamSpec& s = ps.specs()[i];
-    rows.push_back({"loss/grads/" + s.name,
-                    rel_l2(ps.grad_host(static_cast<int>(i)), g.read("/loss/grads/" + s.name, s.global)),
-                    kTolF32});
-  }
+  rep.full("loss/loss", terms.loss, g.read("/loss/loss", {n}));
+  rep.full("loss/mse", terms.mse, g.read("/loss/mse", {n}));
+  if (cfg.learn_sigma) rep.full("loss/vb", terms.vb, g.read("/loss/vb", {n}));
+  compare_params(rep, g, "loss/grads/", run.grads(), "/loss/grads/");
 }
 
-// One AdamW step from /weights with /loss/grads, then the EMA of /weights towards the result.
-void verify_adamw_ema(Backend& be, const GoldenFile& g, bool adamw, bool ema, std::vector<Row>& rows) {
+// One ZeRO-sharded AdamW step from /weights with /loss/grads, then the EMA of /weights towards it.
+void verify_adamw_ema(Backend& be, ParallelContext& ctx, const GoldenFile& g, bool adamw, bool ema, Report& rep) {
   const DiTConfig& cfg = g.config();
-  SelfComm self;
-  DiTStage model(be, cfg, StageLayout::whole(cfg), self);
+  const auto stages = partition_stages(cfg, ctx.layout.pp);
+  DiTStage model(be, cfg, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp);
   ParamSet& ps = model.params();
   g.load_params(ps, "/weights");
+  ZeroOptimizer zero(be, ps, ctx);  // the EMA starts at /weights
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
     auto grad = ps.local_host(static_cast<int>(i), g.read_f32("/loss/grads/" + s.name, s.global));
-    be.copy(ps.grad(static_cast<int>(i)), host_view(grad, ps.grad(static_cast<int>(i)).shape));
+    be.copy(ps.grad(static_cast<int>(i)), Tensor{grad.data(), DType::F32, ps.grad(static_cast<int>(i)).shape, Device::Host});
   }
-  Optimizer opt(be, ps, 0, ps.numel());  // the EMA starts at /weights
   AdamWConfig a;
   a.lr = g.h5().attr_double("/adamw", "lr");
   a.beta1 = g.h5().attr_double("/adamw", "beta1");
   a.beta2 = g.h5().attr_double("/adamw", "beta2");
   a.eps = g.h5().attr_double("/adamw", "eps");
   a.weight_decay = g.h5().attr_double("/adamw", "weight_decay");
-  opt.step(a, a.lr, 1, ps.flat_grads());
+  // Every dp rank holds the full grads, so the dp mean is the golden gradient itself.
+  zero.step(a, a.lr, 1, 0.0, g.h5().attr_double("/ema", "decay"));
   if (adamw)
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      const ParamSpec& s = ps.specs()[i];
-      rows.push_back({"adamw/params_after/" + s.name,
-                      rel_l2(ps.value_host(static_cast<int>(i)),
-                             g.read("/adamw/params_after/" + s.name, s.global)),
-                      kTolF32});
-    }
-  if (!ema) return;
-  opt.update_ema(g.h5().attr_double("/ema", "decay"));
-  // The EMA range is the whole flat buffer: slice it per tensor.
-  std::vector<float> all(static_cast<std::size_t>(ps.numel()));
-  be.copy(host_view(all, {ps.numel()}), opt.ema());
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const ParamSpec& s = ps.specs()[i];
-    const auto begin = all.begin() + ps.offset(static_cast<int>(i));
-    std::vector<float> mine(begin, begin + s.global.numel());
-    rows.push_back({"ema/after/" + s.name, rel_l2(mine, g.read("/ema/after/" + s.name, s.global)),
-                    kTolF32});
-  }
+    compare_params(rep, g, "adamw/params_after/", gather_global(model, ctx, host_copy(be, ps.flat_values())),
+                   "/adamw/params_after/");
+  if (ema)
+    compare_params(rep, g, "ema/after/", gather_global(model, ctx, gather_shards(be, zero, zero.shard().ema(), ctx)),
+                   "/ema/after/");
 }
 
 // One DDPM and one DDIM step on the respaced schedule, and the guided forward.
-void verify_sample(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
+void verify_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep) {
   const DiTConfig& cfg = g.config();
   const std::string respacing = g.h5().attr_string("/sample", "respacing");
   const auto sched = diffusion::create_diffusion({respacing, cfg.learn_sigma, 1000});
   const std::int64_t steps = sched.num_timesteps;
-  std::vector<double> map(sched.timestep_map.begin(), sched.timestep_map.end());
-  rows.push_back({"sample/timestep_map", rel_l2_f64(map, g.read("/sample/timestep_map", {steps})), kTolF64});
-  rows.push_back({"sample/betas", rel_l2_f64(sched.betas, g.read("/sample/betas", {steps})), kTolF64});
+  rep.full("sample/timestep_map", std::vector<double>(sched.timestep_map.begin(), sched.timestep_map.end()),
+           g.read("/sample/timestep_map", {steps}), kTolF64);
+  rep.full("sample/betas", sched.betas, g.read("/sample/betas", {steps}), kTolF64);
 
   const std::int64_t n = g.h5().shape("/sample/x_t")[0];
   const Shape in_shape = image_shape(cfg, n, cfg.in_channels);
@@ -257,18 +318,17 @@ void verify_sample(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
   DIT_CHECK(static_cast<std::int64_t>(t.size()) == n, g.path(), ": /sample/t must have ", n, " entries");
   for (auto v : t) sched.check_timestep(v, "/sample/t");
   const auto model_t = sched.model_timesteps(t);
-  Runner run(be, g);
-  const auto out = to_f64(run.forward(std::vector<float>(x_t.begin(), x_t.end()),
-                                      std::vector<float>(model_t.begin(), model_t.end()),
-                                      g.read_labels("/sample/y", n)));
+  Runner run(be, ctx, g, opt);
+  // Sampling is forward only: the whole batch as one microbatch per dp replica when it splits.
+  const auto out = to_f64(run.run(to_f32(x_t), std::vector<float>(model_t.begin(), model_t.end()),
+                                  g.read_labels("/sample/y", n), nullptr, nullptr, 1));
   const diffusion::ImageShape shape{n, cfg.in_channels, cfg.input_size, cfg.input_size};
   const auto ddpm = diffusion::p_sample(sched, shape, out, x_t, t, g.read("/sample/ddpm_noise", in_shape),
                                         diffusion::ClipDenoised::kNo);
-  rows.push_back({"sample/ddpm_out", rel_l2_f64(ddpm.sample, g.read("/sample/ddpm_out", in_shape)), kTolF32});
-  rows.push_back({"sample/pred_xstart", rel_l2_f64(ddpm.pred_xstart, g.read("/sample/pred_xstart", in_shape)),
-                  kTolF32});
+  rep.full("sample/ddpm_out", ddpm.sample, g.read("/sample/ddpm_out", in_shape));
+  rep.full("sample/pred_xstart", ddpm.pred_xstart, g.read("/sample/pred_xstart", in_shape));
   const auto ddim = diffusion::ddim_sample(sched, shape, out, x_t, t, {}, 0.0, diffusion::ClipDenoised::kNo);
-  rows.push_back({"sample/ddim_out", rel_l2_f64(ddim.sample, g.read("/sample/ddim_out", in_shape)), kTolF32});
+  rep.full("sample/ddim_out", ddim.sample, g.read("/sample/ddim_out", in_shape));
 
   // Classifier-free guidance: the official forward_with_cfg guides the first 3 channels.
   const std::int64_t n2 = g.h5().shape("/sample/cfg/x")[0];
@@ -277,60 +337,90 @@ void verify_sample(Backend& be, const GoldenFile& g, std::vector<Row>& rows) {
   const std::int64_t guided = g.h5().has_attr("/sample/cfg", "guided_channels")
                                   ? g.h5().attr_int("/sample/cfg", "guided_channels")
                                   : std::min<std::int64_t>(3, cfg.in_channels);
-  const auto cfg_out = to_f64(run.forward(g.read_f32("/sample/cfg/x", image_shape(cfg, n2, cfg.in_channels)),
-                                          g.read_f32("/sample/cfg/t", {n2}), g.read_labels("/sample/cfg/y", n2)));
+  const auto cfg_out = to_f64(run.run(g.read_f32("/sample/cfg/x", image_shape(cfg, n2, cfg.in_channels)),
+                                      g.read_f32("/sample/cfg/t", {n2}), g.read_labels("/sample/cfg/y", n2),
+                                      nullptr, nullptr, 1));
   const diffusion::ImageShape out_shape{n2, cfg.out_channels(), cfg.input_size, cfg.input_size};
-  rows.push_back({"sample/cfg/out",
-                  rel_l2_f64(diffusion::cfg_combine(out_shape, cfg_out, scale, guided),
-                             g.read("/sample/cfg/out", image_shape(cfg, n2, cfg.out_channels()))),
-                  kTolF32});
+  rep.full("sample/cfg/out", diffusion::cfg_combine(out_shape, cfg_out, scale, guided),
+           g.read("/sample/cfg/out", image_shape(cfg, n2, cfg.out_channels())));
 }
 
 }  // namespace
 
 const std::vector<std::string>& verify_group_names() {
-  static const std::vector<std::string> names = {"forward", "schedule", "loss", "adamw", "ema",
-                                                 "sample"};
+  static const std::vector<std::string> names = {"forward", "schedule", "loss", "adamw", "ema", "sample"};
   return names;
 }
 
-int run_verify(const VerifyOptions& opt) {
-  GoldenFile golden(opt.golden);
+namespace {
+std::vector<std::string> groups_to_run(const VerifyOptions& opt, const GoldenFile& golden) {
   std::vector<std::string> groups = opt.groups;
   if (groups.empty())
     for (const auto& name : verify_group_names())
       if (golden.has_group(name)) groups.push_back(name);
-  for (const auto& name : groups) {
-    bool known = false;
-    for (const auto& k : verify_group_names()) known |= k == name;
-    DIT_CHECK(known, "unknown verify group '", name, "'");
+  return groups;
+}
+}  // namespace
+
+void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
+  GoldenFile golden(opt.golden);
+  for (const auto& name : groups_to_run(opt, golden)) {
+    DIT_CHECK(std::find(verify_group_names().begin(), verify_group_names().end(), name) != verify_group_names().end(),
+              "unknown verify group '", name, "': expected some of forward, schedule, loss, adamw, ema, sample");
     DIT_CHECK(golden.has_group(name), golden.path(), ": group /", name, " is missing");
   }
-  auto be = make_backend(opt.backend);
-  std::vector<Row> rows;
-  auto wants = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
-  if (wants("forward")) verify_forward(*be, golden, rows);
-  if (wants("schedule")) verify_schedule(golden, rows);
-  if (wants("loss")) verify_loss(*be, golden, rows);
-  if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, golden, wants("adamw"), wants("ema"), rows);
-  if (wants("sample")) verify_sample(*be, golden, rows);
-
+  DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
-  std::printf("golden %s: input %d patch %d channels %d hidden %d depth %d heads %d classes %d "
-              "learn_sigma %s; backend %s\n",
-              golden.path().c_str(), c.input_size, c.patch_size, c.in_channels, c.hidden_size,
-              c.depth, c.num_heads, c.num_classes, c.learn_sigma ? "true" : "false",
-              be->name().c_str());
-  std::printf("%-56s %12s %10s  %s\n", "tensor", "rel_l2", "tol", "result");
-  int failed = 0;
-  double worst = 0;
-  for (const Row& r : rows) {
-    std::printf("%-56s %12.3e %10.1e  %s\n", r.name.c_str(), r.err, r.tol, r.pass() ? "PASS" : "FAIL");
-    failed += !r.pass();
-    worst = std::max(worst, r.err);
+  partition_stages(c, layout.pp);  // pp must fit the depth
+  DIT_CHECK(c.num_heads % layout.tp == 0 && c.mlp_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
+            "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
+            " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
+  std::string why;
+  DIT_CHECK(backend_available(opt.backend, &why), "--backend ", opt.backend, ": ", why);
+  // Each group's batch is split over dp (and microbatches for the groups with a backward).
+  for (const auto& name : groups_to_run(opt, golden)) {
+    const bool backward = name == "forward" || name == "loss";
+    const std::int64_t parts = std::int64_t(layout.dp) * (backward ? opt.microbatches : 1);
+    std::vector<std::string> batches;
+    if (name == "forward") batches = {"/forward/x"};
+    if (name == "loss") batches = {"/loss/x_start"};
+    if (name == "sample") batches = {"/sample/x_t", "/sample/cfg/x"};
+    for (const auto& b : batches) {
+      const std::int64_t n = golden.h5().shape(b)[0];
+      DIT_CHECK(n % parts == 0, golden.path(), ": the ", n, " samples of ", b, " do not split over dp = ",
+                layout.dp, (backward ? " x --microbatches " + std::to_string(opt.microbatches) : std::string()),
+                "; choose a layout whose dp", (backward ? " x microbatches" : ""), " divides ", n);
+    }
   }
-  std::printf("%zu passed, %d failed (worst relative error %.3e)\n", rows.size() - failed, failed, worst);
-  return failed == 0 ? 0 : 1;
+}
+
+int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
+  check_verify_inputs(opt, ctx.layout);
+  GoldenFile golden(opt.golden);
+  const std::vector<std::string> groups = groups_to_run(opt, golden);
+  const DiTConfig& c = golden.config();
+  auto be = make_backend(opt.backend);
+  Report rep(ctx);
+  auto wants = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (wants("forward")) verify_forward(*be, ctx, golden, opt, rep);
+  if (wants("schedule")) verify_schedule(golden, rep);
+  if (wants("loss")) verify_loss(*be, ctx, golden, opt, rep);
+  if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, ctx, golden, wants("adamw"), wants("ema"), rep);
+  if (wants("sample")) verify_sample(*be, ctx, golden, opt, rep);
+
+  char header[512];
+  std::snprintf(header, sizeof header,
+                "golden %s: input %d patch %d channels %d hidden %d depth %d heads %d classes %d "
+                "learn_sigma %s; backend %s; %s, %d microbatch(es)",
+                golden.path().c_str(), c.input_size, c.patch_size, c.in_channels, c.hidden_size, c.depth,
+                c.num_heads, c.num_classes, c.learn_sigma ? "true" : "false", be->name().c_str(),
+                ctx.layout.str().c_str(), opt.microbatches);
+  return rep.finish(header) == 0 ? 0 : 1;
+}
+
+int run_verify(const VerifyOptions& opt) {
+  ParallelContext ctx = make_single_context();
+  return run_verify(opt, ctx);
 }
 
 }  // namespace dit

@@ -1,9 +1,14 @@
-// `dit_mp verify`: runs what a golden file holds (float64 numbers from the official DiT code) and
-// prints one row per tensor: name, relative L2 error, tolerance, PASS/FAIL.
+// `dit_mp verify`: runs what a golden file holds (float64 numbers from the official DiT code) at
+// any layout and prints one row per tensor: name, relative L2 error, tolerance, PASS/FAIL.
+// Under mpirun every rank computes its share (its stage, its tp slices, its dp samples and ZeRO
+// shard); errors are summed over ranks, so a row covers the whole tensor.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "parallel/grid.h"
+#include "parallel/schedule.h"
 
 namespace dit {
 
@@ -11,12 +16,19 @@ struct VerifyOptions {
   std::string golden;
   std::vector<std::string> groups;  // empty: every group the file holds
   std::string backend = "cpu";
+  int microbatches = 1;             // per dp rank, for the forward and loss groups
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
 };
 
 // All groups verify knows, in the order they run.
 const std::vector<std::string>& verify_group_names();
 
-// Returns the process exit code: 0 when every row passes.
+// Checks the file, groups and layout before any communication (throws naming what is wrong).
+void check_verify_inputs(const VerifyOptions& opt, const Layout& layout);
+
+// Returns the process exit code: 0 when every row passes. Rank 0 prints.
+int run_verify(const VerifyOptions& opt, ParallelContext& ctx);
+// On one rank.
 int run_verify(const VerifyOptions& opt);
 
 }  // namespace dit

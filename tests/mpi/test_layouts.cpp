@@ -63,7 +63,7 @@ RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind:
   tc.schedule = schedule;
   Trainer trainer(be, ctx, model(), tc, data);
   for (int i = 0; i < kSteps; ++i) r.losses.push_back(trainer.step().loss);
-  r.params = gather_global(be, trainer.model(), ctx, GatherWhat::Values);
+  r.params = gather_global(trainer.model(), ctx, host_copy(be, trainer.model().params().flat_values()));
   r.ran = true;
   return r;
 }
