@@ -1,109 +1,226 @@
-// dit_mp entry point: MPI start-up, subcommand dispatch, and the one place errors are reported.
-// Library code throws. Input errors found while setting up are agreed on by all ranks: the lowest
-// failing rank prints one message and every rank exits non-zero. A failure later, when ranks may
-// be inside collectives, is printed by its rank and takes the job down with MPI_Abort.
+// dit_mp entry point: MPI start-up, the command line, and the one place errors are reported.
+// `train` is the default subcommand (`mpirun -np 8 dit_mp --tp 2 --pp 4`). Library code throws;
+// input errors found while setting up are agreed on by all ranks (one message, every rank exits
+// non-zero); a failure later, when ranks may be inside collectives, is printed by its rank and
+// takes the job down with MPI_Abort.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
-#include <functional>
+#include <optional>
+#include <sstream>
 
+#include "app/collective.h"
+#include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
+#include "io/prepare.h"
 
 namespace {
 
-int world_rank() {
-  int inited = 0, rank = 0;
-  MPI_Initialized(&inited);
-  if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
+using dit::AgreedFailure;
+using dit::collective_check;
+using dit::world_rank;
+using dit::world_size;
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
-int world_size() {
-  int inited = 0, size = 1;
-  MPI_Initialized(&inited);
-  if (inited) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-void print_error(const char* what) {
-  std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", world_rank(), what);
-  std::fflush(stderr);
-}
-
-// Thrown on every rank after an agreed setup failure (already reported).
-struct AgreedFailure {};
-
-// Runs `check` on every rank (it must not communicate). If it throws on any rank, the lowest
-// failing rank prints its message and every rank throws AgreedFailure.
-void collective_check(const std::function<void()>& check) {
-  std::string msg;
-  try {
-    check();
-  } catch (const std::exception& e) {
-    msg = e.what();
+std::vector<int> parse_ints(const std::string& s, const char* what) {
+  std::vector<int> out;
+  for (const auto& item : split_list(s)) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    DIT_CHECK(used == item.size() && used > 0, what, ": '", item, "' is not an integer (expected e.g. 0,3,7)");
+    out.push_back(v);
   }
-  int me = msg.empty() ? world_size() : world_rank(), first = me;
-  MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first == world_size()) return;
-  if (first == world_rank()) print_error(msg.c_str());
-  throw AgreedFailure{};
+  return out;
 }
 
-// dp from the world size, or a message naming the numbers and what would fit.
-dit::Layout layout_for_world(int tp, int pp) {
-  const int n = world_size();
-  DIT_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " --pp ", pp, ": both must be at least 1");
-  DIT_CHECK(n % (tp * pp) == 0, "the job has ", n, " ranks, which is not a multiple of tp x pp = ",
-            tp, " x ", pp, " = ", tp * pp, "; run with a multiple of ", tp * pp, " ranks (e.g. mpirun -np ",
-            tp * pp, ")");
-  return dit::Layout{tp, pp, n / (tp * pp)};
+// Flags of `train`; each becomes a `section.key=value` override applied after the config file.
+struct TrainFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  std::vector<std::pair<std::string, std::string>> flags;  // (key, value text)
+  bool overwrite = false;
+};
+
+void add_train_options(CLI::App* cmd, TrainFlags& f) {
+  cmd->add_option("--config", f.config, "TOML config file (default: the Fashion-MNIST demo, configs/fashion_mnist.toml)");
+  cmd->add_option("--set", f.sets, "Override any config key: --set train.lr=3e-4 (repeatable)");
+  cmd->add_flag("--overwrite", f.overwrite, "Replace an existing run folder");
+  struct Flag {
+    const char* name;
+    const char* key;
+    const char* help;
+    bool quoted;
+  };
+  static const Flag flags[] = {
+      {"--tp", "parallel.tp", "Tensor-parallel size", false},
+      {"--pp", "parallel.pp", "Pipeline stages", false},
+      {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true},
+      {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false},
+      {"--steps", "train.steps", "Training steps", false},
+      {"--global-batch", "train.global_batch", "Images per step over all ranks", false},
+      {"--micro-batch", "train.micro_batch", "Images per microbatch", false},
+      {"--lr", "train.lr", "Peak learning rate", false},
+      {"--seed", "train.seed", "Random seed", false},
+      {"--log-every", "train.log_every", "Steps between log lines", false},
+      {"--sample-every", "train.sample_every", "Steps between sample grids (0: only at the end)", false},
+      {"--backend", "train.backend", "cpu or cuda", true},
+      {"--precision", "train.precision", "fp32, bf16 or fp16", true},
+      {"--run-dir", "run.dir", "Run folder (metrics, samples, weights)", true},
+      {"--data", "data.path", "HDF5 dataset file", true},
+      {"--model", "model.preset", "Model preset, e.g. DiT-S/4", true},
+  };
+  for (const Flag& fl : flags) {
+    cmd->add_option_function<std::string>(
+        fl.name,
+        [&f, fl](const std::string& v) {
+          std::string value = fl.quoted ? "\"" + v + "\"" : v;
+          if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
+          f.flags.emplace_back(fl.key, value);
+        },
+        fl.help);
+  }
+}
+
+dit::RunConfig resolve_config(const TrainFlags& f) {
+  dit::RunConfig cfg = f.config.empty() ? dit::RunConfig::demo() : dit::RunConfig::from_file(f.config);
+  for (const auto& s : f.sets) cfg.set(s);
+  for (const auto& [key, value] : f.flags) cfg.set(key + "=" + value);
+  if (f.overwrite) cfg.run.overwrite = true;
+  cfg.validate();
+  return cfg;
+}
+
+// `train` is the default: insert it when the first argument is not a subcommand.
+std::vector<std::string> with_default_subcommand(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "help"};
+  const bool top_level = !args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "--version");
+  bool has_sub = false;
+  if (!args.empty())
+    for (const char* s : subs) has_sub |= args[0] == s;
+  if (!has_sub && !top_level) args.insert(args.begin(), "train");
+  if (!args.empty() && args[0] == "help") args[0] = "--help";
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  return args;
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"dit_mp: Diffusion Transformer training split over MPI ranks "
-               "(tensor, pipeline and data parallelism)"};
+  CLI::App app{"dit_mp: trains Diffusion Transformers (DiT) split over MPI ranks: tensor (--tp), pipeline (--pp) "
+               "and data parallelism (the remaining ranks).\n  mpirun -np 8 dit_mp --tp 2 --pp 4     trains the "
+               "Fashion-MNIST demo\n"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "dit_mp 0.1");
+
+  TrainFlags tflags;
+  auto* train = app.add_subcommand("train", "Train a DiT (the default subcommand)");
+  add_train_options(train, tflags);
+
+  dit::SampleOptions sopt;
+  std::string classes;
+  auto* sample = app.add_subcommand("sample", "Sample an image grid (PNG) and the raw samples (HDF5) from trained weights");
+  sample->add_option("--run", sopt.run_dir, "A training run folder (uses its ema.h5)");
+  sample->add_option("--weights", sopt.weights, "A weights HDF5 file (/config and /weights)");
+  sample->add_option("--classes", classes, "Comma-separated class rows, e.g. 0,3,7 (default: all)");
+  sample->add_option("--per-class", sopt.per_class, "Images per class row")->capture_default_str();
+  sample->add_option("--steps", sopt.steps, "Sampler steps")->capture_default_str();
+  sample->add_option("--sampler", sopt.sampler, "ddim or ddpm")->capture_default_str();
+  sample->add_option("--cfg-scale", sopt.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();
+  sample->add_flag("--cfg-official", sopt.cfg_official, "Guide only the first 3 channels, as the official sampler");
+  sample->add_option("--seed", sopt.seed, "Sampling seed")->capture_default_str();
+  sample->add_option("--out", sopt.out, "Output PNG (raw samples go to the same name with .h5)")->capture_default_str();
+  sample->add_option("--tp", sopt.tp, "Tensor-parallel size")->capture_default_str();
+  sample->add_option("--pp", sopt.pp, "Pipeline stages")->capture_default_str();
+  sample->add_option("--backend", sopt.backend, "cpu or cuda")->capture_default_str();
 
   dit::VerifyOptions vopt;
   std::string groups, schedule = "1f1b";
   int tp = 1, pp = 1;
   auto* verify = app.add_subcommand(
-      "verify", "Check the model against a golden file of float64 numbers from the official DiT, "
-                "at any layout (mpirun -np N dit_mp verify --golden F --tp T --pp P)");
+      "verify", "Check the model against a golden file of float64 numbers from the official DiT, at any layout");
   verify->add_option("--golden", vopt.golden, "Golden HDF5 file")->required();
-  verify->add_option("--groups", groups,
-                     "Comma-separated groups: forward,schedule,loss,adamw,ema,sample (default: all in the file)");
+  verify->add_option("--groups", groups, "Comma-separated: forward,schedule,loss,adamw,ema,sample (default: all)");
   verify->add_option("--backend", vopt.backend, "Compute backend: cpu or cuda")->capture_default_str();
   verify->add_option("--tp", tp, "Tensor-parallel size")->capture_default_str();
   verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
-  verify->add_option("--microbatches", vopt.microbatches,
-                     "Microbatches per data-parallel rank for the forward and loss groups")->capture_default_str();
+  verify->add_option("--microbatches", vopt.microbatches, "Microbatches per data-parallel rank")->capture_default_str();
   verify->add_option("--schedule", schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
 
+  std::string kind, src, out, features, labels_dir, split = "train";
+  int size = 32;
+  double scale = 0.18215;
+  bool overwrite = false;
+  auto* prep = app.add_subcommand("prepare-data", "Write an HDF5 dataset: fashion-mnist, images DIR, or latents");
+  prep->add_option("kind", kind, "fashion-mnist | images | latents")->required();
+  prep->add_option("dir", src, "images: a folder of class sub-folders; fashion-mnist: the IDX folder");
+  prep->add_option("--out", out, "Output HDF5 file")->required();
+  prep->add_option("--split", split, "fashion-mnist: train or test")->capture_default_str();
+  prep->add_option("--size", size, "images: output side in pixels")->capture_default_str();
+  prep->add_option("--features", features, "latents: folder of <i>.npy features (1, 4, H, W)");
+  prep->add_option("--labels", labels_dir, "latents: folder of <i>.npy labels");
+  prep->add_option("--scale", scale, "latents: scale factor applied when training")->capture_default_str();
+  prep->add_flag("--overwrite", overwrite, "Replace an existing output file");
+
+  std::vector<std::string> args = with_default_subcommand(argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
-    const int rc = world_rank() == 0 ? app.exit(e) : (e.get_exit_code() != 0);
-    return rc;
+    return world_rank() == 0 ? app.exit(e) : (e.get_exit_code() != 0);
+  }
+
+  if (*train) {
+    dit::RunConfig cfg;
+    collective_check([&] { cfg = resolve_config(tflags); });
+    return dit::run_train(cfg);
+  }
+  if (*sample) {
+    collective_check([&] { sopt.classes = parse_ints(classes, "--classes"); });
+    return dit::run_sample(sopt);
   }
   if (*verify) {
-    std::stringstream ss(groups);
-    for (std::string g; std::getline(ss, g, ',');)
-      if (!g.empty()) vopt.groups.push_back(g);
+    vopt.groups = split_list(groups);
     dit::Layout layout;
     collective_check([&] {
       vopt.schedule = dit::parse_schedule(schedule);
-      layout = layout_for_world(tp, pp);
+      layout = dit::layout_for_world(tp, pp);
       dit::check_verify_inputs(vopt, layout);
     });
     dit::ParallelContext ctx = dit::make_mpi_context(layout);
     return dit::run_verify(vopt, ctx);
   }
-  if (world_rank() == 0) std::printf("%s", app.help().c_str());
+  if (*prep) {
+    const dit::Overwrite ow = overwrite ? dit::Overwrite::Yes : dit::Overwrite::No;
+    collective_check([&] {
+      if (world_rank() != 0) return;
+      if (kind == "fashion-mnist") {
+        dit::prepare_fashion_mnist(src.empty() ? dit::kFashionMnistDir : src, out, split, ow);
+      } else if (kind == "images") {
+        DIT_CHECK(!src.empty(), "prepare-data images: give the folder of class sub-folders");
+        dit::prepare_images(src, out, size, ow);
+      } else if (kind == "latents") {
+        DIT_CHECK(!features.empty() && !labels_dir.empty(), "prepare-data latents: give --features and --labels");
+        dit::prepare_latents(features, labels_dir, out, scale, ow);
+      } else {
+        DIT_FAIL("prepare-data: unknown kind '", kind, "': expected fashion-mnist, images or latents");
+      }
+      std::printf("wrote %s\n", out.c_str());
+    });
+    return 0;
+  }
   return 0;
 }
 
@@ -118,11 +235,11 @@ int main(int argc, char** argv) {
   } catch (const AgreedFailure&) {
     rc = 1;
   } catch (const std::exception& e) {
-    print_error(e.what());
+    dit::print_error(e.what());
     if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     rc = 1;
   }
-  // A failed check on rank 0 only (e.g. verify's result) still ends every rank with its code.
+  // Every rank ends with the worst exit code (e.g. verify's result, known on rank 0).
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -103,6 +103,9 @@ StepStats Trainer::step() {
                              ema_decay_at(train_.ema_decay, train_.ema_warmup, step_));
   // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes.
   if (!(ctx_->last_stage() && ctx_->tp->rank() == 0)) sums[0] = sums[1] = sums[2] = 0;
+  const bool bad = !std::isfinite(sums[0] + sums[1] + sums[2]);
+  const double bad_rank = ctx_->world->all_reduce_max(bad ? -double(ctx_->world_rank) : -1e9);
+  st.nonfinite_rank = bad_rank > -1e9 ? static_cast<int>(-bad_rank) : -1;
   ctx_->world->all_reduce_sum(sums, 3);
   st.loss = sums[0] / plan.global_batch;
   st.mse = sums[1] / plan.global_batch;

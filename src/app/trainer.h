@@ -47,6 +47,7 @@ struct StepStats {
   double loss = 0, mse = 0, vb = 0;  // means over the global batch, on every rank
   double grad_norm = 0;              // before clipping
   double lr = 0;
+  int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
   StepAccounting acct;
 };
 

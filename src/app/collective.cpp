@@ -1,0 +1,53 @@
+// Agreed failures and world-size arithmetic (see collective.h).
+#include "app/collective.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+
+namespace dit {
+
+int world_rank() {
+  int inited = 0, rank = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int inited = 0, size = 1;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+void print_error(const char* what) {
+  std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", world_rank(), what);
+  std::fflush(stderr);
+}
+
+void collective_check(const std::function<void()>& check) {
+  std::string msg;
+  try {
+    check();
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  int me = msg.empty() ? world_size() : world_rank(), first = me;
+  MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world_size()) return;
+  if (first == world_rank()) print_error(msg.c_str());
+  throw AgreedFailure{};
+}
+
+Layout layout_for_world(int tp, int pp) {
+  const int n = world_size();
+  DIT_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " --pp ", pp, ": both must be at least 1");
+  DIT_CHECK(n % (tp * pp) == 0, "the job has ", n, " ranks, which is not a multiple of tp x pp = ",
+            tp, " x ", pp, " = ", tp * pp, "; run with a multiple of ", tp * pp,
+            " ranks (e.g. mpirun -np ", tp * pp, ")");
+  return Layout{tp, pp, n / (tp * pp)};
+}
+
+}  // namespace dit

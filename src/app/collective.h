@@ -1,0 +1,25 @@
+// Helpers for commands that run on every rank: agreeing on setup failures (one message, every
+// rank exits non-zero, no hang) and deriving the data-parallel size from the world size.
+#pragma once
+
+#include <functional>
+
+#include "parallel/grid.h"
+
+namespace dit {
+
+// Thrown on every rank after an agreed failure that has already been reported.
+struct AgreedFailure {};
+
+int world_rank();
+int world_size();
+void print_error(const char* what);  // "dit_mp: rank r: error: ..." on stderr
+
+// Runs `check` on every rank; it must not communicate. If it throws on any rank, the lowest
+// failing rank prints its message and every rank throws AgreedFailure.
+void collective_check(const std::function<void()>& check);
+
+// tp x pp x dp with dp = world / (tp * pp), or a message naming the numbers and what would fit.
+Layout layout_for_world(int tp, int pp);
+
+}  // namespace dit

@@ -1,0 +1,112 @@
+// Log lines, metrics.jsonl and memory readings (see metrics.h).
+#include "app/metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace dit {
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "a");
+  DIT_CHECK(f_, path, ": cannot open the metrics file for writing");
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+namespace {
+// JSON has no NaN/Inf: they are written as null.
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+}  // namespace
+
+void MetricsWriter::write(const LogRow& r) {
+  if (!f_) return;
+  std::fprintf(f_,
+               "{\"step\": %lld, \"loss\": %s, \"mse\": %s, \"vb\": %s, \"grad_norm\": %s, \"lr\": %s, "
+               "\"images_per_s\": %s, \"tflops\": %s, \"mfu\": %s, \"peak_mem_bytes\": %llu, "
+               "\"elapsed_s\": %s}\n",
+               static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), num(r.vb).c_str(),
+               num(r.grad_norm).c_str(), num(r.lr).c_str(), num(r.images_per_s).c_str(),
+               num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
+               num(r.elapsed_s).c_str());
+  std::fflush(f_);
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return s;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char b[32];
+  if (t >= 3600) std::snprintf(b, sizeof b, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60) std::snprintf(b, sizeof b, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(b, sizeof b, "%lds", t);
+  return b;
+}
+
+std::uint64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream is(line.substr(6));
+      std::uint64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+ConsoleLog::ConsoleLog() : tty_(isatty(STDOUT_FILENO) == 1) {}
+
+void ConsoleLog::step(const LogRow& r) {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "step %lld/%lld  loss %.4f (mse %.4f vb %.4f)  grad %.3f  lr %.2e  %.1f img/s  "
+                "%.3f TFLOP/s  MFU %.1f%%  mem %s  ETA %s",
+                static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.vb,
+                r.grad_norm, r.lr, r.images_per_s, r.tflops, 100 * r.mfu,
+                format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str(), format_duration(r.eta_s).c_str());
+  if (!tty_) {
+    std::printf("%s\n", text);
+    std::fflush(stdout);
+    return;
+  }
+  const int width = 24, done = r.total > 0 ? static_cast<int>(width * r.step / r.total) : 0;
+  std::string bar(static_cast<std::size_t>(done), '#');
+  bar.resize(width, '.');
+  std::printf("\r\033[K[%s] %s", bar.c_str(), text);
+  std::fflush(stdout);
+  bar_open_ = true;
+}
+
+void ConsoleLog::line(const std::string& text) {
+  if (bar_open_) std::printf("\n");
+  bar_open_ = false;
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace dit

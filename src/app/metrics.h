@@ -1,0 +1,47 @@
+// What a training run reports: rank 0's log lines (a live progress bar on a terminal, plain lines
+// in a batch job), the metrics file (one JSON object per logged step), and process memory.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace dit {
+
+struct LogRow {
+  std::int64_t step = 0, total = 0;  // step counts from 1 here
+  double loss = 0, mse = 0, vb = 0, grad_norm = 0, lr = 0;
+  double images_per_s = 0, tflops = 0, mfu = 0;
+  std::uint64_t peak_mem_bytes = 0;
+  double elapsed_s = 0, eta_s = 0;
+};
+
+class MetricsWriter {
+ public:
+  // Appends to `path` (rank 0 only opens it; other ranks pass "").
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  void write(const LogRow& r);  // one JSON line, flushed
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// Console output of rank 0: progress bar when stdout is a terminal, else plain lines.
+class ConsoleLog {
+ public:
+  ConsoleLog();
+  void step(const LogRow& r);
+  void line(const std::string& text);  // ends any progress bar first
+
+ private:
+  bool tty_;
+  bool bar_open_ = false;
+};
+
+std::string format_bytes(double bytes);
+std::string format_duration(double seconds);
+// Peak resident memory of this process (VmHWM), in bytes.
+std::uint64_t peak_rss_bytes();
+
+}  // namespace dit

@@ -1,0 +1,305 @@
+// `dit_mp train` and `dit_mp sample` (see run_cmds.h).
+#include "app/run_cmds.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "app/collective.h"
+#include "app/gather.h"
+#include "app/metrics.h"
+#include "app/sampler.h"
+#include "app/trainer.h"
+#include "io/h5_dataset.h"
+#include "io/png.h"
+#include "io/prepare.h"
+#include "io/sample_file.h"
+#include "io/weights.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+TrainConfig train_config(const RunConfig& c) {
+  TrainConfig t;
+  t.global_batch = c.train.global_batch;
+  t.micro_batch = c.train.micro_batch;
+  t.steps = c.train.steps;
+  t.adamw.lr = c.train.lr;
+  t.adamw.beta1 = c.train.beta1;
+  t.adamw.beta2 = c.train.beta2;
+  t.adamw.eps = c.train.eps;
+  t.adamw.weight_decay = c.train.weight_decay;
+  t.warmup = c.train.warmup;
+  t.lr_schedule = c.train.lr_schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
+  t.min_lr = c.train.min_lr;
+  t.grad_clip = c.train.grad_clip;
+  t.ema_decay = c.train.ema_decay;
+  t.ema_warmup = c.train.ema_warmup;
+  t.seed = c.train.seed;
+  t.schedule = parse_schedule(c.parallel.schedule);
+  t.pp_layers = c.parallel.pp_layers;
+  return t;
+}
+
+// Labels of a grid: one row per class, `per_class` columns.
+std::vector<int> grid_labels(const std::vector<int>& classes, int num_classes, int per_class) {
+  std::vector<int> rows = classes;
+  if (rows.empty()) {
+    rows.resize(static_cast<std::size_t>(num_classes));
+    std::iota(rows.begin(), rows.end(), 0);
+  }
+  std::vector<int> labels;
+  for (int c : rows)
+    for (int i = 0; i < per_class; ++i) labels.push_back(c);
+  return labels;
+}
+
+// Rank 0 writes the grid PNG (rows = classes) and, when raw_path is given, the samples as HDF5.
+void write_samples(const DiTConfig& cfg, const std::vector<float>& samples, const std::vector<int>& labels,
+                   int per_class, const std::string& png_path, const std::string& raw_path) {
+  if (world_rank() != 0) return;
+  const int n = static_cast<int>(labels.size());
+  const Grid g = make_grid(samples.data(), Shape{n, cfg.in_channels, cfg.input_size, cfg.input_size},
+                           n / per_class, per_class, 2);
+  write_png(png_path, g.width, g.height, g.channels, g.pixels.data());
+  if (!raw_path.empty()) write_samples_h5(raw_path, samples, labels, cfg.in_channels, cfg.input_size, cfg.input_size);
+}
+
+// The EMA weights of this rank's stage, in a stage of their own for sampling.
+std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& trainer) {
+  DiTStage& model = trainer.model();
+  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layout(), *ctx.tp, ctx.layout.dp);
+  std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
+  be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
+  return ema;
+}
+
+struct RunPaths {
+  fs::path dir;
+  fs::path metrics() const { return dir / "metrics.jsonl"; }
+};
+
+// Prints the per-rank accounting of the last step as a table (rank 0) and writes it as JSON.
+void report_accounting(ParallelContext& ctx, const StepAccounting& a, std::size_t opt_bytes,
+                       const fs::path& json_path) {
+  const int n = ctx.world->size();
+  std::vector<double> cols(static_cast<std::size_t>(n) * 9, 0.0);
+  double* mine = cols.data() + 9 * ctx.world_rank;
+  mine[0] = a.step_s;
+  mine[1] = double(a.tp_bytes);
+  mine[2] = double(a.pp_bytes);
+  mine[3] = double(a.dp_bytes);
+  mine[4] = a.measured_bubble;
+  mine[5] = a.theoretical_bubble;
+  mine[6] = double(opt_bytes);
+  mine[7] = double(a.activation_bytes);
+  mine[8] = a.compute_s;
+  ctx.world->all_reduce_sum(cols.data(), static_cast<int>(cols.size()));
+  if (ctx.world_rank != 0) return;
+  std::printf("\nper-rank accounting of the last step (%s):\n", ctx.layout.str().c_str());
+  std::printf("%5s %4s %4s %4s %9s %11s %11s %11s %9s %9s %12s %12s\n", "rank", "tp", "pp", "dp", "step_s",
+              "tp_bytes", "pp_bytes", "dp_bytes", "bubble", "theory", "optim_state", "activations");
+  std::ofstream js(json_path);
+  js << "[\n";
+  for (int r = 0; r < n; ++r) {
+    const double* c = cols.data() + 9 * r;
+    const GridCoord g = grid_coord(ctx.layout, r);
+    std::printf("%5d %4d %4d %4d %9.3f %11.0f %11.0f %11.0f %8.1f%% %8.1f%% %12s %12s\n", r, g.tp, g.pp, g.dp,
+                c[0], c[1], c[2], c[3], 100 * c[4], 100 * c[5], format_bytes(c[6]).c_str(),
+                format_bytes(c[7]).c_str());
+    js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp
+       << ", \"step_s\": " << c[0] << ", \"compute_s\": " << c[8] << ", \"tp_bytes\": " << c[1]
+       << ", \"pp_bytes\": " << c[2] << ", \"dp_bytes\": " << c[3] << ", \"measured_bubble\": " << c[4]
+       << ", \"theoretical_bubble\": " << c[5] << ", \"optimizer_state_bytes\": " << c[6]
+       << ", \"activation_bytes\": " << c[7] << "}" << (r + 1 < n ? ",\n" : "\n");
+  }
+  js << "]\n";
+}
+
+}  // namespace
+
+int run_train(const RunConfig& cfg) {
+  const DiTConfig& model = cfg.model.dit;
+  Layout layout;
+  RunPaths paths{fs::path(cfg.run.dir)};
+  collective_check([&] {
+    layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
+    DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
+              "parallel.tp = ", layout.tp, " does not divide model.num_heads = ", model.num_heads,
+              " and the MLP width ", model.mlp_hidden());
+    partition_stages(model, layout.pp, cfg.parallel.pp_layers);
+    BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    std::string why;
+    DIT_CHECK(backend_available(cfg.train.backend, &why), "train.backend = ", cfg.train.backend, ": ", why);
+    if (world_rank() == 0 && fs::exists(paths.dir) && !cfg.run.overwrite)
+      DIT_FAIL("run folder ", paths.dir.string(), " already exists: choose another run.dir or pass --overwrite");
+  });
+  // Data: the demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
+  collective_check([&] {
+    if (world_rank() == 0 && !fs::exists(cfg.data.path)) {
+      DIT_CHECK(cfg.data.prepare == "fashion-mnist", "data.path = ", cfg.data.path,
+                " does not exist (and data.prepare = ", cfg.data.prepare, "); create it with dit_mp prepare-data");
+      std::printf("preparing Fashion-MNIST into %s\n", cfg.data.path.c_str());
+      if (fs::path(cfg.data.path).has_parent_path()) fs::create_directories(fs::path(cfg.data.path).parent_path());
+      prepare_fashion_mnist(kFashionMnistDir, cfg.data.path, "train");
+    }
+  });
+  std::unique_ptr<Dataset> data;
+  collective_check([&] {
+    data = open_dataset(cfg.data.path, cfg.data.latent_scale);
+    const SampleShape s = data->shape();
+    DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size && s.width == model.input_size,
+              cfg.data.path, " holds ", s.channels, "x", s.height, "x", s.width, " samples but the model takes ",
+              model.in_channels, "x", model.input_size, "x", model.input_size, " (model.in_channels, model.input_size)");
+    DIT_CHECK(data->num_classes() <= model.num_classes, cfg.data.path, " has ", data->num_classes(),
+              " classes but model.num_classes = ", model.num_classes);
+    if (world_rank() == 0) {
+      if (fs::exists(paths.dir)) fs::remove_all(paths.dir);
+      fs::create_directories(paths.dir);
+      std::ofstream(paths.dir / "config.toml") << cfg.to_toml();
+    }
+  });
+
+  auto be = make_backend(cfg.train.backend);
+  ParallelContext ctx = make_mpi_context(layout);
+  const TrainConfig tc = train_config(cfg);
+  Trainer trainer(*be, ctx, model, tc, *data);
+  MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
+  ConsoleLog console;
+  if (ctx.world_rank == 0) {
+    std::ostringstream os;
+    os << "dit_mp train: " << layout.str() << ", " << be->name() << " backend, model " << model.num_params()
+       << " parameters (depth " << model.depth << ", hidden " << model.hidden_size << ", heads " << model.num_heads
+       << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data "
+       << data->describe() << "\nglobal batch " << tc.global_batch << " = dp " << layout.dp << " x micro "
+       << tc.micro_batch << " x " << trainer.plan().microbatches << " microbatches, " << tc.steps
+       << " steps, run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml();
+    console.line(os.str());
+  }
+  const double flops_per_image = 3.0 * model.forward_flops();
+  const double t0 = now_s();
+  double window_s = 0;
+  std::int64_t window_steps = 0;
+  StepStats st;
+  auto sample_grid = [&](const std::string& name) {
+    auto ema = ema_stage(*be, ctx, trainer);
+    SampleRequest req;
+    req.labels = grid_labels(cfg.sample.classes, model.num_classes, cfg.sample.per_class);
+    req.num_steps = cfg.sample.num_steps;
+    req.sampler = cfg.sample.sampler;
+    req.cfg_scale = cfg.sample.cfg_scale;
+    req.cfg_official = cfg.sample.cfg_official;
+    req.diffusion_steps = cfg.diffusion.steps;
+    req.seed = cfg.sample.seed;
+    const auto samples = sample_images(*be, ctx, *ema, req);
+    write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string(), "");
+    if (ctx.world_rank == 0) console.line("wrote " + (paths.dir / name).string());
+  };
+  for (std::int64_t s = 0; s < tc.steps; ++s) {
+    st = trainer.step();
+    window_s += st.acct.step_s;
+    ++window_steps;
+    const bool log = (s + 1) % cfg.train.log_every == 0 || s + 1 == tc.steps || st.nonfinite_rank >= 0;
+    if (log) {
+      const double step_s = window_s / double(window_steps);
+      LogRow r;
+      r.step = s + 1;
+      r.total = tc.steps;
+      r.loss = st.loss;
+      r.mse = st.mse;
+      r.vb = st.vb;
+      r.grad_norm = st.grad_norm;
+      r.lr = st.lr;
+      r.images_per_s = double(tc.global_batch) / step_s;
+      r.tflops = flops_per_image * r.images_per_s / 1e12;
+      r.mfu = r.tflops / (cfg.train.peak_tflops * ctx.world->size());
+      r.peak_mem_bytes = static_cast<std::uint64_t>(ctx.world->all_reduce_max(double(peak_rss_bytes())));
+      r.elapsed_s = now_s() - t0;
+      r.eta_s = step_s * double(tc.steps - s - 1);
+      metrics.write(r);
+      if (ctx.world_rank == 0) console.step(r);
+      window_s = 0;
+      window_steps = 0;
+    }
+    if (st.nonfinite_rank >= 0) {
+      if (ctx.world_rank == 0)
+        print_error(("the loss became NaN or Inf at step " + std::to_string(s + 1) + " on rank " +
+                     std::to_string(st.nonfinite_rank) + "; metrics are in " + paths.metrics().string())
+                        .c_str());
+      return 1;
+    }
+    if (cfg.train.sample_every > 0 && (s + 1) % cfg.train.sample_every == 0 && s + 1 < tc.steps) {
+      char name[64];
+      std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(s + 1));
+      sample_grid(name);
+    }
+  }
+  report_accounting(ctx, st.acct, trainer.optimizer().state_bytes(), paths.dir / "accounting.json");
+  // Final weights (model and EMA) for `dit_mp sample`, then the final grid.
+  auto ema = ema_stage(*be, ctx, trainer);
+  auto model_w = gather_global(trainer.model(), ctx, host_copy(*be, trainer.model().params().flat_values()));
+  auto ema_w = gather_global(*ema, ctx, host_copy(*be, ema->params().flat_values()));
+  if (ctx.world_rank == 0) {
+    save_weights((paths.dir / "model.h5").string(), model, model_w);
+    save_weights((paths.dir / "ema.h5").string(), model, ema_w);
+  }
+  sample_grid("samples.png");
+  if (ctx.world_rank == 0)
+    console.line("done in " + format_duration(now_s() - t0) + "; samples: " + (paths.dir / "samples.png").string());
+  return 0;
+}
+
+int run_sample(const SampleOptions& opt) {
+  Layout layout;
+  std::string weights = opt.weights;
+  DiTConfig model;
+  collective_check([&] {
+    DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "sample: give exactly one of --run DIR or --weights FILE");
+    if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
+    DIT_CHECK(fs::exists(weights), weights, " does not exist",
+              opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
+    model = read_weights_config(weights);
+    layout = layout_for_world(opt.tp, opt.pp);
+    partition_stages(model, layout.pp);
+    DIT_CHECK(model.num_heads % layout.tp == 0, "--tp ", layout.tp, " does not divide the model's ",
+              model.num_heads, " heads");
+    for (int c : opt.classes)
+      DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
+    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 1 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
+              "sample: --per-class >= 1, 1 <= --steps <= 1000 and --cfg-scale >= 1 are required");
+    DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
+    DIT_CHECK(model.in_channels == 1 || model.in_channels == 3, "sample: a ", model.in_channels,
+              "-channel model (latents) cannot be drawn as a PNG grid; decode latents with a VAE");
+    std::string why;
+    DIT_CHECK(backend_available(opt.backend, &why), "--backend ", opt.backend, ": ", why);
+  });
+  auto be = make_backend(opt.backend);
+  ParallelContext ctx = make_mpi_context(layout);
+  const auto stages = partition_stages(model, layout.pp);
+  DiTStage stage(*be, model, stages[ctx.coord.pp], *ctx.tp, layout.dp);
+  load_weights(weights, stage.params());
+  SampleRequest req;
+  req.labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
+  req.num_steps = opt.steps;
+  req.sampler = opt.sampler;
+  req.cfg_scale = opt.cfg_scale;
+  req.cfg_official = opt.cfg_official;
+  req.seed = opt.seed;
+  const auto samples = sample_images(*be, ctx, stage, req);
+  std::string raw = fs::path(opt.out).replace_extension(".h5").string();
+  write_samples(model, samples, req.labels, opt.per_class, opt.out, raw);
+  if (ctx.world_rank == 0) std::printf("wrote %s and %s\n", opt.out.c_str(), raw.c_str());
+  return 0;
+}
+
+}  // namespace dit

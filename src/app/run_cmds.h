@@ -1,0 +1,32 @@
+// The `train` and `sample` subcommands: everything a run does around the training step (run
+// folder, data preparation, logging, metrics, sample grids, weights), on every rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+
+namespace dit {
+
+// Trains as `cfg` says at tp x pp x (world / tp / pp). Returns the exit code.
+int run_train(const RunConfig& cfg);
+
+struct SampleOptions {
+  std::string run_dir;     // a training run folder (config.toml + ema.h5), or
+  std::string weights;     // a weights/golden HDF5 file with /config and /weights
+  std::vector<int> classes;  // empty: every class
+  int per_class = 8;
+  int steps = 50;
+  std::string sampler = "ddim";
+  double cfg_scale = 4.0;
+  bool cfg_official = false;
+  std::uint64_t seed = 0;
+  std::string out = "samples.png";  // the grid; raw samples go to the same name with .h5
+  int tp = 1, pp = 1;
+  std::string backend = "cpu";
+};
+
+int run_sample(const SampleOptions& opt);
+
+}  // namespace dit

@@ -1,0 +1,31 @@
+// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule, with
+// classifier-free guidance on a doubled batch (conditional rows, then null-label rows). The
+// samples are split over dp replicas; each step runs forward-only through the pipeline and the
+// last stage's update of x travels back to stage 0 by a broadcast over the pipeline group.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/dit_stage.h"
+#include "parallel/grid.h"
+
+namespace dit {
+
+struct SampleRequest {
+  std::vector<int> labels;     // one sample per entry
+  int num_steps = 50;          // respaced steps ("ddimN" for DDIM, "N" for DDPM)
+  std::string sampler = "ddim";  // ddim | ddpm
+  double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
+  bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
+  int diffusion_steps = 1000;
+  std::uint64_t seed = 0;
+};
+
+// Returns the samples (N, C, H, W) on every rank. `stage` holds the weights to sample from
+// (e.g. the EMA), for this rank's slice of the layout.
+std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
+                                 const SampleRequest& req);
+
+}  // namespace dit

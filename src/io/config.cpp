@@ -1,0 +1,589 @@
+// The run configuration read from TOML (toml11 v3), overridden by `--set section.key=value`,
+// validated and written back. One table of fields (`sections()`) drives reading, `--set`, writing
+// and the "did you mean" hints, so a key added there is known to all four at once.
+#include "io/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <toml.hpp>
+#include <variant>
+
+#include "core/error.h"
+
+namespace dit {
+
+namespace {
+
+using FieldRef = std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
+                              std::vector<int>*>;
+struct Field {
+  const char* key;
+  FieldRef ref;
+};
+struct Section {
+  const char* name;
+  std::vector<Field> fields;
+};
+
+// Every key of every section, in the order to_toml() writes them. The pointers alias `c`.
+std::vector<Section> sections(RunConfig& c) {
+  DiTConfig& m = c.model.dit;
+  TrainSection& t = c.train;
+  ParallelSection& p = c.parallel;
+  SampleSection& s = c.sample;
+  return {
+      {"model",
+       {{"preset", &c.model.preset}, {"input_size", &m.input_size}, {"patch_size", &m.patch_size},
+        {"in_channels", &m.in_channels}, {"hidden_size", &m.hidden_size}, {"depth", &m.depth},
+        {"num_heads", &m.num_heads}, {"mlp_ratio", &m.mlp_ratio}, {"num_classes", &m.num_classes},
+        {"learn_sigma", &m.learn_sigma}, {"class_dropout_prob", &m.class_dropout_prob},
+        {"frequency_embedding_size", &m.frequency_embedding_size},
+        {"layernorm_eps", &m.layernorm_eps}}},
+      {"diffusion", {{"steps", &c.diffusion.steps}}},
+      {"train",
+       {{"global_batch", &t.global_batch}, {"micro_batch", &t.micro_batch}, {"steps", &t.steps},
+        {"lr", &t.lr}, {"warmup", &t.warmup}, {"lr_schedule", &t.lr_schedule},
+        {"min_lr", &t.min_lr}, {"weight_decay", &t.weight_decay}, {"beta1", &t.beta1},
+        {"beta2", &t.beta2}, {"eps", &t.eps}, {"grad_clip", &t.grad_clip},
+        {"ema_decay", &t.ema_decay}, {"ema_warmup", &t.ema_warmup}, {"seed", &t.seed},
+        {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
+        {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend}}},
+      {"parallel",
+       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers}}},
+      {"data",
+       {{"path", &c.data.path}, {"prepare", &c.data.prepare},
+        {"latent_scale", &c.data.latent_scale}}},
+      {"sample",
+       {{"num_steps", &s.num_steps}, {"sampler", &s.sampler}, {"cfg_scale", &s.cfg_scale},
+        {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
+        {"seed", &s.seed}}},
+      {"run", {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}}},
+  };
+}
+
+// ---- names and hints -----------------------------------------------------------------------
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Edit distance with adjacent transpositions (optimal string alignment), case-insensitive.
+std::size_t edit_distance(const std::string& a0, const std::string& b0) {
+  const std::string a = lower(a0), b = lower(b0);
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The candidate nearest to `name`, or "" when none is close enough to be a plausible typo.
+std::string closest(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = 1 + name.size() / 4;
+  for (const auto& cand : candidates) {
+    const std::size_t d = edit_distance(name, cand);
+    if (d <= best_d && (best.empty() || d < best_d)) best = cand, best_d = d;
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (const auto& it : items) out += (out.empty() ? "" : sep) + it;
+  return out;
+}
+
+[[noreturn]] void fail_unknown_section(const std::string& origin, const std::string& name,
+                                       const std::vector<Section>& secs) {
+  std::vector<std::string> names;
+  for (const auto& s : secs) names.push_back(s.name);
+  const std::string near = closest(name, names);
+  DIT_FAIL(origin, ": unknown section [", name, "]",
+           near.empty() ? "" : "; did you mean [" + near + "]?", " (sections: ", join(names), ")");
+}
+
+[[noreturn]] void fail_unknown_key(const std::string& origin, const Section& sec,
+                                   const std::string& key, const std::vector<Section>& secs) {
+  std::vector<std::string> keys;
+  for (const auto& f : sec.fields) keys.push_back(f.key);
+  std::string hint;
+  const std::string near = closest(key, keys);
+  if (!near.empty()) hint = std::string(sec.name) + "." + near;
+  for (const auto& other : secs)  // the right key in the wrong section
+    for (const auto& f : other.fields)
+      if (hint.empty() && key == f.key) hint = std::string(other.name) + "." + f.key;
+  DIT_FAIL(origin, ": unknown key ", sec.name, ".", key,
+           hint.empty() ? "" : "; did you mean " + hint + "?", " (keys of [", sec.name,
+           "]: ", join(keys), ")");
+}
+
+// ---- TOML values -> typed fields -----------------------------------------------------------
+
+std::string type_name(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::integer: return "an integer";
+    case toml::value_t::floating: return "a float";
+    case toml::value_t::string: return "a string";
+    case toml::value_t::boolean: return "a boolean";
+    case toml::value_t::array: return "an array";
+    case toml::value_t::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string quote(const std::string& s);
+
+// "a string ("ten")": the type and the value as given, cut short if long.
+std::string describe(const toml::value& v) {
+  std::string text = v.is_string() ? quote(v.as_string().str) : toml::format(v);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return type_name(v) + " (" + text + ")";
+}
+
+std::int64_t to_integer(const toml::value& v, const std::string& key, const std::string& origin,
+                        std::int64_t lo, std::int64_t hi) {
+  if (!v.is_integer()) DIT_FAIL(origin, ": ", key, ": expected an integer, got ", describe(v));
+  const std::int64_t x = v.as_integer();
+  if (x < lo || x > hi)
+    DIT_FAIL(origin, ": ", key, " = ", x, ": expected an integer in [", lo, ", ", hi, "]");
+  return x;
+}
+
+// Integers are accepted where floats are expected (lr = 1 means 1.0); the reverse is not.
+double to_float(const toml::value& v, const std::string& key, const std::string& origin) {
+  double x = 0;
+  if (v.is_floating()) x = v.as_floating();
+  else if (v.is_integer()) x = static_cast<double>(v.as_integer());
+  else DIT_FAIL(origin, ": ", key, ": expected a number, got ", describe(v));
+  if (!std::isfinite(x)) DIT_FAIL(origin, ": ", key, " = ", x, ": expected a finite number");
+  return x;
+}
+
+void assign(const FieldRef& ref, const toml::value& v, const std::string& key,
+            const std::string& origin) {
+  constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+  std::visit(
+      [&](auto* dst) {
+        using T = std::remove_pointer_t<decltype(dst)>;
+        if constexpr (std::is_same_v<T, int>) {
+          *dst = static_cast<int>(to_integer(v, key, origin, kIntMin, kIntMax));
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          *dst = to_integer(v, key, origin, std::numeric_limits<std::int64_t>::min(), kI64Max);
+        } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+          *dst = static_cast<std::uint64_t>(to_integer(v, key, origin, 0, kI64Max));
+        } else if constexpr (std::is_same_v<T, double>) {
+          *dst = to_float(v, key, origin);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean())
+            DIT_FAIL(origin, ": ", key, ": expected a boolean (true or false), got ", describe(v));
+          *dst = v.as_boolean();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected a string, got ", describe(v));
+          *dst = v.as_string().str;
+        } else {
+          if (!v.is_array())
+            DIT_FAIL(origin, ": ", key, ": expected an array of integers, got ", describe(v));
+          std::vector<int> out;
+          const auto& arr = v.as_array();
+          for (std::size_t i = 0; i < arr.size(); ++i)
+            out.push_back(static_cast<int>(
+                to_integer(arr[i], key + "[" + std::to_string(i) + "]", origin, kIntMin, kIntMax)));
+          *dst = std::move(out);
+        }
+      },
+      ref);
+}
+
+// A preset overwrites depth/hidden_size/num_heads/patch_size; any of those keys given next to it
+// (in the same [model] table, or by a later --set) overrides the preset's value.
+void apply_preset(RunConfig& c, const toml::value& v, const std::string& origin) {
+  std::string name;
+  assign(FieldRef(&name), v, "model.preset", origin);
+  DiTConfig p;
+  try {
+    if (!name.empty()) p = dit_preset(name);
+  } catch (const Error&) {
+    DIT_FAIL(origin, ": model.preset = ", quote(name), ": expected one of ",
+             join(dit_preset_names()), " (or \"\" for the explicit sizes)");
+  }
+  c.model.preset = name;
+  if (name.empty()) return;
+  c.model.dit.depth = p.depth;
+  c.model.dit.hidden_size = p.hidden_size;
+  c.model.dit.num_heads = p.num_heads;
+  c.model.dit.patch_size = p.patch_size;
+}
+
+const Section* find_section(const std::vector<Section>& secs, const std::string& name) {
+  for (const auto& s : secs)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+const Field* find_field(const Section& sec, const std::string& key) {
+  for (const auto& f : sec.fields)
+    if (key == f.key) return &f;
+  return nullptr;
+}
+
+// Applies a parsed document {section: {key: value}} to `c`: the one path for files and --set.
+void apply_document(RunConfig& c, const toml::value& root, const std::string& origin) {
+  const std::vector<Section> secs = sections(c);
+  for (const auto& [name, table] : root.as_table()) {
+    const Section* sec = find_section(secs, name);
+    if (!table.is_table()) {
+      if (sec) DIT_FAIL(origin, ": ", name, " must be a section [", name, "], got ", describe(table));
+      std::vector<std::string> hits;  // a key written above every section header
+      for (const auto& s : secs)
+        if (find_field(s, name)) hits.push_back(std::string(s.name) + "." + name);
+      DIT_FAIL(origin, ": key '", name, "' is outside any section",
+               hits.empty() ? "" : "; did you mean " + join(hits, " or ") + "?",
+               " (every key belongs under a section header such as [train])");
+    }
+    if (!sec) fail_unknown_section(origin, name, secs);
+    const auto& entries = table.as_table();
+    if (std::string(sec->name) == "model" && entries.count("preset"))
+      apply_preset(c, entries.at("preset"), origin);  // first, so explicit sizes override it
+    for (const auto& [key, value] : entries) {
+      const Field* f = find_field(*sec, key);
+      if (!f) fail_unknown_key(origin, *sec, key, secs);
+      if (key == "preset" && std::string(sec->name) == "model") continue;
+      assign(f->ref, value, name + "." + key, origin);
+    }
+  }
+}
+
+// ---- typed fields -> TOML text -------------------------------------------------------------
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back to the same double, always with a '.' or exponent (TOML float).
+std::string format_double(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, res.ptr);
+  const auto e = s.find('e');
+  if (e == std::string::npos) return s.find('.') == std::string::npos ? s + ".0" : s;
+  std::size_t digits = e + 1 + (s[e + 1] == '-' || s[e + 1] == '+');
+  while (digits + 1 < s.size() && s[digits] == '0') s.erase(digits, 1);  // 1e-04 -> 1e-4
+  return s;
+}
+
+std::string int_list(const std::vector<int>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+std::string render(const FieldRef& ref) {
+  return std::visit(
+      [](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, double>) return format_double(*v);
+        else if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return quote(*v);
+        else if constexpr (std::is_same_v<T, std::vector<int>>) return int_list(*v);
+        else return std::to_string(*v);
+      },
+      ref);
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+toml::value parse_toml(const std::string& text, const std::string& origin) {
+  std::istringstream is(text);
+  try {
+    return toml::parse(is, origin);
+  } catch (const std::exception& e) {  // toml::syntax_error and friends
+    DIT_FAIL(origin, ": invalid TOML: ", e.what());
+  }
+}
+
+}  // namespace
+
+bool ModelSection::operator==(const ModelSection& o) const {
+  // DiTConfig has no operator== of its own; every field is listed (keep in step with it).
+  const DiTConfig &a = dit, &b = o.dit;
+  return preset == o.preset && a.input_size == b.input_size && a.patch_size == b.patch_size &&
+         a.in_channels == b.in_channels && a.hidden_size == b.hidden_size && a.depth == b.depth &&
+         a.num_heads == b.num_heads && a.mlp_ratio == b.mlp_ratio &&
+         a.num_classes == b.num_classes && a.learn_sigma == b.learn_sigma &&
+         a.class_dropout_prob == b.class_dropout_prob &&
+         a.frequency_embedding_size == b.frequency_embedding_size &&
+         a.layernorm_eps == b.layernorm_eps;
+}
+
+RunConfig RunConfig::demo() {
+  // Keep configs/fashion_mnist.toml equal to this (a unit test compares the two).
+  RunConfig c;
+  DiTConfig& m = c.model.dit;
+  m.input_size = 32;  // 28x28 garments padded to 32
+  m.patch_size = 4;
+  m.in_channels = 1;
+  m.hidden_size = 128;
+  m.depth = 4;
+  m.num_heads = 4;
+  m.mlp_ratio = 4.0;
+  m.num_classes = 10;
+  m.learn_sigma = true;
+  m.class_dropout_prob = 0.1;
+  c.train.global_batch = 64;
+  c.train.micro_batch = 8;
+  c.train.steps = 1500;
+  c.train.lr = 1e-3;
+  c.train.warmup = 50;
+  c.train.grad_clip = 1.0;
+  c.train.ema_decay = 0.9999;
+  c.train.ema_warmup = true;  // a short run needs the warmed-up decay (see DESIGN.md, EMA)
+  c.train.log_every = 10;
+  c.train.sample_every = 0;
+  c.parallel.tp = 2;
+  c.parallel.pp = 4;
+  c.sample.num_steps = 50;
+  c.sample.sampler = "ddim";
+  c.sample.cfg_scale = 4.0;
+  c.sample.per_class = 8;
+  c.data.path = "data/fashion_mnist.h5";
+  c.data.prepare = "fashion-mnist";
+  c.run.dir = "runs/fashion_mnist";
+  return c;
+}
+
+// Keys a file leaves out keep the struct defaults (config.h), not demo()'s values.
+RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
+  const toml::value root = parse_toml(text, origin);
+  RunConfig c;
+  apply_document(c, root, origin);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+  return c;
+}
+
+RunConfig RunConfig::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DIT_CHECK(in, "cannot open config file '", path, "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_toml(text.str(), path);
+}
+
+// Does not validate: several --set may pass through an inconsistent state (micro_batch raised
+// before global_batch); the caller validates once all overrides are in.
+void RunConfig::set(const std::string& assignment) {
+  const std::string origin = "--set " + assignment;
+  const auto eq = assignment.find('=');
+  DIT_CHECK(eq != std::string::npos, origin,
+            ": expected section.key=value (e.g. --set train.lr=1e-4), found no '='");
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string raw = trim(assignment.substr(eq + 1));
+  const auto dot = key.find('.');
+  DIT_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < key.size() &&
+                key.find('.', dot + 1) == std::string::npos,
+            origin, ": the key '", key, "' must be section.key (e.g. train.lr)");
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+
+  // The value in TOML syntax; when that fails it is a bare string (--set run.dir=out/x). A string
+  // key also takes the raw text when the value reads as another type (--set run.dir=2024).
+  toml::value value;
+  bool parsed = false;
+  try {
+    std::istringstream is("x = " + raw);
+    const toml::value doc = toml::parse(is, origin);
+    if (doc.as_table().size() == 1 && doc.contains("x")) value = doc.at("x"), parsed = true;
+  } catch (const std::exception&) {
+  }
+  const std::vector<Section> secs = sections(*this);
+  const Section* sec = find_section(secs, section);
+  const Field* f = sec ? find_field(*sec, name) : nullptr;
+  if (!parsed || (f && std::holds_alternative<std::string*>(f->ref) && !value.is_string()))
+    value = toml::value(raw);
+
+  toml::table entry, doc;
+  entry[name] = value;
+  doc[section] = toml::value(entry);
+  apply_document(*this, toml::value(doc), origin);
+}
+
+std::string RunConfig::to_toml() const {
+  RunConfig copy = *this;  // sections() hands out mutable pointers; read them from a copy
+  std::ostringstream os;
+  os << "# dit_mp run configuration, resolved: every key of every section.\n";
+  for (const Section& sec : sections(copy)) {
+    os << "\n[" << sec.name << "]\n";
+    if (std::string(sec.name) == "model")
+      os << "# a preset sets depth/hidden_size/num_heads/patch_size; keys given here override it\n";
+    for (const Field& f : sec.fields) os << f.key << " = " << render(f.ref) << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+
+template <class T>
+std::string show(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+std::string show(const std::string& v) { return quote(v); }
+
+// Fails with "key = value: expected <what>" unless `ok`.
+template <class T>
+void require(bool ok, const std::string& key, const T& value, const std::string& what) {
+  if (!ok) DIT_FAIL(key, " = ", show(value), ": expected ", what);
+}
+
+void require_one_of(const std::string& key, const std::string& value,
+                    const std::vector<std::string>& allowed) {
+  require(std::find(allowed.begin(), allowed.end(), value) != allowed.end(), key, value,
+          "one of " + join(allowed));
+}
+
+// Checks that hold for every field of a type: floats are finite, seeds fit a TOML integer.
+void validate_representable(RunConfig copy) {
+  for (const Section& sec : sections(copy))
+    for (const Field& f : sec.fields) {
+      const std::string key = std::string(sec.name) + "." + f.key;
+      if (auto* d = std::get_if<double*>(&f.ref))
+        require(std::isfinite(**d), key, **d, "a finite number");
+      if (auto* u = std::get_if<std::uint64_t*>(&f.ref))
+        require(**u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), key,
+                **u, "an integer in [0, 2^63 - 1] (TOML integers are signed 64-bit)");
+    }
+}
+
+void validate_model(const ModelSection& m) {
+  if (!m.preset.empty()) {
+    try {
+      dit_preset(m.preset);
+    } catch (const Error&) {
+      require(false, "model.preset", m.preset,
+              "one of " + join(dit_preset_names()) + " (or \"\" for the explicit sizes)");
+    }
+  }
+  m.dit.validate();
+}
+
+void validate_train(const TrainSection& t) {
+  require(t.global_batch >= 1, "train.global_batch", t.global_batch, "an integer >= 1");
+  require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "an integer >= 1");
+  require(t.micro_batch <= t.global_batch, "train.micro_batch", t.micro_batch,
+          "a value <= train.global_batch = " + show(t.global_batch));
+  require(t.steps >= 1, "train.steps", t.steps, "an integer >= 1");
+  require(t.lr > 0, "train.lr", t.lr, "a value > 0");
+  require(t.warmup >= 0, "train.warmup", t.warmup, "an integer >= 0 (0 = no warmup)");
+  require_one_of("train.lr_schedule", t.lr_schedule, {"constant", "cosine"});
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", t.min_lr,
+          "a value in [0, train.lr = " + show(t.lr) + "]");
+  require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "a value >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "a value in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "a value in [0, 1)");
+  require(t.eps > 0, "train.eps", t.eps, "a value > 0");
+  require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "a value >= 0 (0 = no clipping)");
+  require(t.ema_decay >= 0 && t.ema_decay < 1, "train.ema_decay", t.ema_decay,
+          "a value in [0, 1)");
+  require(t.log_every >= 1, "train.log_every", t.log_every, "an integer >= 1");
+  require(t.sample_every >= 0, "train.sample_every", t.sample_every,
+          "an integer >= 0 (0 = only at the end)");
+  require(t.peak_tflops > 0, "train.peak_tflops", t.peak_tflops, "a value > 0");
+  require_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
+  require_one_of("train.backend", t.backend, {"cpu", "cuda"});
+  require(t.precision == "fp32" || t.backend == "cuda", "train.precision", t.precision,
+          "fp32 with train.backend = \"cpu\" (bf16 and fp16 need the cuda backend)");
+}
+
+void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
+  require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
+  require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
+  require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe"});
+  // Tensor parallelism splits whole heads and the MLP width (DESIGN.md, TP split).
+  require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of model.num_heads = " + show(m.num_heads));
+  require(m.mlp_hidden() % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of the MLP width " + show(m.mlp_hidden()) + " (model.hidden_size x mlp_ratio)");
+  if (p.pp_layers.empty()) {
+    require(p.pp <= m.depth, "parallel.pp", p.pp,
+            "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
+    return;
+  }
+  int sum = 0;
+  for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
+    require(p.pp_layers[i] >= 1, "parallel.pp_layers[" + show(i) + "]", p.pp_layers[i],
+            "an integer >= 1 (every stage needs a block)");
+    sum += p.pp_layers[i];
+  }
+  const std::string layers = int_list(p.pp_layers);
+  if (static_cast<int>(p.pp_layers.size()) != p.pp)
+    DIT_FAIL("parallel.pp_layers = ", layers, ": expected one entry per stage (parallel.pp = ",
+             p.pp, "), got ", p.pp_layers.size());
+  if (sum != m.depth)
+    DIT_FAIL("parallel.pp_layers = ", layers, ": expected blocks summing to model.depth = ",
+             m.depth, ", got ", sum);
+}
+
+void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
+  require(s.num_steps >= 1 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
+          "an integer in [1, diffusion.steps = " + show(diffusion_steps) + "]");
+  require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
+  require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
+  require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
+  for (std::size_t i = 0; i < s.classes.size(); ++i)
+    require(s.classes[i] >= 0 && s.classes[i] < num_classes, "sample.classes[" + show(i) + "]",
+            s.classes[i], "a class in [0, model.num_classes = " + show(num_classes) + ")");
+}
+
+}  // namespace
+
+void RunConfig::validate() const {
+  validate_representable(*this);
+  validate_model(model);
+  require(diffusion.steps >= 1, "diffusion.steps", diffusion.steps, "an integer >= 1");
+  validate_train(train);
+  validate_parallel(parallel, model.dit);
+  require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");
+  require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
+  require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
+  validate_sample(sample, diffusion.steps, model.dit.num_classes);
+  require(!run.dir.empty(), "run.dir", run.dir, "a folder for the run's outputs");
+}
+
+}  // namespace dit

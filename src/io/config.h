@@ -1,0 +1,102 @@
+// The run configuration: typed sections with defaults, read from TOML (toml11), overridden by
+// command-line flags and `--set section.key=value`, validated with messages that name the key and
+// the allowed values, and written back as TOML (the resolved config saved in the run folder).
+// With no file, the defaults are the Fashion-MNIST demo (configs/fashion_mnist.toml).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/dit_config.h"
+
+namespace dit {
+
+struct ModelSection {
+  std::string preset;  // "DiT-XL/2" etc.; empty = the explicit sizes below
+  DiTConfig dit;       // explicit sizes (a preset overwrites depth/hidden/heads/patch)
+  bool operator==(const ModelSection&) const;  // field by field (DiTConfig has no ==)
+};
+
+struct DiffusionSection {
+  int steps = 1000;  // training timesteps (linear betas); learn_sigma lives in [model]
+  bool operator==(const DiffusionSection&) const = default;
+};
+
+struct TrainSection {
+  std::int64_t global_batch = 128;
+  int micro_batch = 16;
+  std::int64_t steps = 1000;
+  double lr = 1e-3;
+  std::int64_t warmup = 0;
+  std::string lr_schedule = "constant";  // constant | cosine
+  double min_lr = 0.0;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = off
+  double ema_decay = 0.9999;
+  bool ema_warmup = true;
+  std::uint64_t seed = 0;
+  int log_every = 10;
+  int sample_every = 0;  // 0 = only at the end
+  double peak_tflops = 0.215;  // per rank, for MFU; default: this machine class's fp32 CPU ceiling
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (bf16/fp16 need the CUDA backend)
+  std::string backend = "cpu";     // cpu | cuda
+  bool operator==(const TrainSection&) const = default;
+};
+
+struct ParallelSection {
+  int tp = 1, pp = 1;
+  std::string schedule = "1f1b";  // 1f1b | gpipe
+  std::vector<int> pp_layers;     // blocks per stage; empty = balanced
+  bool operator==(const ParallelSection&) const = default;
+};
+
+struct DataSection {
+  std::string path = "data/fashion_mnist.h5";  // HDF5 dataset (see io/h5_dataset.h)
+  std::string prepare = "fashion-mnist";        // what to prepare when `path` is missing: fashion-mnist | none
+  double latent_scale = 0.18215;                // used when the file holds latents
+  bool operator==(const DataSection&) const = default;
+};
+
+struct SampleSection {
+  int num_steps = 50;          // sampler steps
+  std::string sampler = "ddim";  // ddim | ddpm
+  double cfg_scale = 4.0;
+  int per_class = 8;           // images per class row of the grid
+  std::vector<int> classes;    // empty = every class
+  bool cfg_official = false;   // guide only the first 3 channels, as the official sampler
+  std::uint64_t seed = 0;
+  bool operator==(const SampleSection&) const = default;
+};
+
+struct RunSection {
+  std::string dir = "runs/fashion_mnist";
+  bool overwrite = false;
+  bool operator==(const RunSection&) const = default;
+};
+
+struct RunConfig {
+  ModelSection model;
+  DiffusionSection diffusion;
+  TrainSection train;
+  ParallelSection parallel;
+  DataSection data;
+  SampleSection sample;
+  RunSection run;
+
+  // The Fashion-MNIST demo: a small DiT on 32x32 padded garments, 10 classes.
+  static RunConfig demo();
+  // Parses TOML text; `origin` names the source in messages. Unknown keys, wrong types and
+  // out-of-range values throw naming the key.
+  static RunConfig from_toml(const std::string& text, const std::string& origin);
+  static RunConfig from_file(const std::string& path);
+  // Applies "section.key=value" (the value in TOML syntax, or a bare string). Does not validate:
+  // call validate() once every override is in.
+  void set(const std::string& assignment);
+  void validate() const;
+  std::string to_toml() const;
+  bool operator==(const RunConfig&) const = default;
+};
+
+}  // namespace dit

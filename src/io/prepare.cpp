@@ -1,0 +1,524 @@
+// Dataset-file writers (see prepare.h): readers for IDX gz, image folders (stb_image) and .npy
+// files, and one SchemaWriter that lays out the HDF5 schema of h5_dataset.h under a temporary
+// name and renames the finished file into place.
+#include "io/prepare.h"
+
+#include <hdf5.h>
+#include <stb/stb_image.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "io/h5.h"
+#include "io/h5_dataset.h"
+
+namespace dit {
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_target(const std::string& out, Overwrite overwrite) {
+  DIT_CHECK(overwrite == Overwrite::Yes || !fs::exists(out), out,
+            ": already exists; pass overwrite to replace it");
+  fs::path dir = fs::path(out).parent_path();
+  if (dir.empty()) dir = ".";
+  DIT_CHECK(fs::is_directory(dir), out, ": folder '", dir.string(), "' does not exist");
+}
+
+// --- HDF5 writing ------------------------------------------------------------------------------
+
+void write_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,
+                const void* value, hsize_t count, const std::string& where) {
+  h5::Handle space(count == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr),
+                   H5Sclose);
+  h5::Handle a(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+               H5Aclose);
+  DIT_CHECK(bool(a), where, ": cannot create attribute '", name, "'");
+  DIT_H5_CHECK(H5Awrite(a.get(), mem_type, value), where, " @", name);
+}
+
+// Variable-length UTF-8 strings: h5py reads them as str. count = 0 writes one scalar string.
+void write_attr_strings(hid_t obj, const std::string& name, const std::vector<std::string>& v,
+                        bool scalar, const std::string& where) {
+  h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  std::vector<const char*> ptrs;
+  for (const auto& s : v) ptrs.push_back(s.c_str());
+  write_attr(obj, name, type.get(), type.get(), ptrs.data(), scalar ? 0 : hsize_t(v.size()), where);
+}
+
+struct Layout {
+  std::int64_t n = 0;
+  int c = 0, h = 0, w = 0;
+  bool latents = false;  // float32 latents, else uint8 images
+  std::int64_t sample() const { return std::int64_t(c) * h * w; }
+};
+
+// Creates <out>.tmp-<pid>, takes sample slabs, then labels and attributes, and renames the file
+// into place in finish(). Destroyed unfinished (an exception), it removes the temporary file.
+class SchemaWriter {
+ public:
+  SchemaWriter(const std::string& out, Overwrite overwrite, const Layout& layout)
+      : out_(out), tmp_(out + ".tmp-" + std::to_string(::getpid())), layout_(layout) {
+    check_target(out, overwrite);
+    h5::silence_errors();
+    h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    // 1.8 format or newer: dense attribute storage, so long class_names lists fit.
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    file_ = h5::Handle(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    DIT_CHECK(bool(file_), tmp_, ": cannot create HDF5 file");
+    const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
+                             hsize_t(layout.w)};
+    h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+    images_ =
+        h5::Handle(H5Dcreate2(file_.get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
+                              space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+    DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images'");
+  }
+  ~SchemaWriter() {
+    if (done_) return;
+    images_.reset();
+    file_.reset();
+    std::error_code ec;
+    fs::remove(tmp_, ec);
+  }
+  SchemaWriter(const SchemaWriter&) = delete;
+  SchemaWriter& operator=(const SchemaWriter&) = delete;
+
+  hid_t file() const { return file_.get(); }
+
+  // Samples [first, first + count): uint8 or float32 (as the layout says), (count, C, H, W).
+  void write(std::int64_t first, std::int64_t count, const void* data) {
+    if (count == 0) return;
+    const hsize_t start[4] = {hsize_t(first), 0, 0, 0};
+    const hsize_t size[4] = {hsize_t(count), hsize_t(layout_.c), hsize_t(layout_.h),
+                             hsize_t(layout_.w)};
+    h5::Handle fspace(H5Dget_space(images_.get()), H5Sclose);
+    DIT_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, size, nullptr),
+                 tmp_, " images");
+    h5::Handle mspace(H5Screate_simple(4, size, nullptr), H5Sclose);
+    DIT_H5_CHECK(H5Dwrite(images_.get(), layout_.latents ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8,
+                          mspace.get(), fspace.get(), H5P_DEFAULT, data),
+                 tmp_, ": write samples ", first, "..", first + count - 1);
+  }
+
+  PrepareResult finish(const std::vector<std::int32_t>& labels, int num_classes,
+                       const std::string& source) {
+    DIT_CHECK(std::int64_t(labels.size()) == layout_.n, tmp_, ": ", labels.size(), " labels for ",
+              layout_.n, " samples");
+    const hsize_t n = labels.size();
+    h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    h5::Handle d(H5Dcreate2(file_.get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                            H5P_DEFAULT, H5P_DEFAULT),
+                 H5Dclose);
+    DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels'");
+    DIT_H5_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()),
+                 tmp_, ": write labels");
+    d.reset();
+    const std::int64_t classes = num_classes;
+    write_attr(file(), "num_classes", H5T_STD_I64LE, H5T_NATIVE_INT64, &classes, 0, tmp_);
+    write_attr_strings(file(), "kind", {layout_.latents ? "latents" : "images"}, true, tmp_);
+    write_attr_strings(file(), "source", {source}, true, tmp_);
+    images_.reset();
+    DIT_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), tmp_, ": flush");
+    file_.reset();
+    std::error_code ec;
+    fs::rename(tmp_, out_, ec);
+    DIT_CHECK(!ec, out_, ": cannot rename ", tmp_, " into place (", ec.message(), ")");
+    done_ = true;
+    return PrepareResult{out_, layout_.n, num_classes};
+  }
+
+ private:
+  std::string out_, tmp_;
+  Layout layout_;
+  h5::Handle file_, images_;
+  bool done_ = false;
+};
+
+// --- IDX (gz) ----------------------------------------------------------------------------------
+
+struct GzCloser {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+using GzPtr = std::unique_ptr<gzFile_s, GzCloser>;
+
+// Reads up to n bytes (fewer only at the end of the stream); a zlib error throws.
+std::size_t gz_read(gzFile f, void* buf, std::size_t n, const std::string& path) {
+  std::size_t got = 0;
+  while (got < n) {
+    const unsigned chunk = unsigned(std::min<std::size_t>(n - got, std::size_t(1) << 30));
+    const int r = gzread(f, static_cast<char*>(buf) + got, chunk);
+    int code = 0;
+    const char* msg = gzerror(f, &code);
+    DIT_CHECK(r >= 0 && (code == Z_OK || code == Z_BUF_ERROR || code == Z_STREAM_END), path,
+              ": cannot decompress (", msg, ")");
+    if (r == 0) break;
+    got += std::size_t(r);
+  }
+  return got;
+}
+
+struct Idx {
+  std::vector<std::uint32_t> dims;
+  std::vector<std::uint8_t> data;
+};
+
+// An IDX file of unsigned bytes: big-endian magic 0x000008<ndims>, then ndims big-endian sizes.
+Idx read_idx(const std::string& path, int ndims, const char* what) {
+  GzPtr f(gzopen(path.c_str(), "rb"));
+  DIT_CHECK(f != nullptr, path, ": cannot open (", std::strerror(errno), ")");
+  std::uint8_t head[4 + 4 * 3] = {0};
+  const std::size_t head_bytes = std::size_t(4 + 4 * ndims);
+  DIT_CHECK(gz_read(f.get(), head, head_bytes, path) == head_bytes, path,
+            ": truncated IDX header, expected ", head_bytes, " bytes");
+  auto be32 = [&](int i) {
+    return std::uint32_t(head[i]) << 24 | std::uint32_t(head[i + 1]) << 16 |
+           std::uint32_t(head[i + 2]) << 8 | std::uint32_t(head[i + 3]);
+  };
+  const std::uint32_t magic = be32(0), expected = 0x800u + std::uint32_t(ndims);
+  char hex[2][16];
+  std::snprintf(hex[0], sizeof hex[0], "0x%08x", magic);
+  std::snprintf(hex[1], sizeof hex[1], "0x%08x", expected);
+  DIT_CHECK(magic == expected, path, ": bad IDX magic ", hex[0], ", expected ", hex[1], " (", what,
+            ")");
+  Idx idx;
+  std::uint64_t total = 1;
+  for (int i = 0; i < ndims; ++i) {
+    idx.dims.push_back(be32(4 + 4 * i));
+    total *= idx.dims.back();
+  }
+  // Checked before allocating: the header is untrusted. 256 MiB is 5x the MNIST train split.
+  DIT_CHECK(total <= (std::uint64_t(1) << 28), path, ": IDX sizes claim ", total,
+            " bytes, more than any MNIST-style split (expected at most 2^28)");
+  idx.data.resize(std::size_t(total));
+  const std::size_t got = gz_read(f.get(), idx.data.data(), idx.data.size(), path);
+  DIT_CHECK(got == idx.data.size(), path, ": truncated: the header promises ", total,
+            " bytes of data, the file holds ", got);
+  std::uint8_t extra = 0;
+  DIT_CHECK(gz_read(f.get(), &extra, 1, path) == 0, path, ": trailing data after the ", total,
+            " bytes the header promises");
+  return idx;
+}
+
+}  // namespace
+
+PrepareResult prepare_fashion_mnist(const std::string& src_dir, const std::string& out_path,
+                                    const std::string& split, Overwrite overwrite) {
+  DIT_CHECK(split == "train" || split == "test", "fashion-mnist split '", split,
+            "', expected 'train' or 'test'");
+  check_target(out_path, overwrite);
+  const std::string stem = (fs::path(src_dir) / (split == "train" ? "train" : "t10k")).string();
+  const std::string images_path = stem + "-images-idx3-ubyte.gz";
+  const std::string labels_path = stem + "-labels-idx1-ubyte.gz";
+  const Idx images = read_idx(images_path, 3, "an IDX images file");
+  const Idx labels = read_idx(labels_path, 1, "an IDX labels file");
+  const std::uint32_t n = images.dims[0];
+  DIT_CHECK(images.dims[1] == 28 && images.dims[2] == 28, images_path, ": images are ",
+            images.dims[1], "x", images.dims[2], ", expected 28x28");
+  DIT_CHECK(n >= 1, images_path, ": holds no images");
+  DIT_CHECK(labels.dims[0] == n, labels_path, ": holds ", labels.dims[0], " labels but ",
+            images_path, " holds ", n, " images, expected equal counts");
+  std::vector<std::int32_t> y(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    DIT_CHECK(labels.data[i] < 10, labels_path, ": label[", i, "] = ", int(labels.data[i]),
+              ", expected 0..9");
+    y[i] = labels.data[i];
+  }
+  // Centre each 28x28 image on a 32x32 zero canvas (2 pixels each side).
+  std::vector<std::uint8_t> padded(std::size_t(n) * 32 * 32, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int r = 0; r < 28; ++r)
+      std::memcpy(&padded[(i * 32 + r + 2) * 32 + 2], &images.data[(i * 28 + r) * 28], 28);
+  SchemaWriter writer(out_path, overwrite, Layout{n, 1, 32, 32, false});
+  writer.write(0, n, padded.data());
+  return writer.finish(y, 10, "fashion-mnist " + split);
+}
+
+// --- image folders -------------------------------------------------------------------------------
+
+namespace {
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+// Area-average weights: output o covers source [o * s, (o + 1) * s), s = src / dst.
+struct Tap {
+  int index;
+  float weight;
+};
+std::vector<std::vector<Tap>> area_weights(int src, int dst) {
+  std::vector<std::vector<Tap>> taps(static_cast<std::size_t>(dst));
+  const double s = double(src) / dst;
+  for (int o = 0; o < dst; ++o) {
+    const double lo = o * s, hi = (o + 1) * s;
+    for (int i = int(std::floor(lo)); i < std::min(src, int(std::ceil(hi))); ++i) {
+      const double overlap = std::min<double>(i + 1, hi) - std::max<double>(i, lo);
+      if (overlap > 1e-12) taps[std::size_t(o)].push_back({i, float(overlap / s)});
+    }
+  }
+  return taps;
+}
+
+// Decodes one image to RGB, centre-crops a square and resizes it to (3, size, size) uint8.
+void load_square(const std::string& path, int size, std::uint8_t* out) {
+  int w = 0, h = 0, comp = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(stbi_load(path.c_str(), &w, &h, &comp, 3),
+                                                stbi_image_free);
+  DIT_CHECK(rgb != nullptr, path, ": cannot read image (", stbi_failure_reason(), ")");
+  const int side = std::min(w, h), x0 = (w - side) / 2, y0 = (h - side) / 2;
+  const auto taps = area_weights(side, size);
+  std::vector<float> rows(std::size_t(side) * size * 3, 0.0f);  // (side, size, 3): x resized
+  for (int y = 0; y < side; ++y)
+    for (int ox = 0; ox < size; ++ox)
+      for (const Tap& t : taps[std::size_t(ox)])
+        for (int c = 0; c < 3; ++c)
+          rows[(std::size_t(y) * size + ox) * 3 + c] +=
+              t.weight * rgb.get()[(std::size_t(y0 + y) * w + x0 + t.index) * 3 + c];
+  for (int oy = 0; oy < size; ++oy)
+    for (int ox = 0; ox < size; ++ox)
+      for (int c = 0; c < 3; ++c) {
+        float v = 0;
+        for (const Tap& t : taps[std::size_t(oy)])
+          v += t.weight * rows[(std::size_t(t.index) * size + ox) * 3 + c];
+        out[(std::size_t(c) * size + oy) * size + ox] =
+            std::uint8_t(std::clamp(std::floor(v + 0.5f), 0.0f, 255.0f));
+      }
+}
+
+}  // namespace
+
+PrepareResult prepare_images(const std::string& dir, const std::string& out_path, int size,
+                             Overwrite overwrite) {
+  DIT_CHECK(size >= 1 && size <= 4096, "image size ", size, ", expected 1..4096");
+  DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
+  check_target(out_path, overwrite);
+  std::vector<std::string> classes;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string()[0] != '.')  // skip .git, .cache, ...
+      classes.push_back(e.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  DIT_CHECK(!classes.empty(), dir,
+            ": no class sub-folders, expected one folder of images per class");
+  std::vector<std::string> files;
+  std::vector<std::int32_t> labels;
+  std::vector<std::size_t> per_class(classes.size(), 0);
+  for (std::size_t k = 0; k < classes.size(); ++k) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(fs::path(dir) / classes[k]))
+      if (e.is_regular_file() && is_image_file(e.path())) found.push_back(e.path().string());
+    std::sort(found.begin(), found.end());
+    per_class[k] = found.size();
+    for (auto& f : found) {
+      files.push_back(std::move(f));
+      labels.push_back(std::int32_t(k));
+    }
+  }
+  DIT_CHECK(!files.empty(), dir, ": no images at all (.png/.jpg/.jpeg) in ", classes.size(),
+            " class folders");
+  for (std::size_t k = 0; k < classes.size(); ++k)
+    DIT_CHECK(per_class[k] > 0, (fs::path(dir) / classes[k]).string(),
+              ": class folder holds no .png/.jpg/.jpeg images");
+
+  const std::int64_t n = std::int64_t(files.size());
+  SchemaWriter writer(out_path, overwrite, Layout{n, 3, size, size, false});
+  const std::int64_t sample = 3 * std::int64_t(size) * size;
+  const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / sample);
+  std::vector<std::uint8_t> buf(std::size_t(std::min(batch, n) * sample));
+  for (std::int64_t first = 0; first < n; first += batch) {
+    const std::int64_t count = std::min(batch, n - first);
+    for (std::int64_t i = 0; i < count; ++i)
+      load_square(files[std::size_t(first + i)], size, &buf[std::size_t(i * sample)]);
+    writer.write(first, count, buf.data());
+  }
+  write_attr_strings(writer.file(), "class_names", classes, false, out_path);
+  return writer.finish(labels, int(classes.size()), "image folder " + dir);
+}
+
+// --- .npy latents --------------------------------------------------------------------------------
+
+namespace {
+
+struct Npy {
+  std::string descr;
+  std::vector<std::int64_t> shape;
+  std::vector<char> data;  // little-endian payload, C order
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+// The value text after 'key': in a .npy header dict such as
+// {'descr': '<f4', 'fortran_order': False, 'shape': (1, 4, 32, 32), }
+std::string npy_field(const std::string& header, const std::string& key, const std::string& path) {
+  std::size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) at = header.find("\"" + key + "\"");
+  DIT_CHECK(at != std::string::npos, path, ": .npy header lacks '", key, "': ", header);
+  at = header.find(':', at);
+  if (at != std::string::npos) at = header.find_first_not_of(' ', at + 1);
+  DIT_CHECK(at != std::string::npos, path, ": malformed .npy header: ", header);
+  const char open = header[at];
+  const bool quoted = open == '\'' || open == '"';
+  const std::size_t begin = quoted || open == '(' ? at + 1 : at;
+  const std::size_t end = quoted        ? header.find(open, begin)
+                          : open == '(' ? header.find(')', begin)
+                                        : header.find_first_of(", }", begin);
+  DIT_CHECK(end != std::string::npos, path, ": malformed .npy header: ", header);
+  return header.substr(begin, end - begin);
+}
+
+Npy read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DIT_CHECK(in.good(), path, ": cannot open");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  DIT_CHECK(bytes.size() >= 10 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0, path,
+            ": not a .npy file (expected the magic \\x93NUMPY)");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  DIT_CHECK(major >= 1 && major <= 3, path, ": .npy version ", major, ", expected 1, 2 or 3");
+  auto byte = [&](std::size_t i) { return std::size_t(static_cast<unsigned char>(bytes[i])); };
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  DIT_CHECK(bytes.size() >= prefix, path, ": truncated .npy header");
+  const std::size_t header_len = major == 1
+                                     ? byte(8) | byte(9) << 8
+                                     : byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24;
+  DIT_CHECK(bytes.size() >= prefix + header_len, path, ": truncated .npy header");
+  const std::string header(bytes.data() + prefix, header_len);
+  Npy npy;
+  npy.descr = npy_field(header, "descr", path);
+  DIT_CHECK(npy_field(header, "fortran_order", path) == "False", path,
+            ": fortran_order arrays are not supported, expected fortran_order False");
+  const std::string shape = npy_field(header, "shape", path);
+  for (std::size_t at = 0; at < shape.size();) {
+    const std::size_t digit = shape.find_first_of("0123456789", at);
+    if (digit == std::string::npos) break;
+    std::size_t end = shape.find_first_not_of("0123456789", digit);
+    if (end == std::string::npos) end = shape.size();
+    DIT_CHECK(end - digit <= 12, path, ": implausible .npy shape (", shape, ")");
+    npy.shape.push_back(std::stoll(shape.substr(digit, end - digit)));
+    DIT_CHECK(npy.numel() <= (std::int64_t(1) << 30), path, ": implausible .npy shape (", shape,
+              ")");
+    at = end;
+  }
+  // descr is byte order + kind + item size: '<f4', '<i8', '|u1'.
+  const std::string bits = npy.descr.size() >= 3 ? npy.descr.substr(2) : "";
+  DIT_CHECK(!bits.empty() && bits.size() <= 2 &&
+                bits.find_first_not_of("0123456789") == std::string::npos,
+            path, ": unsupported .npy dtype '", npy.descr, "'");
+  const std::size_t item = std::size_t(std::stoi(bits));
+  const std::size_t want = std::size_t(npy.numel()) * item;
+  DIT_CHECK(bytes.size() - prefix - header_len == want, path, ": holds ",
+            bytes.size() - prefix - header_len, " bytes of data, expected ", want, " for ",
+            npy.descr, " of shape (", shape, ")");
+  npy.data.assign(bytes.begin() + std::ptrdiff_t(prefix + header_len), bytes.end());
+  return npy;
+}
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// Counts <i>.npy files (i a decimal without leading zeros) and checks they are 0..N-1.
+std::int64_t count_indexed(const std::string& dir) {
+  DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
+  std::vector<std::int64_t> found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 5 || name.substr(name.size() - 4) != ".npy") continue;
+    const std::string stem = name.substr(0, name.size() - 4);
+    if (stem.size() > 12 || stem.find_first_not_of("0123456789") != std::string::npos ||
+        (stem.size() > 1 && stem[0] == '0'))
+      continue;
+    found.push_back(std::stoll(stem));
+  }
+  DIT_CHECK(!found.empty(), dir, ": holds no <i>.npy files");
+  std::sort(found.begin(), found.end());
+  for (std::size_t i = 0; i < found.size(); ++i)
+    DIT_CHECK(found[i] == std::int64_t(i), (fs::path(dir) / (std::to_string(i) + ".npy")).string(),
+              " is missing, expected 0.npy .. ", found.back(), ".npy without gaps");
+  return std::int64_t(found.size());
+}
+
+}  // namespace
+
+PrepareResult prepare_latents(const std::string& features_dir, const std::string& labels_dir,
+                              const std::string& out_path, double latent_scale, Overwrite overwrite,
+                              int num_classes) {
+  DIT_CHECK(std::isfinite(latent_scale) && latent_scale > 0, "latent scale ", latent_scale,
+            ", expected a finite number > 0");
+  DIT_CHECK(num_classes >= 0, "num_classes ", num_classes, ", expected >= 1 (or 0: max label + 1)");
+  check_target(out_path, overwrite);
+  const std::int64_t n = count_indexed(features_dir);
+  const std::int64_t n_labels = count_indexed(labels_dir);
+  DIT_CHECK(n_labels == n, labels_dir, ": holds ", n_labels, " label files but ", features_dir,
+            " holds ", n, " feature files, expected equal counts");
+  auto feature = [&](std::int64_t i) {
+    const std::string path = (fs::path(features_dir) / (std::to_string(i) + ".npy")).string();
+    Npy x = read_npy(path);
+    DIT_CHECK(x.descr == "<f4", path, ": dtype '", x.descr, "', expected '<f4' (float32)");
+    DIT_CHECK(x.shape.size() == 4 && x.shape[0] == 1 && x.numel() > 0 && x.numel() <= (1 << 26),
+              path, ": shape ", shape_str(x.shape), ", expected (1, C, H, W)");
+    return std::pair{path, std::move(x)};
+  };
+  const auto first = feature(0);
+  const std::vector<std::int64_t> chw = first.second.shape;
+  const std::int64_t sample = first.second.numel();
+  SchemaWriter writer(out_path, overwrite, Layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true});
+  const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(16) << 20) / sample);
+  std::vector<float> buf(std::size_t(std::min(batch, n) * sample));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  std::int64_t max_label = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto [path, x] = i == 0 ? first : feature(i);
+    DIT_CHECK(x.shape == chw, path, ": shape ", shape_str(x.shape), ", expected ", shape_str(chw),
+              " like 0.npy");
+    std::memcpy(&buf[std::size_t((i % batch) * sample)], x.data.data(), x.data.size());
+    if ((i + 1) % batch == 0 || i + 1 == n) writer.write(i - i % batch, i % batch + 1, buf.data());
+
+    const std::string lpath = (fs::path(labels_dir) / (std::to_string(i) + ".npy")).string();
+    const Npy y = read_npy(lpath);
+    DIT_CHECK((y.descr == "<i8" || y.descr == "<i4") && y.numel() == 1, lpath, ": ", y.descr, " ",
+              shape_str(y.shape), ", expected one '<i8' or '<i4' label of shape (1,)");
+    std::int64_t v = 0;
+    if (y.descr == "<i8")
+      std::memcpy(&v, y.data.data(), 8);
+    else {
+      std::int32_t v32 = 0;
+      std::memcpy(&v32, y.data.data(), 4);
+      v = v32;
+    }
+    DIT_CHECK(v >= 0 && v<(num_classes > 0 ? num_classes : (1 << 24)), lpath, ": label ", v,
+                          ", expected 0 <= label < ", num_classes> 0
+                  ? num_classes
+                  : (1 << 24));
+    labels[std::size_t(i)] = std::int32_t(v);
+    max_label = std::max(max_label, v);
+  }
+  const double scale = latent_scale;
+  write_attr(writer.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, out_path);
+  return writer.finish(labels, num_classes > 0 ? num_classes : int(max_label + 1),
+                       "fast-DiT latents " + features_dir);
+}
+
+}  // namespace dit

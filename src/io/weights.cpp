@@ -1,0 +1,68 @@
+// Weights files (see weights.h).
+#include "io/weights.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "io/golden.h"
+#include "io/h5.h"
+#include "layers/dit_stage.h"
+
+namespace dit {
+
+namespace {
+void write_attr(hid_t obj, const char* name, hid_t type, const void* value) {
+  h5::Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  h5::Handle a(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  DIT_CHECK(bool(a) && H5Awrite(a.get(), type, value) >= 0, "cannot write attribute ", name);
+}
+void attr_int(hid_t obj, const char* name, long long v) { write_attr(obj, name, H5T_NATIVE_LLONG, &v); }
+void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, H5T_NATIVE_DOUBLE, &v); }
+}  // namespace
+
+void save_weights(const std::string& path, const DiTConfig& cfg,
+                  const std::map<std::string, std::vector<float>>& tensors) {
+  h5::silence_errors();
+  const std::string tmp = path + ".tmp";
+  {
+    h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    DIT_CHECK(bool(f), tmp, ": cannot create");
+    h5::Handle c(H5Gcreate2(f.get(), "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    attr_int(c.get(), "input_size", cfg.input_size);
+    attr_int(c.get(), "patch_size", cfg.patch_size);
+    attr_int(c.get(), "in_channels", cfg.in_channels);
+    attr_int(c.get(), "hidden_size", cfg.hidden_size);
+    attr_int(c.get(), "depth", cfg.depth);
+    attr_int(c.get(), "num_heads", cfg.num_heads);
+    attr_double(c.get(), "mlp_ratio", cfg.mlp_ratio);
+    attr_int(c.get(), "num_classes", cfg.num_classes);
+    attr_int(c.get(), "learn_sigma", cfg.learn_sigma ? 1 : 0);
+    attr_double(c.get(), "class_dropout_prob", cfg.class_dropout_prob);
+    attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
+    attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
+    h5::Handle w(H5Gcreate2(f.get(), "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    const auto specs = [&] {
+      std::map<std::string, Shape> shapes;
+      for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
+      return shapes;
+    }();
+    for (const auto& [name, values] : tensors) {
+      const Shape& s = specs.at(name);
+      hsize_t dims[kMaxDims];
+      for (int i = 0; i < s.rank; ++i) dims[i] = static_cast<hsize_t>(s.dims[i]);
+      h5::Handle space(H5Screate_simple(s.rank, dims, nullptr), H5Sclose);
+      h5::Handle d(H5Dcreate2(w.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                              H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+      DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
+                tmp, ": cannot write ", name);
+    }
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+DiTConfig read_weights_config(const std::string& path) { return GoldenFile(path).config(); }
+
+void load_weights(const std::string& path, ParamSet& ps) { GoldenFile(path).load_params(ps, "/weights"); }
+
+}  // namespace dit

@@ -1,0 +1,24 @@
+// Model weights as an HDF5 file of global tensors under PyTorch names (`/weights/<name>`, float32,
+// the same layout as golden files), with the model config as attributes of `/config`. Written by
+// rank 0 from gathered tensors; read by every rank, each keeping its slice. Checkpoints with
+// optimizer state are a separate format (sharded, see checkpoint.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "layers/dit_config.h"
+#include "layers/params.h"
+
+namespace dit {
+
+// Writes atomically (temporary name, then rename).
+void save_weights(const std::string& path, const DiTConfig& cfg,
+                  const std::map<std::string, std::vector<float>>& tensors);
+// The model config stored in a weights (or golden) file.
+DiTConfig read_weights_config(const std::string& path);
+// Loads every parameter of `ps` from `/weights/<name>` (shapes checked).
+void load_weights(const std::string& path, ParamSet& ps);
+
+}  // namespace dit
