@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/math.h"
 
 namespace dit {
 
@@ -43,11 +44,9 @@ void scores_to_probs(float* s, std::int64_t rows, std::int64_t t, const float* l
     } else {
       sub = *std::max_element(sr, sr + t);
     }
+    for (std::int64_t j = 0; j < t; ++j) sr[j] = math::exp_f32(sr[j] - sub);
     double sum = 0;
-    for (std::int64_t j = 0; j < t; ++j) {
-      sr[j] = std::exp(sr[j] - sub);
-      sum += sr[j];
-    }
+    for (std::int64_t j = 0; j < t; ++j) sum += sr[j];
     if (!lse) {
       const float inv = static_cast<float>(1.0 / sum);
       for (std::int64_t j = 0; j < t; ++j) sr[j] *= inv;

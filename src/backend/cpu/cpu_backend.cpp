@@ -144,7 +144,7 @@ void CpuBackend::gelu_tanh_fwd(const Tensor& x, const Tensor& y) {
   const float* px = host_f32(x, "gelu x");
   float* py = host_f32(y, "gelu y");
   const std::int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::int64_t i = 0; i < n; ++i) py[i] = math::GeluTanh::forward(px[i]);
 }
 
@@ -155,7 +155,7 @@ void CpuBackend::gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& 
   const float* pdy = host_f32(dy, "gelu dy");
   float* pdx = host_f32(dx, "gelu dx");
   const std::int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
   for (std::int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * math::GeluTanh::derivative(px[i]);
 }
 

@@ -1,0 +1,23 @@
+# Shared set-up of the command-line tests: a scratch folder, the binary, mpirun as root, and a
+# small real dataset (the Fashion-MNIST test split, prepared once per test into the scratch folder).
+set -euo pipefail
+DIT_MP=${DIT_MP:?set DIT_MP to the dit_mp binary}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+SCRATCH=$(mktemp -d /tmp/dit_cli.XXXXXX)
+trap 'rm -rf "$SCRATCH"' EXIT
+MPIRUN="mpirun --oversubscribe --allow-run-as-root"
+
+prepare_fashion_test() {
+  "$DIT_MP" prepare-data fashion-mnist --split test --out "$SCRATCH/fm_test.h5" >/dev/null
+}
+
+# A small model that trains in seconds on 2 cores.
+TINY=(--set model.hidden_size=64 --set model.depth=2 --set model.num_heads=4 --set model.patch_size=4
+      --set train.global_batch=16 --set train.micro_batch=2 --set train.warmup=0 --set train.lr=2e-3
+      --set sample.num_steps=4 --set sample.per_class=2)
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `dit_mp sample` on a trained run's EMA weights writes a PNG grid of the right size (one row per
+# class, 2 px padding) and the raw samples as HDF5, at a layout other than the training one.
+source "$(dirname "$0")/common.sh"
+prepare_fashion_test
+$MPIRUN -n 2 "$DIT_MP" --tp 1 --pp 2 --steps 2 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/run" "${TINY[@]}" \
+  > "$SCRATCH/log.txt" 2>&1 || { cat "$SCRATCH/log.txt"; fail "training failed"; }
+$MPIRUN -n 4 "$DIT_MP" sample --run "$SCRATCH/run" --classes 0,3,7 --per-class 4 --steps 5 --sampler ddpm \
+  --cfg-scale 2 --tp 2 --out "$SCRATCH/grid.png" > "$SCRATCH/sample.txt" 2>&1 || { cat "$SCRATCH/sample.txt"; fail "sample failed"; }
+python3 - "$SCRATCH/grid.png" "$SCRATCH/grid.h5" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+width, height = struct.unpack(">II", data[16:24])
+# 4 columns and 3 rows of 32x32 images with 2 px padding around and between them.
+assert (width, height) == (4 * 32 + 5 * 2, 3 * 32 + 4 * 2), (width, height)
+assert open(sys.argv[2], "rb").read(8) == b"\x89HDF\r\n\x1a\n", "raw samples are not HDF5"
+print(f"grid {width}x{height}")
+PY
+h5ls "$SCRATCH/grid.h5" | grep -q "samples *Dataset {12, 1, 32, 32}" || fail "raw samples have the wrong shape"
+echo "ok"
