@@ -1,6 +1,8 @@
 // `dit_mp train` and `dit_mp sample` (see run_cmds.h).
 #include "app/run_cmds.h"
 
+#include <mpi.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -82,6 +84,18 @@ std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& 
   std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
   be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
   return ema;
+}
+
+// Machines in the job: the number of distinct shared-memory groups of MPI_COMM_WORLD.
+int node_count() {
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_rank = 0, leaders = 0;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_free(&local);
+  int leader = local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  return leaders;
 }
 
 struct RunPaths {
@@ -187,6 +201,9 @@ int run_train(const RunConfig& cfg) {
     console.line(os.str());
   }
   const double flops_per_image = 3.0 * model.forward_flops();
+  // The peak is per GPU on the CUDA backend and per machine on the CPU backend (ranks on one
+  // machine share its cores).
+  const double peak_tflops = cfg.train.peak_tflops * (cfg.train.backend == "cuda" ? ctx.world->size() : node_count());
   const double t0 = now_s();
   double window_s = 0;
   std::int64_t window_steps = 0;
@@ -222,7 +239,7 @@ int run_train(const RunConfig& cfg) {
       r.lr = st.lr;
       r.images_per_s = double(tc.global_batch) / step_s;
       r.tflops = flops_per_image * r.images_per_s / 1e12;
-      r.mfu = r.tflops / (cfg.train.peak_tflops * ctx.world->size());
+      r.mfu = r.tflops / peak_tflops;
       r.peak_mem_bytes = static_cast<std::uint64_t>(ctx.world->all_reduce_max(double(peak_rss_bytes())));
       r.elapsed_s = now_s() - t0;
       r.eta_s = step_s * double(tc.steps - s - 1);

@@ -39,7 +39,7 @@ struct TrainSection {
   std::uint64_t seed = 0;
   int log_every = 10;
   int sample_every = 0;  // 0 = only at the end
-  double peak_tflops = 0.215;  // per rank, for MFU; default: this machine class's fp32 CPU ceiling
+  double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (bf16/fp16 need the CUDA backend)
   std::string backend = "cpu";     // cpu | cuda
   bool operator==(const TrainSection&) const = default;
