@@ -2,6 +2,8 @@
 #include "app/collective.h"
 
 #include <mpi.h>
+#include <omp.h>
+#include <sched.h>
 
 #include <cstdio>
 #include <string>
@@ -39,6 +41,19 @@ void collective_check(const std::function<void()>& check) {
   if (first == world_size()) return;
   if (first == world_rank()) print_error(msg.c_str());
   throw AgreedFailure{};
+}
+
+void fit_threads_to_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  const int cores = CPU_COUNT(&set), threads = omp_get_max_threads();
+  if (cores >= threads || cores < 1) return;
+  omp_set_num_threads(cores);
+  if (world_rank() == 0)
+    std::printf("note: %d OpenMP threads requested but rank 0 may run on %d core(s) (mpirun binds ranks to "
+                "cores); using %d. Pass --bind-to none to mpirun to let threads spread.\n",
+                threads, cores, cores);
 }
 
 Layout layout_for_world(int tp, int pp) {

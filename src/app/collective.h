@@ -19,6 +19,11 @@ void print_error(const char* what);  // "dit_mp: rank r: error: ..." on stderr
 // failing rank prints its message and every rank throws AgreedFailure.
 void collective_check(const std::function<void()>& check);
 
+// Caps this rank's OpenMP threads at the cores it may run on (mpirun binds ranks to cores by
+// default; two threads on one core are several times slower than one). Rank 0 prints a note when
+// it had to.
+void fit_threads_to_cores();
+
 // tp x pp x dp with dp = world / (tp * pp), or a message naming the numbers and what would fit.
 Layout layout_for_world(int tp, int pp);
 

@@ -64,25 +64,26 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
     const char* name;
     const char* key;
     const char* help;
-    bool quoted;
+    bool quoted;  // a string value (quoted for TOML)
+    const char* type;
   };
   static const Flag flags[] = {
-      {"--tp", "parallel.tp", "Tensor-parallel size", false},
-      {"--pp", "parallel.pp", "Pipeline stages", false},
-      {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true},
-      {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false},
-      {"--steps", "train.steps", "Training steps", false},
-      {"--global-batch", "train.global_batch", "Images per step over all ranks", false},
-      {"--micro-batch", "train.micro_batch", "Images per microbatch", false},
-      {"--lr", "train.lr", "Peak learning rate", false},
-      {"--seed", "train.seed", "Random seed", false},
-      {"--log-every", "train.log_every", "Steps between log lines", false},
-      {"--sample-every", "train.sample_every", "Steps between sample grids (0: only at the end)", false},
-      {"--backend", "train.backend", "cpu or cuda", true},
-      {"--precision", "train.precision", "fp32, bf16 or fp16", true},
-      {"--run-dir", "run.dir", "Run folder (metrics, samples, weights)", true},
-      {"--data", "data.path", "HDF5 dataset file", true},
-      {"--model", "model.preset", "Model preset, e.g. DiT-S/4", true},
+      {"--tp", "parallel.tp", "Tensor-parallel size", false, "INT"},
+      {"--pp", "parallel.pp", "Pipeline stages", false, "INT"},
+      {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true, "TEXT"},
+      {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false, "LIST"},
+      {"--steps", "train.steps", "Training steps", false, "INT"},
+      {"--global-batch", "train.global_batch", "Images per step over all ranks", false, "INT"},
+      {"--micro-batch", "train.micro_batch", "Images per microbatch", false, "INT"},
+      {"--lr", "train.lr", "Peak learning rate", false, "FLOAT"},
+      {"--seed", "train.seed", "Random seed", false, "INT"},
+      {"--log-every", "train.log_every", "Steps between log lines", false, "INT"},
+      {"--sample-every", "train.sample_every", "Steps between sample grids (0: only at the end)", false, "INT"},
+      {"--backend", "train.backend", "cpu or cuda", true, "TEXT"},
+      {"--precision", "train.precision", "fp32, bf16 or fp16", true, "TEXT"},
+      {"--run-dir", "run.dir", "Run folder (metrics, samples, weights)", true, "TEXT"},
+      {"--data", "data.path", "HDF5 dataset file", true, "TEXT"},
+      {"--model", "model.preset", "Model preset, e.g. DiT-S/4", true, "TEXT"},
   };
   for (const Flag& fl : flags) {
     cmd->add_option_function<std::string>(
@@ -92,7 +93,7 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
           if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
           f.flags.emplace_back(fl.key, value);
         },
-        fl.help);
+        fl.help)->type_name(fl.type);
   }
 }
 
@@ -123,6 +124,7 @@ int run(int argc, char** argv) {
   CLI::App app{"dit_mp: trains Diffusion Transformers (DiT) split over MPI ranks: tensor (--tp), pipeline (--pp) "
                "and data parallelism (the remaining ranks).\n  mpirun -np 8 dit_mp --tp 2 --pp 4     trains the "
                "Fashion-MNIST demo\n"};
+  app.name("dit_mp");
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "dit_mp 0.1");
 
@@ -176,6 +178,7 @@ int run(int argc, char** argv) {
   prep->add_flag("--overwrite", overwrite, "Replace an existing output file");
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
+  dit::fit_threads_to_cores();
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
