@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -79,7 +80,27 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
-ConsoleLog::ConsoleLog() : tty_(isatty(STDOUT_FILENO) == 1) {}
+namespace {
+// Whether the process that started us writes to a terminal. mpirun hands its ranks a
+// pseudo-terminal even when its own output goes to a file, so a rank's isatty() alone would draw
+// progress bars into batch logs.
+bool parent_writes_to_terminal() {
+  char link[256] = {0};
+  const std::string fd = "/proc/" + std::to_string(getppid()) + "/fd/1";
+  const ssize_t n = readlink(fd.c_str(), link, sizeof link - 1);
+  if (n <= 0) return true;  // unknown: trust our own isatty()
+  const std::string target(link, static_cast<std::size_t>(n));
+  return target.rfind("/dev/pts/", 0) == 0 || target.rfind("/dev/tty", 0) == 0;
+}
+
+// DIT_PROGRESS=bar|lines overrides the detection.
+bool use_progress_bar() {
+  if (const char* v = std::getenv("DIT_PROGRESS")) return std::string(v) == "bar";
+  return isatty(STDOUT_FILENO) == 1 && parent_writes_to_terminal();
+}
+}  // namespace
+
+ConsoleLog::ConsoleLog() : tty_(use_progress_bar()) {}
 
 void ConsoleLog::step(const LogRow& r) {
   char text[512];
