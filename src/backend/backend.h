@@ -117,7 +117,10 @@ class Backend : public Allocator {
 };
 
 // The backends this build has: "cpu" always, "cuda" when compiled in and a GPU is visible.
+// A name may carry the compute dtype after a colon, "cuda:bf16" (default fp32); the CPU backend
+// computes in fp32 only.
 std::unique_ptr<Backend> make_backend(std::string_view name);
+std::unique_ptr<Backend> make_backend(std::string_view name, DType compute);
 bool backend_available(std::string_view name, std::string* why_not = nullptr);
 
 }  // namespace dit

@@ -365,7 +365,7 @@ RunConfig RunConfig::demo() {
   m.class_dropout_prob = 0.1;
   c.train.global_batch = 64;
   c.train.micro_batch = 8;
-  c.train.steps = 1500;
+  c.train.steps = 1000;
   c.train.lr = 1e-3;
   c.train.warmup = 50;
   c.train.grad_clip = 1.0;

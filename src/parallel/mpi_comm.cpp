@@ -2,6 +2,9 @@
 #include "parallel/mpi_comm.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 namespace dit {
 
@@ -40,9 +43,33 @@ class Timed {
 
 }  // namespace
 
+namespace {
+// DIT_MPI_WAIT=yield: waiting ranks poll and yield their core instead of blocking inside MPI
+// (which spins). Meant for runs with more ranks than cores; measured on the demo it was not
+// consistently faster, so spinning stays the default.
+bool yield_while_waiting() {
+  const char* v = std::getenv("DIT_MPI_WAIT");
+  return v && std::string(v) == "yield";
+}
+}  // namespace
+
 MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   DIT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   DIT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  yield_ = yield_while_waiting();
+}
+
+void MpiComm::complete(MPI_Request& r) {
+  if (!yield_) {
+    DIT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    return;
+  }
+  int done = 0;
+  while (true) {
+    DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::yield();
+  }
 }
 
 MpiComm::~MpiComm() {
@@ -64,7 +91,9 @@ std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key) 
 void MpiComm::all_reduce_sum(const Tensor& x) {
   if (size_ == 1) return;
   Timed t(stats_, x.bytes());
-  DIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_));
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_, &r));
+  complete(r);
 }
 
 void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
@@ -72,20 +101,24 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
             in.shape.str(), " from each of ", size_, " ranks does not fill ", out.shape.str());
   const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank_;
   Timed t(stats_, in.bytes());
+  MPI_Request r;
   if (in.data == block)
-    DIT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, count_of(in),
-                                mpi_type(out), comm_));
+    DIT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, count_of(in),
+                                 mpi_type(out), comm_, &r));
   else
-    DIT_MPI_CHECK(MPI_Allgather(in.data, count_of(in), mpi_type(in), out.data, count_of(in),
-                                mpi_type(out), comm_));
+    DIT_MPI_CHECK(MPI_Iallgather(in.data, count_of(in), mpi_type(in), out.data, count_of(in),
+                                 mpi_type(out), comm_, &r));
+  complete(r);
 }
 
 void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   DIT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter: ",
             in.shape.str(), " does not split into ", size_, " blocks of ", out.shape.str());
   Timed t(stats_, in.bytes());
-  DIT_MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
-                                         comm_));
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
+                                          comm_, &r));
+  complete(r);
 }
 
 void MpiComm::broadcast(const Tensor& x, int root) {
@@ -129,7 +162,7 @@ void MpiComm::wait(Request& req) {
   DIT_CHECK(it != requests_.end(), "wait on an unknown request ", req.id);
   Timed t(stats_, 0);
   --stats_.calls;
-  DIT_MPI_CHECK(MPI_Wait(&it->second, MPI_STATUS_IGNORE));
+  complete(it->second);
   requests_.erase(it);
   req.id = -1;
 }

@@ -34,9 +34,13 @@ class MpiComm final : public Comm {
 
  private:
   MpiComm(MPI_Comm comm, bool owned);
+  // Completes a request: MPI_Wait, or (DIT_MPI_WAIT=yield) MPI_Test polling that yields the core
+  // to other ranks while waiting.
+  void complete(MPI_Request& r);
   MPI_Comm comm_;
   bool owned_;
   int size_ = 1, rank_ = 0;
+  bool yield_ = false;
   std::int64_t next_request_ = 0;
   std::unordered_map<std::int64_t, MPI_Request> requests_;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -761,9 +762,16 @@ TEST_P(BackendOps, ShapeMismatchesThrow) {
   EXPECT_THROW(be().gate_residual_fwd(x, alloc({2, 3, 4}), {alloc({3, 24}), 2}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::Values(std::string("cpu")),
+// "cuda" and "cuda:bf16" skip, saying why, where no GPU is visible. Test names allow only
+// letters, digits and '_', so "cuda:bf16" is reported as cuda_bf16.
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOps,
+                         ::testing::Values(std::string("cpu"), std::string("cuda"),
+                                           std::string("cuda:bf16")),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
                          });
 
 }  // namespace

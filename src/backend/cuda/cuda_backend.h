@@ -1,0 +1,101 @@
+// The CUDA backend: every Backend primitive as a kernel or a cuBLASLt call on one stream of one
+// GPU. Activations and params in the compute dtype (fp32, bf16 or fp16), fp32 accumulation and
+// statistics. Host code includes this header without the CUDA headers (the handles are opaque).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "backend/backend.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace dit {
+
+namespace cuda {
+struct GemmContext;  // cuBLASLt/cuBLAS handles, workspace and plan cache (gemm.cu)
+}
+
+class CudaBackend final : public Backend {
+ public:
+  // `device` < 0 keeps the calling thread's current device (whoever maps ranks to GPUs sets it).
+  explicit CudaBackend(DType compute = DType::F32, int device = -1);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  DType compute_dtype() const override { return compute_; }
+  Device device() const override { return Device::Cuda; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p) override;
+  // Waits for the stream, then reports any fault a kernel flagged (bad ids) as an Error.
+  void synchronize() override;
+
+  // The stream every primitive is issued on (for NCCL and other collaborators).
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& t, float value) override;
+
+  void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
+            Accumulate acc, float alpha) override;
+  void add_rowwise(const Tensor& y, const Tensor& v) override;
+  void sum_rows(const Tensor& x, const Tensor& out, Accumulate acc) override;
+  void transpose_01(const Tensor& src, const Tensor& dst) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(const Tensor& x, float alpha) override;
+  double sum_squares(const Tensor& x) override;
+
+  void gelu_tanh_fwd(const Tensor& x, const Tensor& y) override;
+  void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void silu_fwd(const Tensor& x, const Tensor& y) override;
+  void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) override;
+
+  void ln_modulate_fwd(const Tensor& x, const ModChunk& shift, const ModChunk& scale, float eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void ln_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const ModChunk& scale, const Tensor& dx, Accumulate acc,
+                       const ModChunk& dshift, const ModChunk& dscale) override;
+  void gate_residual_fwd(const Tensor& x, const Tensor& h, const ModChunk& gate) override;
+  void gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate, const Tensor& dh,
+                         const ModChunk& dgate) override;
+
+  void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
+  void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                     int heads, const Tensor& dqkv) override;
+
+  void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
+  void timestep_embedding(const Tensor& t, float max_period, const Tensor& out) override;
+  void patchify(const Tensor& img, int p, PatchOrder order, const Tensor& patches) override;
+  void unpatchify(const Tensor& patches, int p, PatchOrder order, const Tensor& img) override;
+
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const math::AdamWParams& h) override;
+  void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
+
+ private:
+  // Device scratch for one primitive at a time (staging of converting copies, reduction
+  // partials, attention row terms). Grows rarely (synchronizing then); stream order makes reuse
+  // by the next primitive safe. Valid until the next call of scratch().
+  void* scratch(std::size_t bytes);
+  void check_fault_flag();
+
+  DType compute_;
+  int device_ = 0;
+  int num_sms_ = 1;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
+  // Host-mapped (zero-copy) words: kernels raise fault_ on bad input; sum_squares lands in
+  // result_ without a separate copy.
+  int* fault_host_ = nullptr;
+  int* fault_dev_ = nullptr;
+  double* result_host_ = nullptr;
+  double* result_dev_ = nullptr;
+  std::unique_ptr<cuda::GemmContext> gemm_;
+};
+
+}  // namespace dit

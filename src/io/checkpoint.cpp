@@ -1,0 +1,504 @@
+// Save, load, latest and inspect of sharded checkpoints (see checkpoint.h). The format's pieces
+// (boxes, mapping validation, shard reads, HDF5 writing) are in checkpoint_format.h.
+#include "io/checkpoint.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "io/checkpoint_format.h"
+#include "layers/dit_stage.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+using ckpt::kKinds;
+
+namespace {
+
+constexpr const char* kLatestFile = "latest";
+
+std::string step_name(std::int64_t step) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+// The step of a folder named "step_<digits>", or -1.
+std::int64_t parse_step(const std::string& name) {
+  if (name.size() < 6 || name.size() > 23 || name.compare(0, 5, "step_") != 0) return -1;
+  std::int64_t v = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / ckpt::kCompleteFile, ec);
+}
+
+const std::vector<float>& kind_of(const StageState& s, int k) {
+  const std::vector<float>* v[] = {&s.model, &s.ema, &s.exp_avg, &s.exp_avg_sq};
+  return *v[k];
+}
+std::vector<float>& kind_of(StageState& s, int k) {
+  return const_cast<std::vector<float>&>(kind_of(static_cast<const StageState&>(s), k));
+}
+
+std::string shard_name(const GridCoord& c) {
+  return "shard_tp" + std::to_string(c.tp) + "_pp" + std::to_string(c.pp) + "_dp" +
+         std::to_string(c.dp) + ".h5";
+}
+
+std::string join(const std::string& kind, const std::string& name) { return kind + "/" + name; }
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    DIT_CHECK(out.good(), tmp.string(), ": cannot write");
+  }
+  ckpt::fsync_path(tmp.string());
+  fs::rename(tmp, path);
+}
+
+// The step folder `path` names: itself, or the newest complete one when it is a root.
+std::string step_dir(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.has_parent_path() && p.filename().empty()) p = p.parent_path();
+  if (p.filename() == ckpt::kIndexFile && fs::is_regular_file(p)) p = p.parent_path();
+  DIT_CHECK(fs::is_directory(p), path, ": no such checkpoint folder");
+  if (parse_step(p.filename().string()) >= 0 || fs::exists(p / ckpt::kIndexFile) ||
+      fs::exists(p / ckpt::kCompleteFile))
+    return p.string();
+  const std::string latest = latest_checkpoint(p.string());
+  DIT_CHECK(!latest.empty(), path,
+            ": no complete checkpoint here (no step_* folder with a COMPLETE marker)");
+  return latest;
+}
+
+h5::File open_index(const std::string& dir) {
+  DIT_CHECK(is_complete(dir), dir,
+            ": incomplete checkpoint (no COMPLETE marker: its save did not finish)");
+  return h5::File::open_read(dir + "/" + ckpt::kIndexFile);
+}
+
+CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
+  const std::string& p = index.path();
+  DIT_CHECK(index.has_attr("/", "format_version"), p,
+            ": attribute format_version is missing (not a dit_mp checkpoint index)");
+  CheckpointMeta m;
+  const std::int64_t version = ckpt::read_attr_int(index, "/", "format_version");
+  DIT_CHECK(version == kCheckpointFormatVersion, p, ": checkpoint format version ", version,
+            version > kCheckpointFormatVersion ? " (written by a newer dit_mp)" : "",
+            "; this dit_mp reads version ", kCheckpointFormatVersion);
+  m.format_version = static_cast<int>(version);
+  m.step = ckpt::read_attr_int(index, "/", "step");
+  DIT_CHECK(m.step >= 0, p, ": step ", m.step, " is negative");
+  const auto l = ckpt::read_attr_ints(index, "/", "layout", 3);
+  for (std::int64_t v : l)
+    DIT_CHECK(v >= 1 && v <= (1 << 20), p, ": layout [", l[0], ", ", l[1], ", ", l[2],
+              "] is not a tp, pp, dp layout");
+  m.layout = {static_cast<int>(l[0]), static_cast<int>(l[1]), static_cast<int>(l[2])};
+  m.seed = ckpt::read_attr_u64(index, "/", "seed");
+  m.loss_scale = ckpt::read_attr_double(index, "/", "loss_scale");
+  DIT_CHECK(std::isfinite(m.loss_scale) && m.loss_scale > 0, p, ": loss_scale ", m.loss_scale,
+            ", expected a positive number");
+  m.config_toml = index.attr_string("/", "config_toml");
+  m.dir = dir;
+  return m;
+}
+
+// --- save --------------------------------------------------------------------------------------
+
+void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const ParamSet& ps,
+                       const ParallelContext& ctx, const StageState& st) {
+  DIT_CHECK(meta.step >= 0, "checkpoint step ", meta.step, " is negative");
+  DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
+            "sliced for tp rank ", ps.tp_rank(), " of ", ps.tp(), " on a rank at tp ", ctx.coord.tp,
+            " of ", ctx.layout.tp);
+  for (int k = 0; k < 4; ++k)
+    DIT_CHECK(std::int64_t(kind_of(st, k).size()) == ps.padded_numel(), "checkpoint: state '",
+              kKinds[k], "' has ", kind_of(st, k).size(), " values, the parameters ",
+              ps.padded_numel());
+  std::map<std::string, ParamSpec> model;
+  for (ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) model[s.name] = s;
+  for (const ParamSpec& s : ps.specs()) {
+    auto it = model.find(s.name);
+    DIT_CHECK(it != model.end() && it->second.global == s.global && it->second.split == s.split &&
+                  it->second.groups == s.groups,
+              "checkpoint: parameter '", s.name, "' ", s.global.str(),
+              " is not part of the model config being saved");
+  }
+}
+
+// This rank's shard: tensor i of the stage goes to dp rank i % dp; tp-replicated ones only to tp
+// rank 0. A rank assigned nothing writes no file.
+void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet& ps,
+                 const ParallelContext& ctx, const StageState& st) {
+  const GridCoord c = ctx.coord;
+  const Layout& l = ctx.layout;
+  std::vector<int> mine;
+  for (int i = 0; i < int(ps.size()); ++i)
+    if (i % l.dp == c.dp && (ps.specs()[i].split != Split::Replicated || c.tp == 0))
+      mine.push_back(i);
+  if (mine.empty()) return;
+  const std::string path = (dir / shard_name(c)).string();
+  {
+    h5::Handle f = ckpt::create_file(path);
+    ckpt::write_attr_ints(f.get(), "format_version", {kCheckpointFormatVersion}, true, path);
+    ckpt::write_attr_ints(f.get(), "step", {meta.step}, true, path);
+    ckpt::write_attr_ints(f.get(), "layout", {l.tp, l.pp, l.dp}, false, path);
+    ckpt::write_attr_ints(f.get(), "coord", {c.tp, c.pp, c.dp}, false, path);
+    for (int k = 0; k < 4; ++k) {
+      h5::Handle g = ckpt::create_group(f.get(), kKinds[k], path);
+      for (int i : mine) {
+        const ParamSpec& s = ps.specs()[i];
+        ckpt::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i),
+                           path);
+      }
+    }
+  }
+  ckpt::fsync_path(path);
+}
+
+// Which shard file holds tp rank t's slice of each (kind, tensor): read back from the shards, so
+// rank 0 needs no knowledge of the pipeline partition, and a shard set that does not cover the
+// model exactly is caught before the index exists.
+using PieceFiles = std::map<std::pair<int, std::string>, std::map<int, std::string>>;
+
+PieceFiles list_pieces(const fs::path& dir, const Layout& layout,
+                       const std::map<std::string, ParamSpec>& model) {
+  PieceFiles pieces;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string file = e.path().filename().string();
+    if (file.rfind("shard_", 0) != 0) continue;
+    const h5::File f = h5::File::open_read(e.path().string());
+    const auto lay = ckpt::read_attr_ints(f, "/", "layout", 3);
+    const auto coord = ckpt::read_attr_ints(f, "/", "coord", 3);
+    DIT_CHECK(lay == std::vector<std::int64_t>({layout.tp, layout.pp, layout.dp}), f.path(),
+              ": written at another layout");
+    for (int k = 0; k < 4; ++k)
+      for (const std::string& name : f.members(kKinds[k])) {
+        auto it = model.find(name);
+        DIT_CHECK(it != model.end(), f.path(), ": tensor '", name, "' is not part of the model");
+        DIT_CHECK(f.shape(join(kKinds[k], name)) == it->second.local(layout.tp), f.path(),
+                  ": tensor '", join(kKinds[k], name), "' has the wrong local shape");
+        std::string& slot = pieces[{k, name}][static_cast<int>(coord[0])];
+        DIT_CHECK(slot.empty(), "tensor '", join(kKinds[k], name), "' of tp rank ", coord[0],
+                  " written twice: ", slot, " and ", file);
+        slot = file;
+      }
+  }
+  return pieces;
+}
+
+void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfig& cfg,
+                 const Layout& layout) {
+  const std::vector<ParamSpec> specs = DiTStage::declare(cfg, StageLayout::whole(cfg));
+  std::map<std::string, ParamSpec> model;
+  for (const ParamSpec& s : specs) model[s.name] = s;
+  PieceFiles pieces = list_pieces(dir, layout, model);
+
+  const std::string path = (dir / ckpt::kIndexFile).string();
+  {
+    h5::Handle f = ckpt::create_file(path);
+    const hid_t id = f.get();
+    ckpt::write_attr_ints(id, "format_version", {kCheckpointFormatVersion}, true, path);
+    ckpt::write_attr_ints(id, "step", {meta.step}, true, path);
+    ckpt::write_attr_ints(id, "layout", {layout.tp, layout.pp, layout.dp}, false, path);
+    ckpt::write_attr_u64(id, "seed", meta.seed, path);
+    ckpt::write_attr_double(id, "loss_scale", meta.loss_scale, path);
+    ckpt::write_attr_string(id, "config_toml", meta.config_toml, path);
+    ckpt::write_config(id, cfg, path);
+    const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing
+    for (int k = 0; k < 4; ++k) {
+      h5::Handle g = ckpt::create_group(id, kKinds[k], path);
+      for (const ParamSpec& s : specs) {
+        const std::string name = join(kKinds[k], s.name);
+        const int parts = s.split == Split::Replicated ? 1 : layout.tp;
+        const auto& files = pieces[{k, s.name}];
+        DIT_CHECK(int(files.size()) == parts && files.rbegin()->first == parts - 1,
+                  "checkpoint: tensor '", name, "' has ", files.size(), " of its ", parts,
+                  " tp slices in the shards (does every stage hold its parameters?)");
+        h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        DIT_H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_FLOAT, &nan), path, " ", name);
+        const ckpt::Box whole = ckpt::Box::whole(s.global),
+                        local = ckpt::Box::whole(s.local(layout.tp));
+        h5::Handle vspace(H5Screate_simple(whole.rank, whole.count, nullptr), H5Sclose);
+        h5::Handle sspace(H5Screate_simple(local.rank, local.count, nullptr), H5Sclose);
+        for (const auto& [t, file] : files)
+          for (const ckpt::SlicePiece& piece : ckpt::slice_pieces(s, parts, t)) {
+            h5::Handle v = ckpt::select_box(vspace.get(), piece.global, name);
+            h5::Handle src = ckpt::select_box(sspace.get(), piece.local, name);
+            DIT_H5_CHECK(H5Pset_virtual(dcpl.get(), v.get(), file.c_str(), name.c_str(), src.get()),
+                         path, " ", name);
+          }
+        h5::Handle d(H5Dcreate2(g.get(), s.name.c_str(), H5T_IEEE_F32LE, vspace.get(), H5P_DEFAULT,
+                                dcpl.get(), H5P_DEFAULT),
+                     H5Dclose);
+        DIT_CHECK(bool(d), path, ": cannot create virtual dataset '", name, "' (",
+                  ckpt::h5_error_text(), ")");
+      }
+    }
+  }
+  ckpt::fsync_path(path);
+}
+
+// Moves the finished folder into place (an existing folder of the same step is replaced) and
+// points `latest` at it.
+void publish(const fs::path& root, const fs::path& tmp, const fs::path& final_dir) {
+  fs::path old;
+  if (fs::exists(final_dir)) {
+    old = root / (".old-" + final_dir.filename().string());
+    fs::remove_all(old);
+    fs::rename(final_dir, old);
+  }
+  fs::rename(tmp, final_dir);
+  ckpt::fsync_path(root.string());
+  write_text_atomic(root / kLatestFile, final_dir.filename().string() + "\n");
+  ckpt::fsync_path(root.string());
+  if (!old.empty()) fs::remove_all(old);
+}
+
+// Removes complete checkpoints of steps before `step` beyond the newest keep - 1 of them. Best
+// effort: the new checkpoint is already safe, so a failure only warns.
+void prune(const fs::path& root, std::int64_t step, int keep) {
+  if (keep <= 0) return;
+  std::map<std::int64_t, fs::path, std::greater<>> older;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::int64_t s = parse_step(e.path().filename().string());
+    if (s >= 0 && s < step && e.is_directory(ec) && is_complete(e.path())) older[s] = e.path();
+  }
+  int kept = 1;
+  for (const auto& [s, p] : older) {
+    if (kept++ < keep) continue;
+    fs::remove_all(p, ec);
+    if (ec)
+      std::fprintf(stderr, "warning: cannot remove old checkpoint %s: %s\n", p.c_str(),
+                   ec.message().c_str());
+  }
+}
+
+// Leftovers of saves that died: temporary folders go; a replaced folder whose replacement never
+// arrived is put back.
+void remove_stale(const fs::path& root) {
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".tmp-step_", 0) == 0) fs::remove_all(e.path());
+    if (n.rfind(".old-step_", 0) != 0) continue;
+    if (fs::exists(root / n.substr(5)))
+      fs::remove_all(e.path());
+    else
+      fs::rename(e.path(), root / n.substr(5));
+  }
+}
+
+// One tensor and kind of this rank: the index mappings that hold parts of its slice.
+struct PlannedRead {
+  int i, k;
+  std::string name;  // "model/blocks.0.attn.qkv.weight"
+  std::vector<ckpt::Mapping> maps;
+};
+
+// Validates the index entry of every tensor and kind of `ps` and opens and checks every source it
+// needs, before anything is allocated or read.
+std::vector<PlannedRead> plan_reads(const h5::File& index, ckpt::ShardReader& reader,
+                                    const ParamSet& ps) {
+  std::vector<PlannedRead> plan;
+  for (int i = 0; i < int(ps.size()); ++i) {
+    const ParamSpec& s = ps.specs()[i];
+    const auto pieces = ckpt::slice_pieces(s, ps.tp(), ps.tp_rank());
+    for (int k = 0; k < 4; ++k) {
+      PlannedRead r{i, k, join(kKinds[k], s.name), {}};
+      for (ckpt::Mapping& m : ckpt::read_mappings(index, r.name, s.global)) {
+        bool needed = false;
+        ckpt::Box x;
+        for (const auto& p : pieces) needed = needed || ckpt::intersect(p.global, m.global, x);
+        if (!needed) continue;
+        reader.check(m, r.name);
+        r.maps.push_back(std::move(m));
+      }
+      plan.push_back(std::move(r));
+    }
+  }
+  return plan;
+}
+
+// Reads every part of this rank's slice of one tensor into its place in the flat buffer.
+void execute(const PlannedRead& r, ckpt::ShardReader& reader, const ParamSet& ps,
+             std::vector<float>& flat) {
+  const ParamSpec& s = ps.specs()[r.i];
+  const Shape local = s.local(ps.tp());
+  float* dest = flat.data() + ps.offset(r.i);
+  for (const ckpt::SlicePiece& p : ckpt::slice_pieces(s, ps.tp(), ps.tp_rank()))
+    for (const ckpt::Mapping& m : r.maps) {
+      ckpt::Box g;  // the part of the piece this mapping holds, in global coordinates
+      if (!ckpt::intersect(p.global, m.global, g)) continue;
+      ckpt::Box d = g;
+      for (int a = 0; a < g.rank; ++a)
+        d.start[a] = p.local.start[a] + (g.start[a] - p.global.start[a]);
+      reader.read(m, g, dest, local, d, r.name);
+    }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
+                            const DiTConfig& cfg, const ParamSet& ps, ParallelContext& ctx,
+                            const StageState& state, int keep) {
+  Comm& world = *ctx.world;
+  const bool lead = world.rank() == 0;
+  const fs::path rootp(root), final_dir = rootp / step_name(meta.step),
+                              tmp = rootp / (".tmp-" + step_name(meta.step));
+  try {
+    ckpt::agree(world, [&] {
+      check_save_inputs(meta, cfg, ps, ctx, state);
+      if (!lead) return;
+      fs::create_directories(rootp);
+      remove_stale(rootp);
+      fs::create_directory(tmp);
+    });
+    ckpt::agree(world, [&] { write_shard(tmp, meta, ps, ctx, state); });
+    ckpt::agree(world, [&] {
+      if (!lead) return;
+      write_index(tmp, meta, cfg, ctx.layout);
+      write_text_atomic(tmp / ckpt::kCompleteFile, "step " + std::to_string(meta.step) + "\n");
+      ckpt::fsync_path(tmp.string());
+      publish(rootp, tmp, final_dir);
+      prune(rootp, meta.step, keep);
+    });
+  } catch (...) {
+    std::error_code ec;
+    if (lead) fs::remove_all(tmp, ec);
+    throw;
+  }
+  return final_dir.string();
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, const ParamSet& ps,
+                               ParallelContext& ctx, StageState& state) {
+  CheckpointMeta meta;
+  ckpt::agree(*ctx.world, [&] {
+    DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
+              "sliced for tp rank ", ps.tp_rank(), " of ", ps.tp(), " on a rank at tp ",
+              ctx.coord.tp, " of ", ctx.layout.tp);
+    const std::string dir = step_dir(path);
+    const h5::File index = open_index(dir);
+    meta = read_meta(index, dir);
+    const std::string diff = ckpt::config_differences(ckpt::read_config(index), cfg);
+    DIT_CHECK(diff.empty(), dir,
+              ": the checkpoint's model differs from this run's (checkpoint vs run): ", diff);
+    ckpt::ShardReader reader(dir, index);
+    const std::vector<PlannedRead> plan = plan_reads(index, reader, ps);
+    for (int k = 0; k < 4; ++k) kind_of(state, k).assign(std::size_t(ps.padded_numel()), 0.f);
+    for (const PlannedRead& r : plan) execute(r, reader, ps, kind_of(state, r.k));
+  });
+  // Ranks resolve a root on their own; a save racing with the load could make them disagree.
+  const double hi = ctx.world->all_reduce_max(double(meta.step));
+  const double lo = -ctx.world->all_reduce_max(-double(meta.step));
+  DIT_CHECK(hi == lo, path, ": ranks loaded different steps (", lo, " and ", hi,
+            "); was a checkpoint being written?");
+  return meta;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  const std::string dir = step_dir(path);
+  return read_meta(open_index(dir), dir);
+}
+
+DiTConfig read_checkpoint_model(const std::string& path) {
+  return ckpt::read_config(open_index(step_dir(path)));
+}
+
+std::string latest_checkpoint(const std::string& root) {
+  std::error_code ec;
+  const fs::path r(root);
+  if (!fs::is_directory(r, ec)) return "";
+  {
+    std::ifstream in(r / kLatestFile);
+    char buf[64] = {0};
+    in.read(buf, sizeof buf - 1);
+    std::string name(buf);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (parse_step(name) >= 0 && is_complete(r / name)) return (r / name).string();
+  }
+  std::int64_t best = -1;
+  fs::path best_path;
+  for (const auto& e : fs::directory_iterator(r, ec)) {
+    const std::int64_t s = parse_step(e.path().filename().string());
+    if (s > best && e.is_directory(ec) && is_complete(e.path())) best = s, best_path = e.path();
+  }
+  return best >= 0 ? best_path.string() : "";
+}
+
+std::string inspect_checkpoint(const std::string& path) {
+  const std::string dir = step_dir(path);
+  const h5::File index = open_index(dir);
+  const CheckpointMeta meta = read_meta(index, dir);
+  const DiTConfig cfg = ckpt::read_config(index);
+  const std::vector<ParamSpec> specs = DiTStage::declare(cfg, StageLayout::whole(cfg));
+  std::ostringstream os;
+  os << "checkpoint " << dir << "\n"
+     << "  step " << meta.step << ", format " << meta.format_version << ", written at "
+     << meta.layout.str() << ", seed " << meta.seed << ", loss scale " << meta.loss_scale << "\n"
+     << "  model: input_size " << cfg.input_size << ", patch_size " << cfg.patch_size
+     << ", in_channels " << cfg.in_channels << ", hidden_size " << cfg.hidden_size << ", depth "
+     << cfg.depth << ", num_heads " << cfg.num_heads << ", mlp_ratio " << cfg.mlp_ratio
+     << ", num_classes " << cfg.num_classes << ", learn_sigma " << cfg.learn_sigma << " ("
+     << cfg.num_params() << " parameters)\n";
+  std::size_t width = 0;
+  for (const ParamSpec& s : specs) width = std::max(width, s.name.size());
+  os << "  tensors (" << specs.size() << " x " << std::size(kKinds)
+     << " kinds: model, ema, exp_avg, exp_avg_sq; global shape, shard pieces):\n";
+  ckpt::ShardReader reader(dir, index);
+  std::set<std::pair<std::string, std::string>> verified;
+  std::int64_t nonfinite[4] = {0, 0, 0, 0};
+  for (const ParamSpec& s : specs) {
+    std::size_t pieces = 0;
+    for (int k = 0; k < 4; ++k) {
+      const std::string name = join(kKinds[k], s.name);
+      const auto maps = ckpt::read_mappings(index, name, s.global);
+      if (k == 0) pieces = maps.size();
+      for (const ckpt::Mapping& m : maps)
+        if (verified.insert({m.file, m.dataset}).second)
+          nonfinite[k] += reader.verify(m.file, m.dataset, name);
+    }
+    os << "    " << std::left << std::setw(int(width)) << s.name << "  " << std::setw(14)
+       << s.global.str() << " " << pieces << (pieces == 1 ? " piece" : " pieces") << "\n";
+  }
+  std::set<std::string> known;
+  for (const ParamSpec& s : specs) known.insert(s.name);
+  for (const char* kind : kKinds)
+    for (const std::string& n :
+         index.exists(kind) ? index.members(kind) : std::vector<std::string>{})
+      if (!known.count(n)) os << "  note: " << kind << "/" << n << " is not part of the model\n";
+  std::set<std::string> files;
+  for (const auto& [file, ds] : verified) files.insert(file);
+  std::uintmax_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) bytes += e.file_size();
+  os << "  verified " << verified.size() << " datasets in " << files.size()
+     << " shard files: checksums OK; " << bytes << " bytes in the folder\n";
+  for (int k = 0; k < 4; ++k)
+    if (nonfinite[k] > 0)
+      os << "  WARNING: " << nonfinite[k] << " non-finite values in " << kKinds[k] << "\n";
+  os << "  resolved config:\n";
+  std::istringstream toml(meta.config_toml);
+  for (std::string line; std::getline(toml, line);) os << "    " << line << "\n";
+  return os.str();
+}
+
+}  // namespace dit

@@ -1,0 +1,94 @@
+// Sharded HDF5 checkpoints: each rank writes the tensors it is assigned to its own shard file,
+// rank 0 then writes index.h5 with one virtual dataset (VDS) per global tensor and state kind, so
+// any layout can load any checkpoint (resharding is ordinary loading) and h5py sees plain tensors.
+// Works on host flat buffers; knows nothing of the trainer. Files are untrusted input.
+//
+// Folder of one checkpoint (format version 1):
+//   <root>/step_00001000/
+//     shard_tp{t}_pp{p}_dp{d}.h5   model/<name>, ema/<name>, exp_avg/<name>, exp_avg_sq/<name>:
+//                                  the LOCAL tp slice (local shape, float32, chunked, Fletcher32)
+//                                  of the tensors this rank was assigned. Tensor i of a stage's
+//                                  ParamSet is written by dp rank i % dp; tensors replicated over
+//                                  tp only by tp rank 0. Root attrs: format_version, step,
+//                                  layout [tp, pp, dp], coord [tp, pp, dp].
+//     index.h5                     model/<name> ... exp_avg_sq/<name>: virtual datasets of the
+//                                  GLOBAL shape mapping blocks of the tensor to the shard datasets
+//                                  (relative file names, so the folder can move); NaN where a
+//                                  source is missing. Root attrs: format_version, step, layout,
+//                                  seed (uint64), loss_scale, config_toml. Group /config: the
+//                                  DiTConfig as attributes (the schema of weights files).
+//     COMPLETE                     written last, before the folder is renamed into place
+//   <root>/latest                  "step_00001000": the newest checkpoint (written atomically)
+// A dataset of index.h5 may also be a plain (non-virtual) dataset: it then holds the tensor itself
+// (for converted weights).
+//
+// Loading does not read through the VDS: HDF5 1.10.8 does check the Fletcher32 sums of the
+// sources when reading through a VDS, but a missing or truncated source file silently reads as
+// the fill value, and its errors name neither file nor tensor. The loader therefore reads the
+// VDS's own mapping list, checks that it covers every tensor exactly once, and reads each piece
+// from its shard file directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "layers/dit_config.h"
+#include "layers/params.h"
+#include "parallel/grid.h"
+
+namespace dit {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// One (tp, pp) stage's full local state on the host, each in the ParamSet's flat order
+// (padded_numel() long; the padding is written as nothing and loaded as zeros).
+struct StageState {
+  std::vector<float> model, ema, exp_avg, exp_avg_sq;
+};
+
+struct CheckpointMeta {
+  std::int64_t step = 0;    // steps completed
+  std::string config_toml;  // the resolved run config
+  Layout layout;            // layout that wrote it (on save: ctx.layout is written)
+  std::uint64_t seed = 0;
+  double loss_scale = 1.0;                        // fp16 dynamic loss scale
+  int format_version = kCheckpointFormatVersion;  // on save: always the current version
+  std::string dir;                                // on load: the step folder it came from
+};
+
+// Collective over ctx.world. Writes <root>/step_<8 digits>/ under a temporary name
+// (<root>/.tmp-step_...), renames it into place, then updates <root>/latest atomically. Keeps
+// the newest `keep` complete checkpoints (keep <= 0: all): older steps are pruned only after the
+// new one is in place; folders of LATER steps (an abandoned run) are never pruned. Every rank of a
+// (tp, pp) group must pass the same full `state` (the caller all-gathers ZeRO shards first).
+// Errors are agreed: every rank throws the same message. Returns the step folder.
+std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
+                            const DiTConfig& cfg, const ParamSet& ps, ParallelContext& ctx,
+                            const StageState& state, int keep);
+
+// Collective over ctx.world. `path` is a step folder, or a root (then the newest complete
+// checkpoint, see latest_checkpoint). Validates the format version, the model config against
+// `cfg` (the error lists every difference: "depth 4 vs 6, hidden_size 64 vs 96"), and that every
+// tensor of `ps` exists with its global shape and is fully covered by the index's mappings, before
+// resizing `state` to ps.padded_numel(); then reads this rank's tp slices at ITS layout. A corrupt,
+// truncated or missing shard fails with a message naming the file and the tensor. Errors are
+// agreed over ctx.world.
+CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, const ParamSet& ps,
+                               ParallelContext& ctx, StageState& state);
+
+// Not collective: the metadata and the model config of a checkpoint (step folder or root), e.g.
+// to build the model before loading it.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+DiTConfig read_checkpoint_model(const std::string& path);
+
+// The step folder <root>/latest names if it is complete, else the complete step folder of the
+// highest step (a save that died before updating `latest`); "" if none.
+std::string latest_checkpoint(const std::string& root);
+
+// For `dit_mp inspect`: step, layout, model, tensors and shapes; reads every shard dataset fully
+// to verify its checksum. Returns a printable report; throws naming the file and tensor on
+// corruption.
+std::string inspect_checkpoint(const std::string& path);
+
+}  // namespace dit
