@@ -15,6 +15,7 @@
 #include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
+#include "io/checkpoint.h"
 #include "io/prepare.h"
 
 namespace {
@@ -84,6 +85,10 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
       {"--run-dir", "run.dir", "Run folder (metrics, samples, weights)", true, "TEXT"},
       {"--data", "data.path", "HDF5 dataset file", true, "TEXT"},
       {"--model", "model.preset", "Model preset, e.g. DiT-S/4", true, "TEXT"},
+      {"--resume", "run.resume", "Continue from a checkpoint: auto (the newest of the run) or a path", true, "TEXT"},
+      {"--init-from", "run.init_from", "Start from weights: a checkpoint or a weights .h5 file", true, "TEXT"},
+      {"--checkpoint-dir", "run.checkpoint_dir", "Checkpoint folder (default: <run dir>/ckpt)", true, "TEXT"},
+      {"--checkpoint-every", "train.checkpoint_every", "Steps between checkpoints (0: only at the end)", false, "INT"},
   };
   for (const Flag& fl : flags) {
     cmd->add_option_function<std::string>(
@@ -109,7 +114,7 @@ dit::RunConfig resolve_config(const TrainFlags& f) {
 // `train` is the default: insert it when the first argument is not a subcommand.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "help"};
+  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "inspect", "help"};
   const bool top_level = !args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "--version");
   bool has_sub = false;
   if (!args.empty())
@@ -177,6 +182,10 @@ int run(int argc, char** argv) {
   prep->add_option("--scale", scale, "latents: scale factor applied when training")->capture_default_str();
   prep->add_flag("--overwrite", overwrite, "Replace an existing output file");
 
+  std::string inspect_path;
+  auto* inspect = app.add_subcommand("inspect", "List a checkpoint's tensors, shapes, layout and step; verify its checksums");
+  inspect->add_option("checkpoint", inspect_path, "A checkpoint step folder (or its root)")->required();
+
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   dit::fit_threads_to_cores();
   try {
@@ -204,6 +213,12 @@ int run(int argc, char** argv) {
     });
     dit::ParallelContext ctx = dit::make_mpi_context(layout);
     return dit::run_verify(vopt, ctx);
+  }
+  if (*inspect) {
+    collective_check([&] {
+      if (world_rank() == 0) std::printf("%s", dit::inspect_checkpoint(inspect_path).c_str());
+    });
+    return 0;
   }
   if (*prep) {
     const dit::Overwrite ow = overwrite ? dit::Overwrite::Yes : dit::Overwrite::No;

@@ -27,7 +27,7 @@ namespace {
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
   char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
+  std::snprintf(b, sizeof b, "%.17g", v);  // every bit, so runs and resumes compare exactly
   return b;
 }
 }  // namespace

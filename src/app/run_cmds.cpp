@@ -15,6 +15,7 @@
 #include "app/metrics.h"
 #include "app/sampler.h"
 #include "app/trainer.h"
+#include "io/checkpoint.h"
 #include "io/h5_dataset.h"
 #include "io/png.h"
 #include "io/prepare.h"
@@ -98,6 +99,63 @@ int node_count() {
   return leaders;
 }
 
+// A resumed run rewrites the steps after its checkpoint: their old metrics rows go.
+void drop_metrics_after(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> keep;
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("\"step\": ");
+    if (at != std::string::npos && std::stoll(line.substr(at + 8)) > step) continue;
+    keep.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+}
+
+std::string checkpoint_root(const RunConfig& cfg) {
+  return cfg.run.checkpoint_dir.empty() ? (fs::path(cfg.run.dir) / "ckpt").string() : cfg.run.checkpoint_dir;
+}
+
+// --resume continues a run from a checkpoint (any layout wrote it); --init-from starts a new run
+// from weights (a checkpoint or a weights file), with fresh optimizer state and the EMA at them.
+void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const DiTConfig& model,
+                           ParallelContext& ctx, Trainer& trainer, ConsoleLog& console) {
+  std::string path = cfg.run.resume == "auto" ? latest_checkpoint(root) : cfg.run.resume;
+  const bool resume = !path.empty();
+  if (!resume) path = cfg.run.init_from;
+  if (path.empty()) {
+    if (cfg.run.resume == "auto" && ctx.world_rank == 0)
+      console.line("no checkpoint under " + root + ": starting from scratch");
+    return;
+  }
+  StageState state;
+  const DiTStage& stage = trainer.model();
+  const bool weights_file = !resume && fs::is_regular_file(path) && fs::path(path).filename() != "index.h5";
+  CheckpointMeta meta;
+  if (weights_file) {
+    load_weights(path, trainer.model().params());
+    state = trainer.state();
+    state.ema = state.model;
+    std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
+    std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+  } else {
+    meta = load_checkpoint(path, model, stage.params(), ctx, state);
+    if (!resume) {  // weights only
+      state.ema = state.model;
+      std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
+      std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+    }
+  }
+  trainer.restore(state, resume ? meta.step : 0);
+  if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
+  if (ctx.world_rank == 0)
+    console.line((resume ? "resumed from " + meta.dir + " at step " + std::to_string(meta.step) + " (written at " +
+                               meta.layout.str() + ")"
+                         : "initialized from " + path));
+}
+
 struct RunPaths {
   fs::path dir;
   fs::path metrics() const { return dir / "metrics.jsonl"; }
@@ -155,8 +213,12 @@ int run_train(const RunConfig& cfg) {
     BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
     std::string why;
     DIT_CHECK(backend_available(cfg.train.backend, &why), "train.backend = ", cfg.train.backend, ": ", why);
-    if (world_rank() == 0 && fs::exists(paths.dir) && !cfg.run.overwrite)
-      DIT_FAIL("run folder ", paths.dir.string(), " already exists: choose another run.dir or pass --overwrite");
+    if (world_rank() == 0 && fs::exists(paths.dir) && !cfg.run.overwrite && cfg.run.resume.empty())
+      DIT_FAIL("run folder ", paths.dir.string(),
+               " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+    DIT_CHECK(cfg.run.resume.empty() || !cfg.run.overwrite, "run.resume and run.overwrite exclude each other");
+    DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
+              "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
   });
   // Data: the demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
   collective_check([&] {
@@ -178,7 +240,7 @@ int run_train(const RunConfig& cfg) {
     DIT_CHECK(data->num_classes() <= model.num_classes, cfg.data.path, " has ", data->num_classes(),
               " classes but model.num_classes = ", model.num_classes);
     if (world_rank() == 0) {
-      if (fs::exists(paths.dir)) fs::remove_all(paths.dir);
+      if (fs::exists(paths.dir) && cfg.run.resume.empty()) fs::remove_all(paths.dir);
       fs::create_directories(paths.dir);
       std::ofstream(paths.dir / "config.toml") << cfg.to_toml();
     }
@@ -190,6 +252,8 @@ int run_train(const RunConfig& cfg) {
   Trainer trainer(*be, ctx, model, tc, *data);
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
   ConsoleLog console;
+  const std::string ckpt_root = checkpoint_root(cfg);
+  start_from_checkpoint(cfg, ckpt_root, model, ctx, trainer, console);
   if (ctx.world_rank == 0) {
     std::ostringstream os;
     os << "dit_mp train: " << layout.str() << ", " << be->name() << " backend, model " << model.num_params()
@@ -222,8 +286,20 @@ int run_train(const RunConfig& cfg) {
     write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string(), "");
     if (ctx.world_rank == 0) console.line("wrote " + (paths.dir / name).string());
   };
-  for (std::int64_t s = 0; s < tc.steps; ++s) {
+  auto checkpoint = [&] {
+    const double t = now_s();
+    CheckpointMeta meta;
+    meta.step = trainer.next_step();
+    meta.config_toml = cfg.to_toml();
+    meta.seed = cfg.train.seed;
+    const std::string dir = save_checkpoint(ckpt_root, meta, model, trainer.model().params(), ctx, trainer.state(),
+                                            cfg.train.keep_checkpoints);
+    if (ctx.world_rank == 0) console.line("saved checkpoint " + dir + " in " + format_duration(now_s() - t));
+  };
+  std::int64_t steps_run = 0;
+  for (std::int64_t s = trainer.next_step(); s < tc.steps; ++s) {
     st = trainer.step();
+    ++steps_run;
     window_s += st.acct.step_s;
     ++window_steps;
     const bool log = (s + 1) % cfg.train.log_every == 0 || s + 1 == tc.steps || st.nonfinite_rank >= 0;
@@ -255,13 +331,17 @@ int run_train(const RunConfig& cfg) {
                         .c_str());
       return 1;
     }
+    if (cfg.train.checkpoint_every > 0 && (s + 1) % cfg.train.checkpoint_every == 0 && s + 1 < tc.steps)
+      checkpoint();
     if (cfg.train.sample_every > 0 && (s + 1) % cfg.train.sample_every == 0 && s + 1 < tc.steps) {
       char name[64];
       std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(s + 1));
       sample_grid(name);
     }
   }
-  report_accounting(ctx, st.acct, trainer.optimizer().state_bytes(), paths.dir / "accounting.json");
+  checkpoint();
+  if (steps_run > 0)
+    report_accounting(ctx, st.acct, trainer.optimizer().state_bytes(), paths.dir / "accounting.json");
   // Final weights (model and EMA) for `dit_mp sample`, then the final grid.
   auto ema = ema_stage(*be, ctx, trainer);
   auto model_w = gather_global(trainer.model(), ctx, host_copy(*be, trainer.model().params().flat_values()));

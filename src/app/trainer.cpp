@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "app/gather.h"
 #include "diffusion/losses.h"
 
 namespace dit {
@@ -31,6 +32,36 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
                                            train.seed, cfg_.class_dropout_prob, cfg_.num_classes);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
+}
+
+StageState Trainer::state() {
+  Backend& be = *be_;
+  const Optimizer& o = zero_->shard();
+  StageState s;
+  s.model = gather_shards(be, *zero_, o.master(), *ctx_);
+  s.exp_avg = gather_shards(be, *zero_, o.exp_avg(), *ctx_);
+  s.exp_avg_sq = gather_shards(be, *zero_, o.exp_avg_sq(), *ctx_);
+  s.ema = gather_shards(be, *zero_, o.ema(), *ctx_);
+  return s;
+}
+
+void Trainer::restore(const StageState& s, std::int64_t steps_done) {
+  Backend& be = *be_;
+  const ParamSet& ps = model_->params();
+  const std::int64_t n = ps.padded_numel(), b = zero_->shard_begin(), len = zero_->shard_size();
+  DIT_CHECK(static_cast<std::int64_t>(s.model.size()) == n && s.ema.size() == s.model.size() &&
+                s.exp_avg.size() == s.model.size() && s.exp_avg_sq.size() == s.model.size(),
+            "restore: a state of ", s.model.size(), " values for a stage of ", n);
+  auto host = [](const std::vector<float>& v, std::int64_t off, std::int64_t count) {
+    return Tensor{const_cast<float*>(v.data()) + off, DType::F32, {count}, Device::Host};
+  };
+  be.copy(ps.flat_values(), host(s.model, 0, n));
+  Optimizer& o = zero_->shard();
+  if (o.master().data != o.params().data) be.copy(o.master(), host(s.model, b, len));
+  be.copy(o.exp_avg(), host(s.exp_avg, b, len));
+  be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
+  be.copy(o.ema(), host(s.ema, b, len));
+  step_ = steps_done;
 }
 
 const Microbatch& Trainer::microbatch(int mb) {

@@ -12,6 +12,7 @@
 #include "app/dit_pipeline.h"
 #include "backend/backend.h"
 #include "diffusion/schedule.h"
+#include "io/checkpoint.h"
 #include "optim/zero.h"
 #include "parallel/grid.h"
 
@@ -58,6 +59,11 @@ class Trainer {
 
   StepStats step();
   std::int64_t next_step() const { return step_; }
+  // This stage's full state on the host (fp32 master weights, Adam moments, EMA; the ZeRO
+  // shards all-gathered over dp), in the ParamSet's flat order: what a checkpoint holds.
+  StageState state();
+  // Continues from a state of this stage (any layout wrote it) after `steps_done` steps.
+  void restore(const StageState& s, std::int64_t steps_done);
   DiTStage& model() { return *model_; }
   ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }

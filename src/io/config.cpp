@@ -51,6 +51,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"beta2", &t.beta2}, {"eps", &t.eps}, {"grad_clip", &t.grad_clip},
         {"ema_decay", &t.ema_decay}, {"ema_warmup", &t.ema_warmup}, {"seed", &t.seed},
         {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
+        {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers}}},
@@ -61,7 +62,9 @@ std::vector<Section> sections(RunConfig& c) {
        {{"num_steps", &s.num_steps}, {"sampler", &s.sampler}, {"cfg_scale", &s.cfg_scale},
         {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
         {"seed", &s.seed}}},
-      {"run", {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}}},
+      {"run",
+       {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}, {"checkpoint_dir", &c.run.checkpoint_dir},
+        {"resume", &c.run.resume}, {"init_from", &c.run.init_from}}},
   };
 }
 
@@ -525,6 +528,10 @@ void validate_train(const TrainSection& t) {
   require(t.sample_every >= 0, "train.sample_every", t.sample_every,
           "an integer >= 0 (0 = only at the end)");
   require(t.peak_tflops > 0, "train.peak_tflops", t.peak_tflops, "a value > 0");
+  require(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every,
+          "an integer >= 0 (0 = only at the end)");
+  require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
+          "an integer >= 0 (0 = keep all)");
   require_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   require_one_of("train.backend", t.backend, {"cpu", "cuda"});
   require(t.precision == "fp32" || t.backend == "cuda", "train.precision", t.precision,

@@ -39,6 +39,8 @@ struct TrainSection {
   std::uint64_t seed = 0;
   int log_every = 10;
   int sample_every = 0;  // 0 = only at the end
+  int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
+  int keep_checkpoints = 3;  // newest complete checkpoints kept; 0 = all
   double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (bf16/fp16 need the CUDA backend)
   std::string backend = "cpu";     // cpu | cuda
@@ -73,6 +75,9 @@ struct SampleSection {
 struct RunSection {
   std::string dir = "runs/fashion_mnist";
   bool overwrite = false;
+  std::string checkpoint_dir;  // "" = <dir>/ckpt
+  std::string resume;          // "" = a fresh run; "auto" = the newest checkpoint if any; or a path
+  std::string init_from;       // start from these weights (a checkpoint or a weights file)
   bool operator==(const RunSection&) const = default;
 };
 
