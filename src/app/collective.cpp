@@ -1,6 +1,8 @@
 // Agreed failures and world-size arithmetic (see collective.h).
 #include "app/collective.h"
 
+#include "backend/cpu/cpu_backend.h"
+
 #include <mpi.h>
 #include <omp.h>
 #include <sched.h>
@@ -49,7 +51,7 @@ void fit_threads_to_cores() {
   if (sched_getaffinity(0, sizeof set, &set) != 0) return;
   const int cores = CPU_COUNT(&set), threads = omp_get_max_threads();
   if (cores >= threads || cores < 1) return;
-  omp_set_num_threads(cores);
+  cpu_set_num_threads(cores);
   if (world_rank() == 0)
     std::printf("note: %d OpenMP threads requested but rank 0 may run on %d core(s) (mpirun binds ranks to "
                 "cores); using %d. Pass --bind-to none to mpirun to let threads spread.\n",

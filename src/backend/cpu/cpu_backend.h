@@ -56,6 +56,9 @@ class CpuBackend final : public Backend {
   void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
 };
 
+// Threads of the CPU backend (OpenMP loops and Eigen products) in this process.
+void cpu_set_num_threads(int n);
+
 // Row-major fp32 GEMM on raw pointers (Eigen), shared by gemm() and the attention kernels:
 // C (m x n) = alpha * op(A) op(B) + beta * C with leading dimensions lda, ldb, ldc.
 void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,

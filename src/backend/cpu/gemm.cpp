@@ -1,6 +1,10 @@
-// fp32 GEMM for the CPU backend through Eigen (measured faster than OpenBLAS sgemm on the
-// development machines; see benchmarks/bench_gemm.cpp). Eigen parallelizes one product with
-// OpenMP when called outside a parallel region and stays single-threaded inside one.
+// fp32 GEMM for the CPU backend through Eigen, which parallelizes a product with the same
+// OpenMP threads as every other loop (and stays single-threaded inside a parallel region, as in
+// the attention). Debian's OpenBLAS runs its own pthread pool: side by side its sgemm is within
+// about 15% of Eigen on these shapes (benchmarks/bench_gemm.cpp), but with two OpenMP threads
+// its spinning pool made a whole training step 4x slower, so Eigen it is.
+#include <omp.h>
+
 #include <Eigen/Core>
 
 #include "backend/cpu/cpu_backend.h"
@@ -60,5 +64,7 @@ void CpuBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose 
     cpu_sgemm(ta, tb, m, n, k, alpha, a.f32() + i * ar * ac, ac, b.f32() + i * br * bc, bc, beta,
               c.f32() + i * m * n, n);
 }
+
+void cpu_set_num_threads(int n) { omp_set_num_threads(n); }
 
 }  // namespace dit
