@@ -2,6 +2,10 @@
 // (boxes, mapping validation, shard reads, HDF5 writing) are in checkpoint_format.h.
 #include "io/checkpoint.h"
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -354,6 +358,17 @@ void execute(const PlannedRead& r, ckpt::ShardReader& reader, const ParamSet& ps
     }
 }
 
+// Fault injection for tests: DIT_FAULT_KILL_DURING_SAVE="rank:step" kills that world rank with
+// SIGKILL right after it wrote its shard of that step's checkpoint (before the index, the
+// COMPLETE marker and the rename), the worst moment for a crash.
+void fault_point_after_shard(int rank, std::int64_t step) {
+  const char* spec = std::getenv("DIT_FAULT_KILL_DURING_SAVE");
+  if (!spec) return;
+  int r = -1;
+  long long st = -1;
+  if (std::sscanf(spec, "%d:%lld", &r, &st) == 2 && r == rank && st == step) std::raise(SIGKILL);
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
@@ -371,7 +386,10 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
       remove_stale(rootp);
       fs::create_directory(tmp);
     });
-    ckpt::agree(world, [&] { write_shard(tmp, meta, ps, ctx, state); });
+    ckpt::agree(world, [&] {
+      write_shard(tmp, meta, ps, ctx, state);
+      fault_point_after_shard(world.rank(), meta.step);
+    });
     ckpt::agree(world, [&] {
       if (!lead) return;
       write_index(tmp, meta, cfg, ctx.layout);
