@@ -23,7 +23,8 @@ int forward_microbatches(std::int64_t rows, int pp) {
 std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
                                  const SampleRequest& req) {
   const DiTConfig& cfg = stage.config();
-  const std::string respacing = (req.sampler == "ddim" ? "ddim" : "") + std::to_string(req.num_steps);
+  // As the official sample.py: evenly respaced steps ("N") for both samplers.
+  const std::string respacing = std::to_string(req.num_steps);
   const auto sched = diffusion::create_diffusion({respacing, cfg.learn_sigma, req.diffusion_steps});
   const std::int64_t total = static_cast<std::int64_t>(req.labels.size());
   const std::int64_t per = std::int64_t(cfg.in_channels) * cfg.input_size * cfg.input_size;

@@ -15,7 +15,7 @@ namespace dit {
 
 struct SampleRequest {
   std::vector<int> labels;     // one sample per entry
-  int num_steps = 50;          // respaced steps ("ddimN" for DDIM, "N" for DDPM)
+  int num_steps = 50;          // respaced steps ("N", as the official sample.py, for both samplers)
   std::string sampler = "ddim";  // ddim | ddpm
   double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
