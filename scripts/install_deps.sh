@@ -12,8 +12,9 @@ PACKAGES=(
   libstb-dev libpng-dev libopenblas-dev
   dataset-fashion-mnist
 )
-# Python side (tools/dit_checkpoint.py and the PyTorch baseline); optional for the C++ build.
-if [[ "${DIT_WITH_PYTHON:-0}" == 1 ]]; then
+# Python side: tools/dit_checkpoint.py (official .pt weights in and out), the PyTorch reference
+# DiT and its tests. DIT_WITH_PYTHON=0 skips them (those tests then print why they skip).
+if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
   PACKAGES+=(python3-torch python3-h5py python3-numpy)
 fi
 

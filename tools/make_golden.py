@@ -43,6 +43,7 @@ def parse_args():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--ema-decay", type=float, default=0.9)
+    ap.add_argument("--weights-from", help="a .pt state dict to use instead of perturbed random weights")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     checks = [
@@ -190,6 +191,10 @@ def main():
     torch.manual_seed(a.seed)                   # the official init draws from the global RNG
     gen = torch.Generator().manual_seed(a.seed)  # perturbations and inputs
     model = perturbed_model(a, gen)
+    if a.weights_from:
+        state = torch.load(a.weights_from, map_location="cpu")
+        state = {k: v.to(F64) for k, v in state.items()}
+        model.load_state_dict(state, strict=True)
     weights = {n: p.detach().clone() for n, p in model.state_dict().items()}
     fwd, fwd_grads = forward_group(model, a, gen)
     loss, loss_grads, schedule = loss_group(model, a, gen)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Official DiT weights in and out of dit_mp.
+
+  dit_checkpoint.py import MODEL.pt OUT.h5 --num-heads H [--input-size N] [--class-dropout-prob P]
+      An official state dict (e.g. DiT-XL-2-256x256.pt, or a training checkpoint holding "model"
+      and "ema"; --kind picks one) -> a dit_mp weights file: /weights/<PyTorch name> float32 and
+      the model config as attributes of /config. `dit_mp sample --weights OUT.h5` and
+      `dit_mp train --init-from OUT.h5` load it at any layout.
+  dit_checkpoint.py export SOURCE OUT.pt [--kind model|ema]
+      A dit_mp weights file or checkpoint (step folder, its root, or index.h5; its virtual
+      datasets read as full tensors) -> a state dict that the official models.py loads
+      (pos_embed included, computed as the official code does).
+
+Needs PyTorch, h5py and numpy (Debian: python3-torch python3-h5py python3-numpy).
+"""
+import argparse
+import math
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_dit  # noqa: E402  (the official architecture, for pos_embed and checks)
+
+
+def config_from_state(state, num_heads, input_size, dropout):
+    """The model config implied by a state dict's shapes (heads are not in it)."""
+    w = state["x_embedder.proj.weight"]
+    hidden, in_channels, patch = w.shape[0], w.shape[1], w.shape[2]
+    depth = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
+    mlp = state["blocks.0.mlp.fc1.weight"].shape[0]
+    out = state["final_layer.linear.weight"].shape[0] // (patch * patch)
+    rows = state["y_embedder.embedding_table.weight"].shape[0]
+    if input_size is None:
+        tokens = state["pos_embed"].shape[1] if "pos_embed" in state else None
+        if tokens is None:
+            sys.exit("import: the state dict has no pos_embed; give --input-size")
+        input_size = int(math.isqrt(tokens)) * patch
+    if hidden % num_heads:
+        sys.exit(f"import: hidden size {hidden} is not divisible by --num-heads {num_heads}")
+    return {
+        "input_size": input_size, "patch_size": patch, "in_channels": in_channels,
+        "hidden_size": hidden, "depth": depth, "num_heads": num_heads,
+        "mlp_ratio": mlp / hidden, "num_classes": rows - (1 if dropout > 0 else 0),
+        "learn_sigma": int(out == 2 * in_channels), "class_dropout_prob": dropout,
+        "frequency_embedding_size": state["t_embedder.mlp.0.weight"].shape[1],
+        "layernorm_eps": 1e-6,
+    }
+
+
+def cmd_import(a):
+    state = torch.load(a.source, map_location="cpu")
+    if isinstance(state, dict) and a.kind in state and isinstance(state[a.kind], dict):
+        state = state[a.kind]
+    cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob)
+    tmp = a.out + ".tmp"
+    with h5py.File(tmp, "w") as f:
+        c = f.create_group("config")
+        for k, v in cfg.items():
+            c.attrs[k] = np.float64(v) if isinstance(v, float) else np.int64(v)
+        w = f.create_group("weights")
+        for name, t in state.items():
+            if name == "pos_embed":  # fixed, recomputed by dit_mp
+                continue
+            w.create_dataset(name, data=t.detach().to(torch.float32).numpy())
+    os.replace(tmp, a.out)
+    print(f"wrote {a.out}: {len(state) - ('pos_embed' in state)} tensors, config {cfg}")
+
+
+def read_weights(path, kind):
+    """name -> numpy array from a weights file or a checkpoint, and the model config."""
+    if os.path.isdir(path):
+        step = path
+        if os.path.exists(os.path.join(path, "latest")):
+            step = os.path.join(path, open(os.path.join(path, "latest")).read().strip())
+        path = os.path.join(step, "index.h5")
+    with h5py.File(path, "r") as f:
+        group = "weights" if "weights" in f else kind
+        if group not in f:
+            sys.exit(f"export: {path} has neither /weights nor /{kind}")
+        cfg = {k: f["config"].attrs[k].item() for k in f["config"].attrs}
+        tensors = {}
+        f[group].visititems(lambda n, d: tensors.__setitem__(n, d[...]) if isinstance(d, h5py.Dataset) else None)
+    return tensors, cfg
+
+
+def cmd_export(a):
+    tensors, cfg = read_weights(a.source, a.kind)
+    grid = int(cfg["input_size"]) // int(cfg["patch_size"])
+    pos = torch_dit.get_2d_sincos_pos_embed(int(cfg["hidden_size"]), grid)
+    state = {"pos_embed": torch.from_numpy(np.asarray(pos, dtype=np.float32)).unsqueeze(0)}
+    for name, v in tensors.items():
+        state[name] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+    model = torch_dit.DiT(
+        input_size=int(cfg["input_size"]), patch_size=int(cfg["patch_size"]),
+        in_channels=int(cfg["in_channels"]), hidden_size=int(cfg["hidden_size"]),
+        depth=int(cfg["depth"]), num_heads=int(cfg["num_heads"]), mlp_ratio=float(cfg["mlp_ratio"]),
+        class_dropout_prob=float(cfg["class_dropout_prob"]), num_classes=int(cfg["num_classes"]),
+        learn_sigma=bool(cfg["learn_sigma"]))
+    model.load_state_dict(state, strict=True)  # the official architecture accepts every tensor
+    torch.save(model.state_dict(), a.out)
+    print(f"wrote {a.out}: {len(state)} tensors")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("import", help="official .pt -> dit_mp weights file")
+    i.add_argument("source")
+    i.add_argument("out")
+    i.add_argument("--num-heads", type=int, required=True)
+    i.add_argument("--input-size", type=int)
+    i.add_argument("--class-dropout-prob", type=float, default=0.1)
+    i.add_argument("--kind", default="ema", help="for training checkpoints holding model and ema")
+    e = sub.add_parser("export", help="dit_mp weights or checkpoint -> official .pt")
+    e.add_argument("source")
+    e.add_argument("out")
+    e.add_argument("--kind", default="model", choices=["model", "ema"])
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    (cmd_import if a.cmd == "import" else cmd_export)(a)
+
+
+if __name__ == "__main__":
+    main()
