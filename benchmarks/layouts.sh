@@ -12,7 +12,7 @@ scratch=$(mktemp -d /tmp/dit_layouts.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 "$DIT_MP" prepare-data fashion-mnist --split test --out "$scratch/fm.h5" >/dev/null
 MODEL=(--set model.hidden_size=128 --set model.depth=8 --set model.num_heads=8 --set model.patch_size=4
-       --set train.global_batch=64 --set train.micro_batch=4 --set sample.num_steps=1 --set sample.per_class=1
+       --set train.global_batch=64 --set train.micro_batch=4 --set sample.num_steps=2 --set sample.per_class=1
        --log-every 1000)
 printf '%-16s %5s %9s %12s %12s %12s %9s %9s %14s\n' layout ranks step_s tp_B/rank pp_B/rank dp_B/rank bubble theory optim_B/rank
 for l in "1 1 1" "2 1 1" "1 2 1" "1 1 2" "1 1 4" "1 1 8" "2 2 2" "2 4 1" "4 2 1" "1 4 2" "1 8 1"; do

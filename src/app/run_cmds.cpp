@@ -372,8 +372,8 @@ int run_sample(const SampleOptions& opt) {
               model.num_heads, " heads");
     for (int c : opt.classes)
       DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
-    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 1 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
-              "sample: --per-class >= 1, 1 <= --steps <= 1000 and --cfg-scale >= 1 are required");
+    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
+              "sample: --per-class >= 1, 2 <= --steps <= 1000 and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
     DIT_CHECK(model.in_channels == 1 || model.in_channels == 3, "sample: a ", model.in_channels,
               "-channel model (latents) cannot be drawn as a PNG grid; decode latents with a VAE");

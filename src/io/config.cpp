@@ -568,8 +568,8 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
 }
 
 void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
-  require(s.num_steps >= 1 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
-          "an integer in [1, diffusion.steps = " + show(diffusion_steps) + "]");
+  require(s.num_steps >= 2 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
+          "an integer in [2, diffusion.steps = " + show(diffusion_steps) + "]");
   require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
   require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
   require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
