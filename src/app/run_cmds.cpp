@@ -130,6 +130,7 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
       console.line("no checkpoint under " + root + ": starting from scratch");
     return;
   }
+  const double t0 = now_s();
   StageState state;
   const DiTStage& stage = trainer.model();
   const bool weights_file = !resume && fs::is_regular_file(path) && fs::path(path).filename() != "index.h5";
@@ -150,10 +151,13 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
   }
   trainer.restore(state, resume ? meta.step : 0);
   if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
-  if (ctx.world_rank == 0)
+  if (ctx.world_rank == 0) {
+    char took[32];
+    std::snprintf(took, sizeof took, " in %.2f s", now_s() - t0);
     console.line((resume ? "resumed from " + meta.dir + " at step " + std::to_string(meta.step) + " (written at " +
                                meta.layout.str() + ")"
-                         : "initialized from " + path));
+                         : "initialized from " + path) + took);
+  }
 }
 
 struct RunPaths {
@@ -294,7 +298,11 @@ int run_train(const RunConfig& cfg) {
     meta.seed = cfg.train.seed;
     const std::string dir = save_checkpoint(ckpt_root, meta, model, trainer.model().params(), ctx, trainer.state(),
                                             cfg.train.keep_checkpoints);
-    if (ctx.world_rank == 0) console.line("saved checkpoint " + dir + " in " + format_duration(now_s() - t));
+    if (ctx.world_rank == 0) {
+      char took[32];
+      std::snprintf(took, sizeof took, "%.2f s", now_s() - t);
+      console.line("saved checkpoint " + dir + " in " + took);
+    }
   };
   std::int64_t steps_run = 0;
   for (std::int64_t s = trainer.next_step(); s < tc.steps; ++s) {
