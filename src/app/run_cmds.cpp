@@ -67,15 +67,23 @@ std::vector<int> grid_labels(const std::vector<int>& classes, int num_classes, i
   return labels;
 }
 
-// Rank 0 writes the grid PNG (rows = classes) and, when raw_path is given, the samples as HDF5.
-void write_samples(const DiTConfig& cfg, const std::vector<float>& samples, const std::vector<int>& labels,
-                   int per_class, const std::string& png_path, const std::string& raw_path) {
-  if (world_rank() != 0) return;
-  const int n = static_cast<int>(labels.size());
-  const Grid g = make_grid(samples.data(), Shape{n, cfg.in_channels, cfg.input_size, cfg.input_size},
-                           n / per_class, per_class, 2);
-  write_png(png_path, g.width, g.height, g.channels, g.pixels.data());
-  if (!raw_path.empty()) write_samples_h5(raw_path, samples, labels, cfg.in_channels, cfg.input_size, cfg.input_size);
+// Rank 0 writes the grid PNG (rows = classes) and the samples as HDF5 beside it. Latent models
+// (not 1 or 3 channels) get the HDF5 only: their samples need the VAE decoder to become pictures.
+// Returns what was written.
+std::string write_samples(const DiTConfig& cfg, const std::vector<float>& samples, const std::vector<int>& labels,
+                          int per_class, const std::string& png_path) {
+  const std::string raw = fs::path(png_path).replace_extension(".h5").string();
+  const bool picture = cfg.in_channels == 1 || cfg.in_channels == 3;
+  if (world_rank() == 0) {
+    const int n = static_cast<int>(labels.size());
+    write_samples_h5(raw, samples, labels, cfg.in_channels, cfg.input_size, cfg.input_size);
+    if (picture) {
+      const Grid g = make_grid(samples.data(), Shape{n, cfg.in_channels, cfg.input_size, cfg.input_size},
+                               n / per_class, per_class, 2);
+      write_png(png_path, g.width, g.height, g.channels, g.pixels.data());
+    }
+  }
+  return picture ? png_path + " and " + raw : raw + " (latents: decode them with the VAE to see pictures)";
 }
 
 // The EMA weights of this rank's stage, in a stage of their own for sampling.
@@ -287,8 +295,8 @@ int run_train(const RunConfig& cfg) {
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
     const auto samples = sample_images(*be, ctx, *ema, req);
-    write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string(), "");
-    if (ctx.world_rank == 0) console.line("wrote " + (paths.dir / name).string());
+    const std::string wrote = write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string());
+    if (ctx.world_rank == 0) console.line("wrote " + wrote);
   };
   auto checkpoint = [&] {
     const double t = now_s();
@@ -383,8 +391,6 @@ int run_sample(const SampleOptions& opt) {
     DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
               "sample: --per-class >= 1, 2 <= --steps <= 1000 and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
-    DIT_CHECK(model.in_channels == 1 || model.in_channels == 3, "sample: a ", model.in_channels,
-              "-channel model (latents) cannot be drawn as a PNG grid; decode latents with a VAE");
     std::string why;
     DIT_CHECK(backend_available(opt.backend, &why), "--backend ", opt.backend, ": ", why);
   });
@@ -401,9 +407,8 @@ int run_sample(const SampleOptions& opt) {
   req.cfg_official = opt.cfg_official;
   req.seed = opt.seed;
   const auto samples = sample_images(*be, ctx, stage, req);
-  std::string raw = fs::path(opt.out).replace_extension(".h5").string();
-  write_samples(model, samples, req.labels, opt.per_class, opt.out, raw);
-  if (ctx.world_rank == 0) std::printf("wrote %s and %s\n", opt.out.c_str(), raw.c_str());
+  const std::string wrote = write_samples(model, samples, req.labels, opt.per_class, opt.out);
+  if (ctx.world_rank == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;
 }
 
