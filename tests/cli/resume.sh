@@ -4,7 +4,7 @@
 # uninterrupted run within 1e-5 relative; `inspect` verifies the checkpoint.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
-R=(--data "$SCRATCH/fm_test.h5" "${TINY[@]}" --log-every 1 --set train.warmup=0)
+R=(--data "$SCRATCH/fm_test.h5" "${TINY[@]}" --log-every 1 --set train.warmup=0 --set model.depth=4)
 run() {  # run N TP PP STEPS DIR [ARGS...]
   local n=$1 tp=$2 pp=$3 steps=$4 dir=$5
   shift 5
@@ -15,7 +15,8 @@ run 8 2 2 6 "$SCRATCH/full"
 run 8 2 2 3 "$SCRATCH/part"
 "$DIT_MP" inspect "$SCRATCH/part/ckpt" > "$SCRATCH/inspect.txt" || fail "inspect failed"
 grep -q "step 3" "$SCRATCH/inspect.txt" || fail "inspect does not show step 3"
-for layout in "8 2 2" "1 1 1" "8 4 1" "4 1 2" "8 2 1"; do
+# (ranks, tp, pp): the saving layout (tp 2 pp 2 dp 2), then (1,1,1), (4,1,2), (1,4,1), (2,1,4).
+for layout in "8 2 2" "1 1 1" "8 4 1" "4 1 4" "8 2 1"; do
   set -- $layout
   d="$SCRATCH/resume_$1_$2_$3"
   cp -r "$SCRATCH/part" "$d"
