@@ -35,6 +35,14 @@ struct ModChunk {
   int index;   // which chunk: columns [index*D, (index+1)*D)
 };
 
+// The sizes of C = op(A) op(B) for 2-D views or 3-D strided batches: A stored (ar, ac), B stored
+// (br, bc), C (m, n), inner size k. Shared by every backend so they accept and reject the same views.
+struct GemmShape {
+  std::int64_t batch, m, n, k, ar, ac, br, bc;
+};
+// Throws naming the three shapes when they do not agree.
+GemmShape gemm_shape(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c);
+
 class Backend : public Allocator {
  public:
   ~Backend() override = default;

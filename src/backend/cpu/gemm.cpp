@@ -45,24 +45,11 @@ void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::
 
 void CpuBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
                       const Tensor& c, Accumulate acc, float alpha) {
-  const int r = c.shape.rank;
-  DIT_CHECK((r == 2 || r == 3) && a.shape.rank == r && b.shape.rank == r,
-            "gemm takes 2-D or 3-D (batched) views of one rank; got A", a.shape.str(), " B",
-            b.shape.str(), " C", c.shape.str());
-  const std::int64_t batch = r == 3 ? c.dim(0) : 1;
-  DIT_CHECK(r == 2 || (a.dim(0) == batch && b.dim(0) == batch), "gemm batch mismatch: A",
-            a.shape.str(), " B", b.shape.str(), " C", c.shape.str());
-  const std::int64_t ar = a.dim(-2), ac = a.dim(-1), br = b.dim(-2), bc = b.dim(-1);
-  const std::int64_t m = c.dim(-2), n = c.dim(-1);
-  const std::int64_t k = ta == Transpose::No ? ac : ar;
-  DIT_CHECK((ta == Transpose::No ? ar : ac) == m && (tb == Transpose::No ? br : bc) == k &&
-                (tb == Transpose::No ? bc : br) == n,
-            "gemm shapes do not agree: A", a.shape.str(), (ta == Transpose::Yes ? "^T" : ""), " B",
-            b.shape.str(), (tb == Transpose::Yes ? "^T" : ""), " C", c.shape.str());
+  const GemmShape g = gemm_shape(a, ta, b, tb, c);
   const float beta = acc == Accumulate::Add ? 1.f : 0.f;
-  for (std::int64_t i = 0; i < batch; ++i)
-    cpu_sgemm(ta, tb, m, n, k, alpha, a.f32() + i * ar * ac, ac, b.f32() + i * br * bc, bc, beta,
-              c.f32() + i * m * n, n);
+  for (std::int64_t i = 0; i < g.batch; ++i)
+    cpu_sgemm(ta, tb, g.m, g.n, g.k, alpha, a.f32() + i * g.ar * g.ac, g.ac, b.f32() + i * g.br * g.bc, g.bc,
+              beta, c.f32() + i * g.m * g.n, g.n);
 }
 
 void cpu_set_num_threads(int n) { omp_set_num_threads(n); }

@@ -152,20 +152,9 @@ GemmContext::~GemmContext() {
 
 void CudaBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
                        const Tensor& c, Accumulate acc, float alpha) {
-  const int r = c.shape.rank;
-  DIT_CHECK((r == 2 || r == 3) && a.shape.rank == r && b.shape.rank == r,
-            "gemm takes 2-D or 3-D (batched) views of one rank; got A", a.shape.str(), " B",
-            b.shape.str(), " C", c.shape.str());
-  const std::int64_t batch = r == 3 ? c.dim(0) : 1;
-  DIT_CHECK(r == 2 || (a.dim(0) == batch && b.dim(0) == batch), "gemm batch mismatch: A",
-            a.shape.str(), " B", b.shape.str(), " C", c.shape.str());
-  cuda::GemmDims g{c.dim(-2), c.dim(-1), 0, batch, a.dim(-2), a.dim(-1), b.dim(-2), b.dim(-1),
-                   ta, tb};
-  g.k = ta == Transpose::No ? g.ac : g.ar;
-  DIT_CHECK((ta == Transpose::No ? g.ar : g.ac) == g.m && (tb == Transpose::No ? g.br : g.bc) == g.k &&
-                (tb == Transpose::No ? g.bc : g.br) == g.n,
-            "gemm shapes do not agree: A", a.shape.str(), (ta == Transpose::Yes ? "^T" : ""), " B",
-            b.shape.str(), (tb == Transpose::Yes ? "^T" : ""), " C", c.shape.str());
+  const GemmShape s = gemm_shape(a, ta, b, tb, c);
+  const std::int64_t batch = s.batch;
+  const cuda::GemmDims g{s.m, s.n, s.k, s.batch, s.ar, s.ac, s.br, s.bc, ta, tb};
   cuda::check_on_device(a, "gemm A");
   cuda::check_on_device(b, "gemm B");
   cuda::check_on_device(c, "gemm C");
