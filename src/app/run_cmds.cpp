@@ -1,8 +1,6 @@
 // `dit_mp train` and `dit_mp sample` (see run_cmds.h).
 #include "app/run_cmds.h"
 
-#include <mpi.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -93,18 +91,6 @@ std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& 
   std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
   be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
   return ema;
-}
-
-// Machines in the job: the number of distinct shared-memory groups of MPI_COMM_WORLD.
-int node_count() {
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int local_rank = 0, leaders = 0;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_free(&local);
-  int leader = local_rank == 0 ? 1 : 0;
-  MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  return leaders;
 }
 
 // A resumed run rewrites the steps after its checkpoint: their old metrics rows go.

@@ -42,6 +42,9 @@ struct ParallelContext {
   bool last_stage() const { return coord.pp == layout.pp - 1; }
 };
 
+// Machines in the job: the number of shared-memory groups of MPI_COMM_WORLD.
+int node_count();
+
 // One rank on its own: every communicator is a SelfComm.
 ParallelContext make_single_context();
 // Splits MPI_COMM_WORLD by the layout; the world size must equal tp * pp * dp (checked with a

@@ -1,6 +1,8 @@
 // MPI implementation of Comm: collectives on host tensors, counted in CommStats.
 #include "parallel/mpi_comm.h"
 
+#include "parallel/grid.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -52,6 +54,17 @@ bool yield_while_waiting() {
   return v && std::string(v) == "yield";
 }
 }  // namespace
+
+int node_count() {
+  MPI_Comm local;
+  DIT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+  int local_rank = 0, leaders = 0;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_free(&local);
+  int leader = local_rank == 0 ? 1 : 0;
+  DIT_MPI_CHECK(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  return leaders;
+}
 
 MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   DIT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
