@@ -67,4 +67,20 @@ Layout layout_for_world(int tp, int pp) {
   return Layout{tp, pp, n / (tp * pp)};
 }
 
+std::string backend_name(const std::string& backend, const std::string& precision) {
+  const std::size_t colon = backend.find(':');
+  if (colon == std::string::npos) return backend + ":" + precision;
+  const std::string named = backend.substr(colon + 1);
+  DIT_CHECK(precision == "fp32" || parse_dtype(named) == parse_dtype(precision), "backend ", backend,
+            " names ", named, " but the precision is ", precision);
+  return backend;
+}
+
+std::unique_ptr<Backend> make_rank_backend(const std::string& backend, const std::string& precision) {
+  const std::string name = backend_name(backend, precision);
+  std::string why;
+  DIT_CHECK(backend_available(name, &why), "backend ", name, " is not available: ", why);
+  return make_backend(name);
+}
+
 }  // namespace dit

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <string>
 
+#include "backend/backend.h"
 #include "parallel/grid.h"
 
 namespace dit {
@@ -26,5 +29,15 @@ void fit_threads_to_cores();
 
 // tp x pp x dp with dp = world / (tp * pp), or a message naming the numbers and what would fit.
 Layout layout_for_world(int tp, int pp);
+
+// The backend this rank computes on: `backend` "cpu" or "cuda", `precision` "fp32", "bf16" or
+// "fp16" (the storage dtype of params, activations and grads). The CUDA backend first places the
+// rank on a GPU of its node (node-local rank modulo the GPUs there). Not collective: callers agree
+// on failures with collective_check. Afterwards, attach_backend_comms (parallel/backend_comms.h)
+// fits the communicators to it.
+std::unique_ptr<Backend> make_rank_backend(const std::string& backend, const std::string& precision);
+// "cuda" + "bf16" -> "cuda:bf16". A backend already naming a dtype ("cuda:bf16") keeps it; it must
+// agree with `precision` unless that is the default fp32.
+std::string backend_name(const std::string& backend, const std::string& precision);
 
 }  // namespace dit

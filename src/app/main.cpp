@@ -153,6 +153,8 @@ int run(int argc, char** argv) {
   sample->add_option("--tp", sopt.tp, "Tensor-parallel size")->capture_default_str();
   sample->add_option("--pp", sopt.pp, "Pipeline stages")->capture_default_str();
   sample->add_option("--backend", sopt.backend, "cpu or cuda")->capture_default_str();
+  sample->add_option("--precision", sopt.precision, "fp32, bf16 or fp16 (storage of weights and activations)")
+      ->capture_default_str();
 
   dit::VerifyOptions vopt;
   std::string groups, schedule = "1f1b";
@@ -162,6 +164,8 @@ int run(int argc, char** argv) {
   verify->add_option("--golden", vopt.golden, "Golden HDF5 file")->required();
   verify->add_option("--groups", groups, "Comma-separated: forward,schedule,loss,adamw,ema,sample (default: all)");
   verify->add_option("--backend", vopt.backend, "Compute backend: cpu or cuda")->capture_default_str();
+  verify->add_option("--precision", vopt.precision,
+                     "fp32 (tolerance 1e-4) or bf16/fp16 storage (tolerance 2e-2)")->capture_default_str();
   verify->add_option("--tp", tp, "Tensor-parallel size")->capture_default_str();
   verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
   verify->add_option("--microbatches", vopt.microbatches, "Microbatches per data-parallel rank")->capture_default_str();

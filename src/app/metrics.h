@@ -14,6 +14,8 @@ struct LogRow {
   double images_per_s = 0, tflops = 0, mfu = 0;
   std::uint64_t peak_mem_bytes = 0;
   double elapsed_s = 0, eta_s = 0;
+  double loss_scale = 1;           // fp16 dynamic loss scale of the step (1 without fp16)
+  std::int64_t skipped_steps = 0;  // fp16 updates skipped for overflow, since the run began
 };
 
 class MetricsWriter {

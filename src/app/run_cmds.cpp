@@ -19,6 +19,7 @@
 #include "io/prepare.h"
 #include "io/sample_file.h"
 #include "io/weights.h"
+#include "parallel/backend_comms.h"
 
 namespace dit {
 
@@ -143,7 +144,9 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
       std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
     }
   }
-  trainer.restore(state, resume ? meta.step : 0);
+  LossScaleState scaling;
+  if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps};
+  trainer.restore(state, resume ? meta.step : 0, scaling);
   if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
   if (ctx.world_rank == 0) {
     char took[32];
@@ -210,7 +213,8 @@ int run_train(const RunConfig& cfg) {
     partition_stages(model, layout.pp, cfg.parallel.pp_layers);
     BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
     std::string why;
-    DIT_CHECK(backend_available(cfg.train.backend, &why), "train.backend = ", cfg.train.backend, ": ", why);
+    DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
+              cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
     if (world_rank() == 0 && fs::exists(paths.dir) && !cfg.run.overwrite && cfg.run.resume.empty())
       DIT_FAIL("run folder ", paths.dir.string(),
                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
@@ -244,8 +248,10 @@ int run_train(const RunConfig& cfg) {
     }
   });
 
-  auto be = make_backend(cfg.train.backend);
+  std::unique_ptr<Backend> be;
+  collective_check([&] { be = make_rank_backend(cfg.train.backend, cfg.train.precision); });
   ParallelContext ctx = make_mpi_context(layout);
+  const std::string comms = attach_backend_comms(ctx, *be);
   const TrainConfig tc = train_config(cfg);
   Trainer trainer(*be, ctx, model, tc, *data);
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
@@ -254,7 +260,8 @@ int run_train(const RunConfig& cfg) {
   start_from_checkpoint(cfg, ckpt_root, model, ctx, trainer, console);
   if (ctx.world_rank == 0) {
     std::ostringstream os;
-    os << "dit_mp train: " << layout.str() << ", " << be->name() << " backend, model " << model.num_params()
+    os << "dit_mp train: " << layout.str() << ", " << be->name() << " backend in " << dtype_name(be->compute_dtype())
+       << " (communication: " << comms << "), model " << model.num_params()
        << " parameters (depth " << model.depth << ", hidden " << model.hidden_size << ", heads " << model.num_heads
        << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data "
        << data->describe() << "\nglobal batch " << tc.global_batch << " = dp " << layout.dp << " x micro "
@@ -290,6 +297,10 @@ int run_train(const RunConfig& cfg) {
     meta.step = trainer.next_step();
     meta.config_toml = cfg.to_toml();
     meta.seed = cfg.train.seed;
+    const LossScaleState& ls = trainer.loss_scaler().state();
+    meta.loss_scale = ls.scale;
+    meta.loss_scale_clean_steps = ls.clean_steps;
+    meta.skipped_steps = ls.skipped_steps;
     const std::string dir = save_checkpoint(ckpt_root, meta, model, trainer.model().params(), ctx, trainer.state(),
                                             cfg.train.keep_checkpoints);
     if (ctx.world_rank == 0) {
@@ -321,6 +332,8 @@ int run_train(const RunConfig& cfg) {
       r.peak_mem_bytes = static_cast<std::uint64_t>(ctx.world->all_reduce_max(double(peak_rss_bytes())));
       r.elapsed_s = now_s() - t0;
       r.eta_s = step_s * double(tc.steps - s - 1);
+      r.loss_scale = st.loss_scale;
+      r.skipped_steps = trainer.loss_scaler().state().skipped_steps;
       metrics.write(r);
       if (ctx.world_rank == 0) console.step(r);
       window_s = 0;
@@ -378,10 +391,13 @@ int run_sample(const SampleOptions& opt) {
               "sample: --per-class >= 1, 2 <= --steps <= 1000 and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
     std::string why;
-    DIT_CHECK(backend_available(opt.backend, &why), "--backend ", opt.backend, ": ", why);
+    DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
+              " --precision ", opt.precision, ": ", why);
   });
-  auto be = make_backend(opt.backend);
+  std::unique_ptr<Backend> be;
+  collective_check([&] { be = make_rank_backend(opt.backend, opt.precision); });
   ParallelContext ctx = make_mpi_context(layout);
+  attach_backend_comms(ctx, *be);
   const auto stages = partition_stages(model, layout.pp);
   DiTStage stage(*be, model, stages[ctx.coord.pp], *ctx.tp, layout.dp);
   load_weights(weights, stage.params());

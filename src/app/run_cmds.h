@@ -25,6 +25,7 @@ struct SampleOptions {
   std::string out = "samples.png";  // the grid; raw samples go to the same name with .h5
   int tp = 1, pp = 1;
   std::string backend = "cpu";
+  std::string precision = "fp32";
 };
 
 int run_sample(const SampleOptions& opt);

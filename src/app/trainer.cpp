@@ -18,7 +18,8 @@ double now_s() {
 Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, const TrainConfig& train,
                  const Dataset& data)
     : be_(&be), ctx_(&ctx), cfg_(model), train_(train),
-      schedule_(diffusion::create_diffusion({"", model.learn_sigma, 1000})) {
+      schedule_(diffusion::create_diffusion({"", model.learn_sigma, 1000})),
+      scaler_(be.compute_dtype() == DType::F16) {
   const SampleShape s = data.shape();
   DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size &&
                 s.width == model.input_size,
@@ -45,7 +46,10 @@ StageState Trainer::state() {
   return s;
 }
 
-void Trainer::restore(const StageState& s, std::int64_t steps_done) {
+void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling) {
+  DIT_CHECK(scaling.skipped_steps <= steps_done, "restore: ", scaling.skipped_steps,
+            " skipped steps out of ", steps_done);
+  scaler_.restore(scaling);
   Backend& be = *be_;
   const ParamSet& ps = model_->params();
   const std::int64_t n = ps.padded_numel(), b = zero_->shard_begin(), len = zero_->shard_size();
@@ -115,9 +119,11 @@ StepStats Trainer::step() {
     }
     // terms.grad_model_output is d(mean over this microbatch); the step's loss is the mean over
     // the microbatches (and, through the ZeRO reduction, over dp).
+    // Under fp16 loss scaling the backward pass carries d(S x loss); the optimizer divides by S.
+    const double seed = scaler_.scale() / plan.microbatches;
     std::vector<float> dout(terms.grad_model_output.size());
     for (std::size_t i = 0; i < dout.size(); ++i)
-      dout[i] = static_cast<float>(terms.grad_model_output[i] / plan.microbatches);
+      dout[i] = static_cast<float>(terms.grad_model_output[i] * seed);
     Tensor d = arena.tensor(out.shape, dt);
     upload(d, dout.data(), DType::F32);
     return d;
@@ -130,8 +136,16 @@ StepStats Trainer::step() {
   const double t_opt = now_s();
   LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
   st.lr = lr_at(lc, step_);
-  st.grad_norm = zero_->step(train_.adamw, st.lr, step_ + 1, train_.grad_clip,
-                             ema_decay_at(train_.ema_decay, train_.ema_warmup, step_));
+  // AdamW counts the updates it applied; EMA warmup counts steps, as the official loop does.
+  st.loss_scale = scaler_.scale();
+  const std::int64_t adam_step = step_ + 1 - scaler_.state().skipped_steps;
+  const ZeroOptimizer::Result r =
+      zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
+                  ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
+                  scaler_.enabled());
+  st.grad_norm = r.grad_norm;
+  st.skipped = !r.applied;
+  scaler_.update(r.applied);
   // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes.
   if (!(ctx_->last_stage() && ctx_->tp->rank() == 0)) sums[0] = sums[1] = sums[2] = 0;
   const bool bad = !std::isfinite(sums[0] + sums[1] + sums[2]);

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "diffusion/schedule.h"
 #include "io/checkpoint.h"
+#include "optim/loss_scale.h"
 #include "optim/zero.h"
 #include "parallel/grid.h"
 
@@ -49,6 +50,8 @@ struct StepStats {
   double grad_norm = 0;              // before clipping
   double lr = 0;
   int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
+  double loss_scale = 1;    // the fp16 loss scale this step ran with (1 otherwise)
+  bool skipped = false;     // fp16: gradients overflowed, the update was skipped
   StepAccounting acct;
 };
 
@@ -63,7 +66,9 @@ class Trainer {
   // shards all-gathered over dp), in the ParamSet's flat order: what a checkpoint holds.
   StageState state();
   // Continues from a state of this stage (any layout wrote it) after `steps_done` steps.
-  void restore(const StageState& s, std::int64_t steps_done);
+  void restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling = {});
+  // fp16 dynamic loss scaling (off for fp32 and bf16: scale 1, nothing skipped).
+  const LossScaler& loss_scaler() const { return scaler_; }
   DiTStage& model() { return *model_; }
   ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }
@@ -83,6 +88,7 @@ class Trainer {
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
+  LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
 };
 

@@ -1,6 +1,6 @@
 // Golden verification: each group compares our outputs with the official float64 numbers using
-// one rule, the relative L2 error per tensor ||a - b|| / ||b||, against 1e-4 for fp32 (1e-12 for
-// the float64 schedule arrays).
+// one rule, the relative L2 error per tensor ||a - b|| / ||b||, against 1e-4 for fp32 and 2e-2 for
+// bf16/fp16 storage (1e-12 for the float64 schedule arrays).
 #include "app/verify.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "app/collective.h"
 #include "app/dit_pipeline.h"
 #include "app/gather.h"
 #include "backend/backend.h"
@@ -17,13 +18,16 @@
 #include "diffusion/schedule.h"
 #include "io/golden.h"
 #include "optim/zero.h"
+#include "parallel/backend_comms.h"
 
 namespace dit {
 
 namespace {
 
 constexpr double kTolF32 = 1e-4;   // float32 computation against float64 references
+constexpr double kTol16 = 2e-2;    // bf16/fp16 storage (fp32 arithmetic) against float64 references
 constexpr double kTolF64 = 1e-12;  // float64 schedule arrays
+constexpr double kTolCompute = -1; // the tolerance of the backend's precision (Report's)
 
 // One reported tensor. Every rank holds the same list; d2 and r2 are this rank's contribution
 // to ||a - b||^2 and ||b||^2, summed over ranks before printing.
@@ -37,12 +41,13 @@ struct Row {
 
 class Report {
  public:
-  explicit Report(ParallelContext& ctx) : ctx_(ctx) {}
+  // compute_tol: the tolerance of tensors the backend computed (kTolF32 or kTol16).
+  Report(ParallelContext& ctx, double compute_tol) : ctx_(ctx), compute_tol_(compute_tol) {}
   // Adds a comparison computed on the full tensors; counted on world rank 0 only.
   template <typename T>
   void full(const std::string& name, const std::vector<T>& ours, const std::vector<double>& want,
-            double tol = kTolF32) {
-    Row r{name, tol};
+            double tol = kTolCompute) {
+    Row r{name, tol == kTolCompute ? compute_tol_ : tol};
     if (ctx_.world_rank == 0) {
       DIT_CHECK(ours.size() == want.size(), name, ": comparison of ", ours.size(), " values with ", want.size());
       for (std::size_t i = 0; i < ours.size(); ++i) {
@@ -58,6 +63,7 @@ class Report {
 
  private:
   ParallelContext& ctx_;
+  double compute_tol_;
   std::vector<Row> rows_;
 };
 
@@ -376,7 +382,8 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
   std::string why;
-  DIT_CHECK(backend_available(opt.backend, &why), "--backend ", opt.backend, ": ", why);
+  DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
+            " --precision ", opt.precision, ": ", why);
   // Each group's batch is split over dp (and microbatches for the groups with a backward).
   for (const auto& name : groups_to_run(opt, golden)) {
     const bool backward = name == "forward" || name == "loss";
@@ -399,8 +406,10 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   GoldenFile golden(opt.golden);
   const std::vector<std::string> groups = groups_to_run(opt, golden);
   const DiTConfig& c = golden.config();
-  auto be = make_backend(opt.backend);
-  Report rep(ctx);
+  auto be = make_rank_backend(opt.backend, opt.precision);
+  const std::string comms = attach_backend_comms(ctx, *be);
+  const DType dt = be->compute_dtype();
+  Report rep(ctx, dt == DType::F32 ? kTolF32 : kTol16);
   auto wants = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
   if (wants("forward")) verify_forward(*be, ctx, golden, opt, rep);
   if (wants("schedule")) verify_schedule(golden, rep);
@@ -411,10 +420,10 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   char header[512];
   std::snprintf(header, sizeof header,
                 "golden %s: input %d patch %d channels %d hidden %d depth %d heads %d classes %d "
-                "learn_sigma %s; backend %s; %s, %d microbatch(es)",
+                "learn_sigma %s; backend %s, %s; %s (%s), %d microbatch(es)",
                 golden.path().c_str(), c.input_size, c.patch_size, c.in_channels, c.hidden_size, c.depth,
                 c.num_heads, c.num_classes, c.learn_sigma ? "true" : "false", be->name().c_str(),
-                ctx.layout.str().c_str(), opt.microbatches);
+                std::string(dtype_name(dt)).c_str(), ctx.layout.str().c_str(), comms.c_str(), opt.microbatches);
   return rep.finish(header) == 0 ? 0 : 1;
 }
 

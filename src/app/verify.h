@@ -16,6 +16,7 @@ struct VerifyOptions {
   std::string golden;
   std::vector<std::string> groups;  // empty: every group the file holds
   std::string backend = "cpu";
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (bf16/fp16: tolerance 2e-2)
   int microbatches = 1;             // per dp rank, for the forward and loss groups
   ScheduleKind schedule = ScheduleKind::OneFOneB;
 };

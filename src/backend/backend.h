@@ -125,8 +125,8 @@ class Backend : public Allocator {
 };
 
 // The backends this build has: "cpu" always, "cuda" when compiled in and a GPU is visible.
-// A name may carry the compute dtype after a colon, "cuda:bf16" (default fp32); the CPU backend
-// computes in fp32 only.
+// A name may carry the compute dtype after a colon, "cuda:bf16" (default fp32). "cpu:bf16" and
+// "cpu:fp16" store in 16 bits and compute in fp32, as the GPU does (cpu/storage_backend.h).
 std::unique_ptr<Backend> make_backend(std::string_view name);
 std::unique_ptr<Backend> make_backend(std::string_view name, DType compute);
 bool backend_available(std::string_view name, std::string* why_not = nullptr);

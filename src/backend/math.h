@@ -81,13 +81,17 @@ DIT_HD float modulate(float xn, float shift, float scale) { return xn * (1.f + s
 
 // Hyper-parameters of one AdamW step, with the bias corrections precomputed on the host:
 // bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+// grad_scale multiplies the stored gradient as it is read: 1 / (dp ranks x loss scale) times the
+// clipping factor, so 16-bit gradients are never rescaled in their own precision.
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+  float grad_scale = 1.f;
 };
 
 // One AdamW update of a single element (torch.optim.AdamW semantics: decoupled weight decay
 // applied to the parameter before the Adam step).
 DIT_HD void adamw_update(float& p, float g, float& m, float& v, const AdamWParams& h) {
+  g *= h.grad_scale;
   p -= h.lr * h.weight_decay * p;
   m = h.beta1 * m + (1.f - h.beta1) * g;
   v = h.beta2 * v + (1.f - h.beta2) * g * g;

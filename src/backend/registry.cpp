@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/storage_backend.h"
 #ifdef DIT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
@@ -24,9 +25,8 @@ std::pair<std::string_view, std::optional<DType>> split_name(std::string_view na
 
 bool available(std::string_view base, DType compute, std::string& reason) {
   if (base == "cpu") {
-    if (compute == DType::F32) return true;
-    reason = std::string("the CPU backend computes in fp32 only, not ") +
-             std::string(dtype_name(compute));
+    if (compute != DType::I32) return true;
+    reason = "the CPU backend stores fp32, bf16 or fp16, not int32";
     return false;
   }
   if (base == "cuda") {
@@ -65,6 +65,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, DType compute) {
 #ifdef DIT_HAVE_CUDA
   if (base == "cuda") return std::make_unique<CudaBackend>(compute);
 #endif
+  if (compute != DType::F32) return std::make_unique<CpuStorageBackend>(compute);
   return std::make_unique<CpuBackend>();
 }
 

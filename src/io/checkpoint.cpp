@@ -119,6 +119,13 @@ CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
   m.loss_scale = ckpt::read_attr_double(index, "/", "loss_scale");
   DIT_CHECK(std::isfinite(m.loss_scale) && m.loss_scale > 0, p, ": loss_scale ", m.loss_scale,
             ", expected a positive number");
+  // Written since fp16 loss scaling; a checkpoint without them never skipped a step.
+  if (index.has_attr("/", "loss_scale_clean_steps"))
+    m.loss_scale_clean_steps = ckpt::read_attr_int(index, "/", "loss_scale_clean_steps");
+  if (index.has_attr("/", "skipped_steps")) m.skipped_steps = ckpt::read_attr_int(index, "/", "skipped_steps");
+  DIT_CHECK(m.loss_scale_clean_steps >= 0 && m.skipped_steps >= 0 && m.skipped_steps <= m.step, p,
+            ": loss_scale_clean_steps ", m.loss_scale_clean_steps, " and skipped_steps ", m.skipped_steps,
+            ", expected counts in [0, step = ", m.step, "]");
   m.config_toml = index.attr_string("/", "config_toml");
   m.dir = dir;
   return m;
@@ -224,6 +231,8 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
     ckpt::write_attr_ints(id, "layout", {layout.tp, layout.pp, layout.dp}, false, path);
     ckpt::write_attr_u64(id, "seed", meta.seed, path);
     ckpt::write_attr_double(id, "loss_scale", meta.loss_scale, path);
+    ckpt::write_attr_ints(id, "loss_scale_clean_steps", {meta.loss_scale_clean_steps}, true, path);
+    ckpt::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, true, path);
     ckpt::write_attr_string(id, "config_toml", meta.config_toml, path);
     ckpt::write_config(id, cfg, path);
     const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing

@@ -53,6 +53,9 @@ struct CheckpointMeta {
   Layout layout;            // layout that wrote it (on save: ctx.layout is written)
   std::uint64_t seed = 0;
   double loss_scale = 1.0;                        // fp16 dynamic loss scale
+  std::int64_t loss_scale_clean_steps = 0;        // fp16: clean steps since the scale last changed
+  std::int64_t skipped_steps = 0;                 // steps skipped for fp16 overflow (AdamW's count
+                                                  // is step - skipped_steps)
   int format_version = kCheckpointFormatVersion;  // on save: always the current version
   std::string dir;                                // on load: the step folder it came from
 };

@@ -534,8 +534,6 @@ void validate_train(const TrainSection& t) {
           "an integer >= 0 (0 = keep all)");
   require_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
   require_one_of("train.backend", t.backend, {"cpu", "cuda"});
-  require(t.precision == "fp32" || t.backend == "cuda", "train.precision", t.precision,
-          "fp32 with train.backend = \"cpu\" (bf16 and fp16 need the cuda backend)");
 }
 
 void validate_parallel(const ParallelSection& p, const DiTConfig& m) {

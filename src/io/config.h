@@ -42,7 +42,7 @@ struct TrainSection {
   int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   int keep_checkpoints = 3;  // newest complete checkpoints kept; 0 = all
   double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (bf16/fp16 need the CUDA backend)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16: storage of params, activations, grads
   std::string backend = "cpu";     // cpu | cuda
   bool operator==(const TrainSection&) const = default;
 };

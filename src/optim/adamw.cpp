@@ -31,7 +31,8 @@ Tensor Optimizer::params() const {
   return all.rows(begin_, end_ - begin_);
 }
 
-void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Tensor& grads) {
+void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Tensor& grads,
+                     double grad_scale) {
   DIT_CHECK(t >= 1, "AdamW step numbers count from 1, got ", t);
   math::AdamWParams h;
   h.lr = static_cast<float>(lr);
@@ -41,6 +42,7 @@ void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Te
   h.weight_decay = static_cast<float>(cfg.weight_decay);
   h.bc1 = static_cast<float>(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
   h.bc2 = static_cast<float>(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
+  h.grad_scale = static_cast<float>(grad_scale);
   be_->adamw_step(master_, grads, exp_avg(), exp_avg_sq(), h);
   if (master_.data != params().data) be_->copy(params(), master_);
 }

@@ -37,8 +37,9 @@ class Optimizer {
 
   // One AdamW step (step_number counts from 1) on the range with its gradients `grads` (the
   // range's reduced and clipped gradients, end - begin elements), writing the new values into the
-  // compute-dtype params of the range.
-  void step(const AdamWConfig& cfg, double lr, std::int64_t step_number, const Tensor& grads);
+  // compute-dtype params of the range. grad_scale multiplies every gradient as AdamW reads it.
+  void step(const AdamWConfig& cfg, double lr, std::int64_t step_number, const Tensor& grads,
+            double grad_scale = 1.0);
   // ema = decay * ema + (1 - decay) * master
   void update_ema(double decay);
   // Resets the EMA to the current master weights (start of training).

@@ -32,8 +32,9 @@ std::size_t ZeroOptimizer::state_bytes() const {
   return n * 4 * (3 + (separate_master ? 1 : 0));
 }
 
-double ZeroOptimizer::step(const AdamWConfig& cfg, double lr, std::int64_t step_number,
-                           double max_norm, double ema_decay) {
+ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
+                                          std::int64_t step_number, double max_norm,
+                                          double ema_decay, double loss_scale, bool skip_nonfinite) {
   Backend& be = *be_;
   const int dp = ctx_->dp->size();
   const std::int64_t n = end_ - begin_;
@@ -41,18 +42,22 @@ double ZeroOptimizer::step(const AdamWConfig& cfg, double lr, std::int64_t step_
   if (dp > 1) {
     grads = shard_grads_.tensor({n}, be.compute_dtype());
     ctx_->dp->reduce_scatter_sum(ps_->flat_grads(), grads);
-    be.scale(grads, 1.f / static_cast<float>(dp));
   }
+  const double unscale = 1.0 / (static_cast<double>(dp) * loss_scale);
   double sumsq = 0;
   for (const auto& [a, b] : counted_) sumsq += be.sum_squares(grads.rows(a, b - a));
   ctx_->world->all_reduce_sum(&sumsq, 1);
-  const double norm = std::sqrt(sumsq);
-  const double factor = clip_factor(norm, max_norm);
-  if (factor < 1.0) be.scale(grads, static_cast<float>(factor));
-  opt_->step(cfg, lr, step_number, grads);
+  Result r;
+  r.grad_norm = std::sqrt(sumsq) * unscale;
+  if (skip_nonfinite && !std::isfinite(r.grad_norm)) {
+    r.applied = false;
+    return r;
+  }
+  const double factor = clip_factor(r.grad_norm, max_norm);
+  opt_->step(cfg, lr, step_number, grads, factor * unscale);
   opt_->update_ema(ema_decay);
   if (dp > 1) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
-  return norm;
+  return r;
 }
 
 }  // namespace dit

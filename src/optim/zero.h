@@ -1,9 +1,12 @@
 // ZeRO-1 over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range and
 // keeps the fp32 master weights, Adam moments and EMA of that shard only. A step:
-//   1. reduce-scatter the flat grads over dp (sum), scale by 1/dp (mean over the dp replicas);
-//   2. global grad norm: sum of squares over the shard, counting tensors replicated over tp only
-//      on tp rank 0, summed over dp, tp and pp; clip;
-//   3. AdamW and EMA on the shard;
+//   1. reduce-scatter the flat grads over dp (sum);
+//   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: sum of
+//      squares over the shard, counting tensors replicated over tp only on tp rank 0, summed over
+//      dp, tp and pp; the clipping factor;
+//   3. AdamW and EMA on the shard, AdamW reading each gradient times 1/(dp x loss scale) x clip
+//      (the 16-bit gradients are never rescaled in place); with fp16 loss scaling a non-finite
+//      norm skips this step on every rank;
 //   4. all-gather the updated parameters over dp.
 #pragma once
 
@@ -21,9 +24,14 @@ class ZeroOptimizer {
   // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple).
   ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx);
 
-  // Returns the global gradient norm before clipping (max_norm <= 0: no clipping).
-  double step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
-              double ema_decay);
+  struct Result {
+    double grad_norm = 0;  // global norm before clipping, of the unscaled gradients
+    bool applied = true;   // false: skipped (non-finite gradients under loss scaling)
+  };
+  // max_norm <= 0: no clipping. The grads hold d(loss_scale x loss); skip_nonfinite (fp16 loss
+  // scaling) leaves params, moments and EMA untouched when any gradient is inf or NaN.
+  Result step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
+              double ema_decay, double loss_scale = 1.0, bool skip_nonfinite = false);
 
   Optimizer& shard() { return *opt_; }
   const Optimizer& shard() const { return *opt_; }

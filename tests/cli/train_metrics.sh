@@ -13,12 +13,13 @@ import json, math, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 assert len(rows) == 20, f"{len(rows)} rows, expected 20"
 keys = ["step", "loss", "mse", "vb", "grad_norm", "lr", "images_per_s", "tflops", "mfu",
-        "peak_mem_bytes", "elapsed_s"]
+        "peak_mem_bytes", "elapsed_s", "loss_scale", "skipped_steps"]
 for i, r in enumerate(rows):
     assert r["step"] == i + 1, r
     for k in keys:
         assert k in r and isinstance(r[k], (int, float)) and math.isfinite(r[k]), (k, r)
     assert r["peak_mem_bytes"] > 0 and r["images_per_s"] > 0, r
+    assert r["loss_scale"] == 1 and r["skipped_steps"] == 0, r  # fp32: no loss scaling
 first = sum(r["loss"] for r in rows[:5]) / 5
 last = sum(r["loss"] for r in rows[-5:]) / 5
 print(f"mean loss of steps 1-5: {first:.4f}, of steps 16-20: {last:.4f}")

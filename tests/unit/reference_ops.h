@@ -39,6 +39,7 @@ inline double tolerance(DType t) {
     case DType::F32:
       return 1e-5;
     case DType::BF16:
+    case DType::F16:  // 16-bit storage: the one rule for mixed precision
       return 2e-2;
     default:
       break;

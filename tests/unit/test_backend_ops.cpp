@@ -765,8 +765,9 @@ TEST_P(BackendOps, ShapeMismatchesThrow) {
 // "cuda" and "cuda:bf16" skip, saying why, where no GPU is visible. Test names allow only
 // letters, digits and '_', so "cuda:bf16" is reported as cuda_bf16.
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps,
-                         ::testing::Values(std::string("cpu"), std::string("cuda"),
-                                           std::string("cuda:bf16")),
+                         ::testing::Values(std::string("cpu"), std::string("cpu:bf16"),
+                                           std::string("cpu:fp16"), std::string("cuda"),
+                                           std::string("cuda:bf16"), std::string("cuda:fp16")),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& ch : name)

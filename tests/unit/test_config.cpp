@@ -227,7 +227,6 @@ TEST(Config, OutOfRangeValuesNameTheirKeyAndTheAllowedValues) {
       {"[train]\nlr_schedule = \"linear\"", {"train.lr_schedule = \"linear\"", "constant, cosine"}},
       {"[train]\nprecision = \"fp8\"", {"train.precision = \"fp8\"", "fp32, bf16, fp16"}},
       {"[train]\nbackend = \"tpu\"", {"train.backend = \"tpu\"", "cpu, cuda"}},
-      {"[train]\nprecision = \"bf16\"", {"train.precision = \"bf16\"", "cuda"}},
       {"[parallel]\nschedule = \"zb\"", {"parallel.schedule = \"zb\"", "1f1b, gpipe"}},
       {"[parallel]\ntp = 0", {"parallel.tp = 0", ">= 1"}},
       {"[parallel]\npp = 0", {"parallel.pp = 0", ">= 1"}},

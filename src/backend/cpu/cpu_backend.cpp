@@ -57,14 +57,12 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   const std::int64_t n = dst.numel();
   if (dst.dtype == src.dtype) {
     std::memmove(dst.data, src.data, dst.bytes());
-  } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
-    auto* s = src.as<std::uint16_t>();
-    for (std::int64_t i = 0; i < n; ++i) dst.as<float>()[i] = bf16_bits_to_float(s[i]);
-  } else if (dst.dtype == DType::BF16 && src.dtype == DType::F32) {
-    auto* s = src.as<float>();
-    for (std::int64_t i = 0; i < n; ++i) dst.as<std::uint16_t>()[i] = float_to_bf16_bits(s[i]);
   } else {
-    DIT_FAIL("copy: no CPU conversion from ", dtype_name(src.dtype), " to ", dtype_name(dst.dtype));
+    DIT_CHECK(dst.dtype != DType::I32 && src.dtype != DType::I32, "copy: no conversion from ",
+              dtype_name(src.dtype), " to ", dtype_name(dst.dtype));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i)
+      store_from_f32(dst.data, dst.dtype, i, load_as_f32(src.data, src.dtype, i));
   }
 }
 

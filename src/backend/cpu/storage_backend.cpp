@@ -1,0 +1,229 @@
+// bf16/fp16 storage over the fp32 CPU kernels (see storage_backend.h).
+#include "backend/cpu/storage_backend.h"
+
+#include <vector>
+
+namespace dit {
+
+namespace {
+
+// The fp32 operands of one primitive. in() and out() return fp32 views of 16-bit tensors (fp32
+// and int32 tensors pass through untouched); commit() rounds the outputs back into their storage.
+// Views of the same memory share one fp32 copy, so two chunks of one modulation tensor written by
+// one call both land. Outputs are widened first too: a call may write only part of a tensor, or
+// accumulate into it.
+class Widened {
+ public:
+  Tensor in(const Tensor& t) { return widen(t, false); }
+  Tensor out(const Tensor& t) { return widen(t, true); }
+  ModChunk in(const ModChunk& m) { return {in(m.mod), m.index}; }
+  ModChunk out(const ModChunk& m) { return {out(m.mod), m.index}; }
+
+  void commit() {
+    for (Entry& e : entries_) {
+      if (!e.written) continue;
+      for (std::int64_t i = 0; i < e.numel; ++i) store_from_f32(e.data, e.dtype, i, e.f32[i]);
+    }
+  }
+
+ private:
+  struct Entry {
+    void* data;
+    DType dtype;
+    std::int64_t numel;
+    std::vector<float> f32;
+    bool written;
+  };
+
+  Tensor widen(const Tensor& t, bool written) {
+    DIT_CHECK(t.device == Device::Host, "the CPU backend works on host tensors only");
+    if (t.dtype == DType::F32 || t.dtype == DType::I32) return t;
+    const char* lo = static_cast<const char*>(t.data);
+    for (Entry& e : entries_) {
+      if (e.data == t.data && e.numel == t.numel()) {
+        e.written = e.written || written;
+        return Tensor{e.f32.data(), DType::F32, t.shape, Device::Host};
+      }
+      const char* elo = static_cast<const char*>(e.data);
+      const bool overlap = lo < elo + e.numel * 2 && elo < lo + t.bytes();
+      DIT_CHECK(!overlap, "the CPU storage backend: two operands of one call partly overlap");
+    }
+    Entry e{t.data, t.dtype, t.numel(), std::vector<float>(static_cast<std::size_t>(t.numel())), written};
+    for (std::int64_t i = 0; i < e.numel; ++i) e.f32[i] = load_as_f32(t.data, t.dtype, i);
+    entries_.push_back(std::move(e));  // the vector's buffer keeps its address
+    return Tensor{entries_.back().f32.data(), DType::F32, t.shape, Device::Host};
+  }
+
+  std::vector<Entry> entries_;
+};
+
+}  // namespace
+
+CpuStorageBackend::CpuStorageBackend(DType storage) : storage_(storage) {
+  DIT_CHECK(storage == DType::BF16 || storage == DType::F16,
+            "the CPU storage backend stores bf16 or fp16, not ", dtype_name(storage));
+}
+
+void CpuStorageBackend::fill(const Tensor& t, float value) {
+  Widened w;
+  fp32_.fill(w.out(t), value);
+  w.commit();
+}
+
+void CpuStorageBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
+                             const Tensor& c, Accumulate acc, float alpha) {
+  Widened w;
+  fp32_.gemm(w.in(a), ta, w.in(b), tb, w.out(c), acc, alpha);
+  w.commit();
+}
+
+void CpuStorageBackend::add_rowwise(const Tensor& y, const Tensor& v) {
+  Widened w;
+  fp32_.add_rowwise(w.out(y), w.in(v));
+  w.commit();
+}
+
+void CpuStorageBackend::sum_rows(const Tensor& x, const Tensor& out, Accumulate acc) {
+  Widened w;
+  fp32_.sum_rows(w.in(x), w.out(out), acc);
+  w.commit();
+}
+
+void CpuStorageBackend::transpose_01(const Tensor& src, const Tensor& dst) {
+  Widened w;
+  fp32_.transpose_01(w.in(src), w.out(dst));
+  w.commit();
+}
+
+void CpuStorageBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.axpy(alpha, w.in(x), w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::scale(const Tensor& x, float alpha) {
+  Widened w;
+  fp32_.scale(w.out(x), alpha);
+  w.commit();
+}
+
+double CpuStorageBackend::sum_squares(const Tensor& x) {
+  Widened w;
+  return fp32_.sum_squares(w.in(x));
+}
+
+void CpuStorageBackend::gelu_tanh_fwd(const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.gelu_tanh_fwd(w.in(x), w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  Widened w;
+  fp32_.gelu_tanh_bwd(w.in(x), w.in(dy), w.out(dx));
+  w.commit();
+}
+
+void CpuStorageBackend::silu_fwd(const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.silu_fwd(w.in(x), w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                 Accumulate acc) {
+  Widened w;
+  fp32_.silu_bwd(w.in(x), w.in(dy), w.out(dx), acc);
+  w.commit();
+}
+
+void CpuStorageBackend::ln_modulate_fwd(const Tensor& x, const ModChunk& shift,
+                                        const ModChunk& scale, float eps, const Tensor& y,
+                                        const Tensor& mean, const Tensor& rstd) {
+  Widened w;
+  fp32_.ln_modulate_fwd(w.in(x), w.in(shift), w.in(scale), eps, w.out(y), w.out(mean), w.out(rstd));
+  w.commit();
+}
+
+void CpuStorageBackend::ln_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                        const Tensor& rstd, const ModChunk& scale, const Tensor& dx,
+                                        Accumulate acc, const ModChunk& dshift,
+                                        const ModChunk& dscale) {
+  Widened w;
+  fp32_.ln_modulate_bwd(w.in(dy), w.in(x), w.in(mean), w.in(rstd), w.in(scale), w.out(dx), acc,
+                        w.out(dshift), w.out(dscale));
+  w.commit();
+}
+
+void CpuStorageBackend::gate_residual_fwd(const Tensor& x, const Tensor& h, const ModChunk& gate) {
+  Widened w;
+  fp32_.gate_residual_fwd(w.out(x), w.in(h), w.in(gate));
+  w.commit();
+}
+
+void CpuStorageBackend::gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate,
+                                          const Tensor& dh, const ModChunk& dgate) {
+  Widened w;
+  fp32_.gate_residual_bwd(w.in(dx), w.in(h), w.in(gate), w.out(dh), w.out(dgate));
+  w.commit();
+}
+
+void CpuStorageBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out,
+                                      const Tensor& lse) {
+  Widened w;
+  fp32_.attention_fwd(w.in(qkv), heads, w.out(out), w.out(lse));
+  w.commit();
+}
+
+void CpuStorageBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                      const Tensor& dout, int heads, const Tensor& dqkv) {
+  Widened w;
+  fp32_.attention_bwd(w.in(qkv), w.in(out), w.in(lse), w.in(dout), heads, w.out(dqkv));
+  w.commit();
+}
+
+void CpuStorageBackend::embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  Widened w;
+  fp32_.embedding_fwd(w.in(table), ids, w.out(out));
+  w.commit();
+}
+
+void CpuStorageBackend::embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+  Widened w;
+  fp32_.embedding_bwd(w.in(dout), ids, w.out(dtable));
+  w.commit();
+}
+
+void CpuStorageBackend::timestep_embedding(const Tensor& t, float max_period, const Tensor& out) {
+  Widened w;
+  fp32_.timestep_embedding(w.in(t), max_period, w.out(out));
+  w.commit();
+}
+
+void CpuStorageBackend::patchify(const Tensor& img, int p, PatchOrder order, const Tensor& patches) {
+  Widened w;
+  fp32_.patchify(w.in(img), p, order, w.out(patches));
+  w.commit();
+}
+
+void CpuStorageBackend::unpatchify(const Tensor& patches, int p, PatchOrder order,
+                                   const Tensor& img) {
+  Widened w;
+  fp32_.unpatchify(w.in(patches), p, order, w.out(img));
+  w.commit();
+}
+
+void CpuStorageBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                   const Tensor& exp_avg_sq, const math::AdamWParams& h) {
+  Widened w;
+  fp32_.adamw_step(w.out(param), w.in(grad), w.out(exp_avg), w.out(exp_avg_sq), h);
+  w.commit();
+}
+
+void CpuStorageBackend::ema_step(const Tensor& ema, const Tensor& param, float decay) {
+  Widened w;
+  fp32_.ema_step(w.out(ema), w.in(param), decay);
+  w.commit();
+}
+
+}  // namespace dit

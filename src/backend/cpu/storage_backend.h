@@ -1,0 +1,70 @@
+// The CPU backend with bf16 or fp16 storage: what the GPU does in mixed precision, on the host.
+// Activations, parameters and gradients live in the 16-bit dtype; every primitive widens its
+// inputs to fp32, runs the fp32 CPU kernel, and rounds its outputs back to the storage dtype, as
+// the CUDA kernels do (fp32 arithmetic and accumulation, 16-bit loads and stores). Optimizer
+// state stays fp32. It is slow (a conversion per operand per call) and exists so the mixed
+// precision path (master weights, loss scaling, staged communication) is exercised and checked
+// against the float64 references on any machine, GPU or not.
+#pragma once
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace dit {
+
+class CpuStorageBackend final : public Backend {
+ public:
+  explicit CpuStorageBackend(DType storage);  // BF16 or F16
+
+  std::string name() const override { return "cpu"; }
+  DType compute_dtype() const override { return storage_; }
+  Device device() const override { return Device::Host; }
+  void* allocate(std::size_t bytes) override { return fp32_.allocate(bytes); }
+  void deallocate(void* p) override { fp32_.deallocate(p); }
+  void synchronize() override {}
+
+  void copy(const Tensor& dst, const Tensor& src) override { fp32_.copy(dst, src); }
+  void fill(const Tensor& t, float value) override;
+
+  void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
+            Accumulate acc, float alpha) override;
+  void add_rowwise(const Tensor& y, const Tensor& v) override;
+  void sum_rows(const Tensor& x, const Tensor& out, Accumulate acc) override;
+  void transpose_01(const Tensor& src, const Tensor& dst) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void scale(const Tensor& x, float alpha) override;
+  double sum_squares(const Tensor& x) override;
+
+  void gelu_tanh_fwd(const Tensor& x, const Tensor& y) override;
+  void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void silu_fwd(const Tensor& x, const Tensor& y) override;
+  void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) override;
+
+  void ln_modulate_fwd(const Tensor& x, const ModChunk& shift, const ModChunk& scale, float eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void ln_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const ModChunk& scale, const Tensor& dx, Accumulate acc,
+                       const ModChunk& dshift, const ModChunk& dscale) override;
+  void gate_residual_fwd(const Tensor& x, const Tensor& h, const ModChunk& gate) override;
+  void gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate, const Tensor& dh,
+                         const ModChunk& dgate) override;
+
+  void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
+  void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                     int heads, const Tensor& dqkv) override;
+
+  void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
+  void timestep_embedding(const Tensor& t, float max_period, const Tensor& out) override;
+  void patchify(const Tensor& img, int p, PatchOrder order, const Tensor& patches) override;
+  void unpatchify(const Tensor& patches, int p, PatchOrder order, const Tensor& img) override;
+
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                  const Tensor& exp_avg_sq, const math::AdamWParams& h) override;
+  void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
+
+ private:
+  DType storage_;
+  CpuBackend fp32_;
+};
+
+}  // namespace dit

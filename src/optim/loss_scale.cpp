@@ -1,0 +1,47 @@
+// Dynamic loss scaling (see loss_scale.h).
+#include "optim/loss_scale.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dit {
+
+LossScaler::LossScaler(bool enabled, std::int64_t growth_interval)
+    : enabled_(enabled), growth_interval_(growth_interval) {
+  DIT_CHECK(growth_interval >= 1, "loss scaling: growth interval ", growth_interval, ", expected >= 1");
+  if (enabled) s_.scale = kInitialScale;
+}
+
+bool LossScaler::update(bool grads_finite) {
+  if (!enabled_) return true;
+  if (!grads_finite) {
+    s_.scale = std::max(1.0, s_.scale / 2);
+    s_.clean_steps = 0;
+    ++s_.skipped_steps;
+    return false;
+  }
+  if (++s_.clean_steps >= growth_interval_) {
+    s_.scale *= 2;
+    s_.clean_steps = 0;
+  }
+  return true;
+}
+
+void LossScaler::restore(const LossScaleState& s) {
+  DIT_CHECK(s.clean_steps >= 0 && s.skipped_steps >= 0, "loss scaling state: negative step counts (",
+            s.clean_steps, ", ", s.skipped_steps, ")");
+  if (!enabled_) {
+    s_ = LossScaleState{1.0, 0, s.skipped_steps};
+    return;
+  }
+  DIT_CHECK(std::isfinite(s.scale) && s.scale >= 1.0, "loss scale ", s.scale,
+            ": expected a finite number >= 1");
+  s_ = s;
+  // Scale 1 with no clean steps is what a run without loss scaling (fp32, bf16) saves: an fp16
+  // run continuing from it starts at the initial scale, as a new fp16 run does.
+  if (s.scale == 1.0 && s.clean_steps == 0) s_.scale = kInitialScale;
+}
+
+}  // namespace dit
