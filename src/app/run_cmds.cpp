@@ -45,6 +45,8 @@ TrainConfig train_config(const RunConfig& c) {
   t.lr_schedule = c.train.lr_schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
   t.min_lr = c.train.min_lr;
   t.grad_clip = c.train.grad_clip;
+  t.loss_scale = c.train.loss_scale;
+  t.loss_scale_window = c.train.loss_scale_window;
   t.ema_decay = c.train.ema_decay;
   t.ema_warmup = c.train.ema_warmup;
   t.seed = c.train.seed;

@@ -28,6 +28,8 @@ struct TrainConfig {
   LrSchedule lr_schedule = LrSchedule::Constant;
   double min_lr = 0.0;
   double grad_clip = 0.0;  // max global grad norm; 0 = off (the official DiT does not clip)
+  double loss_scale = LossScaler::kInitialScale;               // fp16 only: the initial scale
+  std::int64_t loss_scale_window = LossScaler::kGrowthInterval;  // fp16 only
   double ema_decay = 0.9999;
   bool ema_warmup = true;
   std::uint64_t seed = 0;

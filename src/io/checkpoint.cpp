@@ -480,7 +480,8 @@ std::string inspect_checkpoint(const std::string& path) {
   std::ostringstream os;
   os << "checkpoint " << dir << "\n"
      << "  step " << meta.step << ", format " << meta.format_version << ", written at "
-     << meta.layout.str() << ", seed " << meta.seed << ", loss scale " << meta.loss_scale << "\n"
+     << meta.layout.str() << ", seed " << meta.seed << ", loss scale " << meta.loss_scale << " ("
+     << meta.loss_scale_clean_steps << " clean steps, " << meta.skipped_steps << " skipped)\n"
      << "  model: input_size " << cfg.input_size << ", patch_size " << cfg.patch_size
      << ", in_channels " << cfg.in_channels << ", hidden_size " << cfg.hidden_size << ", depth "
      << cfg.depth << ", num_heads " << cfg.num_heads << ", mlp_ratio " << cfg.mlp_ratio

@@ -52,7 +52,8 @@ std::vector<Section> sections(RunConfig& c) {
         {"ema_decay", &t.ema_decay}, {"ema_warmup", &t.ema_warmup}, {"seed", &t.seed},
         {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
         {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
-        {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend}}},
+        {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
+        {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers}}},
       {"data",
@@ -533,6 +534,9 @@ void validate_train(const TrainSection& t) {
   require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
           "an integer >= 0 (0 = keep all)");
   require_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
+  require(std::isfinite(t.loss_scale) && t.loss_scale >= 1, "train.loss_scale", t.loss_scale,
+          "a number >= 1 (the initial fp16 loss scale)");
+  require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
   require_one_of("train.backend", t.backend, {"cpu", "cuda"});
 }
 

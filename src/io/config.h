@@ -44,6 +44,8 @@ struct TrainSection {
   double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
   std::string precision = "fp32";  // fp32 | bf16 | fp16: storage of params, activations, grads
   std::string backend = "cpu";     // cpu | cuda
+  double loss_scale = 65536;       // fp16: the initial dynamic loss scale
+  int loss_scale_window = 1000;    // fp16: clean steps after which the scale doubles
   bool operator==(const TrainSection&) const = default;
 };
 

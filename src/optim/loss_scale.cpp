@@ -8,10 +8,12 @@
 
 namespace dit {
 
-LossScaler::LossScaler(bool enabled, std::int64_t growth_interval)
-    : enabled_(enabled), growth_interval_(growth_interval) {
+LossScaler::LossScaler(bool enabled, std::int64_t growth_interval, double initial_scale)
+    : enabled_(enabled), growth_interval_(growth_interval), initial_(initial_scale) {
   DIT_CHECK(growth_interval >= 1, "loss scaling: growth interval ", growth_interval, ", expected >= 1");
-  if (enabled) s_.scale = kInitialScale;
+  DIT_CHECK(std::isfinite(initial_scale) && initial_scale >= 1, "loss scaling: initial scale ",
+            initial_scale, ", expected a finite number >= 1");
+  if (enabled) s_.scale = initial_scale;
 }
 
 bool LossScaler::update(bool grads_finite) {
@@ -41,7 +43,7 @@ void LossScaler::restore(const LossScaleState& s) {
   s_ = s;
   // Scale 1 with no clean steps is what a run without loss scaling (fp32, bf16) saves: an fp16
   // run continuing from it starts at the initial scale, as a new fp16 run does.
-  if (s.scale == 1.0 && s.clean_steps == 0) s_.scale = kInitialScale;
+  if (s.scale == 1.0 && s.clean_steps == 0) s_.scale = initial_;
 }
 
 }  // namespace dit

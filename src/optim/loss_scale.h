@@ -1,8 +1,8 @@
 // Dynamic loss scaling for fp16 training. fp16 has 5 exponent bits: gradients of a mean loss
 // (often ~1e-6 per element) underflow to zero unless the loss is multiplied by a large scale S
 // before backward; the optimizer then divides the gradients by S. The scale adapts:
-//   start at 2^16; a step whose gradients hold an inf or NaN is skipped (no AdamW, no EMA) and
-//   halves S; after `growth_interval` (1000) clean steps in a row S doubles; S never goes below 1.
+//   start at 2^16 (train.loss_scale); a step whose gradients hold an inf or NaN is skipped (no AdamW, no EMA) and
+//   halves S; after `growth_interval` (1000) clean steps in a row (train.loss_scale_window) S doubles; S never goes below 1.
 // bf16 and fp32 have fp32's exponent range: the scaler is off there (S = 1, nothing is skipped).
 // Its state is part of a checkpoint, so a resumed run continues with the same scale.
 #pragma once
@@ -22,7 +22,8 @@ class LossScaler {
   static constexpr double kInitialScale = 65536.0;  // 2^16
   static constexpr std::int64_t kGrowthInterval = 1000;
 
-  explicit LossScaler(bool enabled, std::int64_t growth_interval = kGrowthInterval);
+  explicit LossScaler(bool enabled, std::int64_t growth_interval = kGrowthInterval,
+                      double initial_scale = kInitialScale);
 
   bool enabled() const { return enabled_; }
   double scale() const { return s_.scale; }
@@ -30,12 +31,13 @@ class LossScaler {
   bool update(bool grads_finite);
   const LossScaleState& state() const { return s_; }
   // Checks the scale (>= 1, finite) when enabled. A state saved without loss scaling (scale 1,
-  // no clean steps) restarts an enabled scaler at the initial scale.
+  // no clean steps) restarts an enabled scaler at its initial scale.
   void restore(const LossScaleState& s);
 
  private:
   bool enabled_;
   std::int64_t growth_interval_;
+  double initial_;
   LossScaleState s_;
 };
 
