@@ -19,4 +19,12 @@ GemmShape gemm_shape(const Tensor& a, Transpose ta, const Tensor& b, Transpose t
   return g;
 }
 
+void Backend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
+                        const Tensor& bias, const Tensor& c) {
+  DIT_CHECK(c.shape.rank == 2 && bias.numel() == c.dim(1), "gemm_bias: a bias of ", bias.numel(),
+            " values for C", c.shape.str(), " (2-D, one value per column)");
+  gemm(a, ta, b, tb, c, Accumulate::Overwrite);
+  add_rowwise(c, bias);
+}
+
 }  // namespace dit

@@ -59,6 +59,11 @@ class Backend : public Allocator {
   // C = alpha * op(A) op(B) (+ C if acc == Add). 2-D views, or 3-D for a strided batch.
   virtual void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
                     Accumulate acc, float alpha = 1.f) = 0;
+  // C = op(A) op(B) + bias, the bias (n) added to every row of the 2-D C (m, n): a linear layer's
+  // forward in one call. The default is gemm then add_rowwise; the CUDA backend adds the bias in
+  // cuBLASLt's epilogue, saving a pass over C.
+  virtual void gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
+                         const Tensor& bias, const Tensor& c);
   // y[r, :] += v for every row r of y viewed as (rows, v.numel()): biases, positional embeddings.
   virtual void add_rowwise(const Tensor& y, const Tensor& v) = 0;
   // out (L) (+)= sum over rows of x (R, L): bias gradients.

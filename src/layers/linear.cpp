@@ -17,8 +17,10 @@ Tensor as_matrix(const Tensor& w) { return w.view({w.dim(0), w.numel() / w.dim(0
 void linear_fwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& y, Bias bias) {
   const Tensor w = as_matrix(p.w);
   const Tensor y2 = as_rows(y);
-  be.gemm(as_rows(x), Transpose::No, w, Transpose::Yes, y2, Accumulate::Overwrite);
-  if (bias == Bias::Add) be.add_rowwise(y2, p.b);
+  if (bias == Bias::Add)
+    be.gemm_bias(as_rows(x), Transpose::No, w, Transpose::Yes, p.b, y2);
+  else
+    be.gemm(as_rows(x), Transpose::No, w, Transpose::Yes, y2, Accumulate::Overwrite);
 }
 
 void linear_bwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy,

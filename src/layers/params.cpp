@@ -78,7 +78,11 @@ void ParamSpec::initialize(std::uint64_t seed, std::vector<float>& g) const {
 ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
                    std::int64_t pad_multiple)
     : backend_(&backend), specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank) {
+  // Each tensor starts on a multiple of kAlign elements (256 bytes in fp32, 128 in 16 bits), so
+  // GEMM libraries may use their aligned, vectorized kernels on every weight; the gaps stay zero.
+  constexpr std::int64_t kAlign = 64;
   for (auto& s : specs_) {
+    total_ = (total_ + kAlign - 1) / kAlign * kAlign;
     offsets_.push_back(total_);
     total_ += s.local(tp).numel();
   }

@@ -52,7 +52,7 @@ class ParamSet {
   Tensor value(const std::string& name) const { return value(checked_index(name)); }
   Tensor grad(const std::string& name) const { return grad(checked_index(name)); }
   std::int64_t offset(int i) const { return offsets_[i]; }  // element offset in the flat buffers
-  std::int64_t numel() const { return total_; }
+  std::int64_t numel() const { return total_; }  // the end of the last tensor (gaps included)
   std::int64_t padded_numel() const { return padded_; }
   Tensor flat_values() const;  // (padded_numel)
   Tensor flat_grads() const;

@@ -307,6 +307,26 @@ TEST_P(BackendOps, GemmAllTransposesModesAndBatches) {
   }
 }
 
+// A linear layer's forward: the product plus one bias value per column of C, for every transpose,
+// with the bias aligned (the CUDA backend fuses it into cuBLASLt's epilogue) and misaligned by one
+// element (it falls back to a separate pass). Odd sizes: m = 37 rows, n = 24 features, k = 40.
+TEST_P(BackendOps, GemmBiasAddsOneValuePerColumn) {
+  for (const GemmCase& g : gemm_cases({{1, 37, 24, 40}}, {{Accumulate::Overwrite, 1.f}})) {
+    for (i64 bias_offset : {0, 1}) {
+      const GemmTensors t = gemm_shapes(g, false);
+      Vec a, b, bias_held;
+      Tensor ta = input(t.a, &a), tb = input(t.b, &b);
+      Tensor bias_store = input({g.s.n + 1}, &bias_held);
+      Tensor bias = bias_store.rows(bias_offset, g.s.n);
+      const Vec bias_v(bias_held.begin() + bias_offset, bias_held.begin() + bias_offset + g.s.n);
+      Tensor tc = poisoned(t.c);
+      be().gemm_bias(ta, g.ta, tb, g.tb, bias, tc);
+      const Vec want = ref::add_rowwise(ref::gemm(a, g.ta, b, g.tb, g.s, 1.f, nullptr), bias_v);
+      expect_close(g.name() + " + bias" + (bias_offset ? " (bias misaligned)" : ""), tc, want, tol());
+    }
+  }
+}
+
 // Small integers make every product and partial sum exact in fp32 and bf16 (|C| <= 219 < 256),
 // so any correct GEMM, whatever its summation order, must match bit for bit.
 TEST_P(BackendOps, GemmWithIntegerInputsIsExact) {

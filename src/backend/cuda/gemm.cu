@@ -2,6 +2,8 @@
 // (r x c) matrix is the column-major (c x r) one, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T with cuBLASLt's A = our B and B = our A, no data moved. fp32 accumulation
 // (CUBLAS_COMPUTE_32F, never the TF32 variant); 3-D views are one strided-batched call.
+// gemm_bias adds a linear layer's bias in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: one value
+// per row of the column-major D, which is one per column of our row-major C, as add_rowwise).
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -62,9 +64,14 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::
 // Descriptors and the heuristic's first choice for one key. Column-major view: cuBLASLt's A is
 // our B stored (bc x br), its B is our A stored (ac x ar), and C is (n x m).
 GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, cudaDataType_t type,
-                   const std::int64_t align[3]) {
+                   const std::int64_t align[3], bool bias) {
   GemmPlan p;
   DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (bias) {  // the bias has D's dtype (the default); its pointer is set before each call
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                    sizeof epilogue));
+  }
   const cublasOperation_t op_a = g.tb == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.ta == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N;
   DIT_CUBLAS_CHECK(
@@ -127,6 +134,18 @@ void gemm_fallback(GemmContext& ctx, const GemmDims& g, cudaDataType_t type, con
       CUBLAS_GEMM_DEFAULT));
 }
 
+// The cached plan for a product, made on first use.
+const GemmPlan& plan_for(GemmContext& ctx, const GemmDims& g, DType dtype, bool accumulate,
+                         const std::int64_t align[3], std::int64_t bias_align) {
+  const std::array<std::int64_t, 12> key = {
+      g.m, g.n, g.k, g.batch, static_cast<std::int64_t>(g.ta), static_cast<std::int64_t>(g.tb),
+      static_cast<std::int64_t>(dtype), accumulate, align[0], align[1], align[2], bias_align};
+  auto it = ctx.plans.find(key);
+  if (it == ctx.plans.end())
+    it = ctx.plans.emplace(key, make_plan(ctx, g, cuda_type(dtype), align, bias_align > 0)).first;
+  return it->second;
+}
+
 }  // namespace
 
 GemmContext::GemmContext(cudaStream_t s) : stream(s) {
@@ -172,17 +191,41 @@ void CudaBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose
       cuda::alignment(a.data, batch > 1 ? g.ar * g.ac * esz : 0),
       cuda::alignment(b.data, batch > 1 ? g.br * g.bc * esz : 0),
       cuda::alignment(c.data, batch > 1 ? g.m * g.n * esz : 0)};
-  const std::array<std::int64_t, 11> key = {
-      g.m, g.n, g.k, batch, static_cast<std::int64_t>(ta), static_cast<std::int64_t>(tb),
-      static_cast<std::int64_t>(c.dtype), acc == Accumulate::Add, align[0], align[1], align[2]};
-  auto it = gemm_->plans.find(key);
-  if (it == gemm_->plans.end())
-    it = gemm_->plans.emplace(key, cuda::make_plan(*gemm_, g, type, align)).first;
-  const cuda::GemmPlan& p = it->second;
+  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, acc == Accumulate::Add, align, 0);
   if (!p.has_algo) {
     cuda::gemm_fallback(*gemm_, g, type, a.data, b.data, c.data, alpha, beta);
     return;
   }
+  DIT_CUBLAS_CHECK(cublasLtMatmul(gemm_->lt, p.op, &alpha, b.data, p.a, a.data, p.b, &beta, c.data,
+                                  p.c, c.data, p.c, &p.algo, gemm_->workspace,
+                                  gemm_->workspace_bytes, stream_));
+}
+
+void CudaBackend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
+                            const Tensor& bias, const Tensor& c) {
+  const GemmShape s = gemm_shape(a, ta, b, tb, c);
+  DIT_CHECK(s.batch == 1 && c.shape.rank == 2 && bias.numel() == s.n, "gemm_bias: a bias of ",
+            bias.numel(), " values for C", c.shape.str(), " (2-D, one value per column)");
+  cuda::check_on_device(bias, "gemm_bias bias");
+  cuda::same_dtype(bias, c, "gemm_bias bias and C");
+  // The epilogue reads the bias as vectors: below 16-byte alignment, or for an empty sum, the
+  // product and the bias go separately.
+  const std::int64_t bias_align = cuda::alignment(bias.data, 0);
+  if (s.k == 0 || s.m == 0 || bias_align < 16) return Backend::gemm_bias(a, ta, b, tb, bias, c);
+  cuda::check_on_device(a, "gemm A");
+  cuda::check_on_device(b, "gemm B");
+  cuda::check_on_device(c, "gemm C");
+  cuda::same_dtype(a, c, "gemm A and C");
+  cuda::same_dtype(b, c, "gemm B and C");
+  const cuda::GemmDims g{s.m, s.n, s.k, 1, s.ar, s.ac, s.br, s.bc, ta, tb};
+  const std::int64_t align[3] = {cuda::alignment(a.data, 0), cuda::alignment(b.data, 0),
+                                 cuda::alignment(c.data, 0)};
+  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, false, align, bias_align);
+  if (!p.has_algo) return Backend::gemm_bias(a, ta, b, tb, bias, c);
+  const void* bias_ptr = bias.data;
+  DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                                  sizeof bias_ptr));
+  const float alpha = 1.f, beta = 0.f;
   DIT_CUBLAS_CHECK(cublasLtMatmul(gemm_->lt, p.op, &alpha, b.data, p.a, a.data, p.b, &beta, c.data,
                                   p.c, c.data, p.c, &p.algo, gemm_->workspace,
                                   gemm_->workspace_bytes, stream_));

@@ -34,8 +34,9 @@ struct GemmContext {
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
-  // key: m, n, k, batch, ta, tb, dtype, beta != 0, and the three pointer alignments
-  std::map<std::array<std::int64_t, 11>, GemmPlan> plans;
+  // key: m, n, k, batch, ta, tb, dtype, beta != 0, the three pointer alignments, and the bias
+  // pointer's alignment (0: no bias epilogue)
+  std::map<std::array<std::int64_t, 12>, GemmPlan> plans;
 };
 
 }  // namespace dit::cuda
