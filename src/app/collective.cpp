@@ -2,6 +2,7 @@
 #include "app/collective.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "parallel/device_placement.h"
 
 #include <mpi.h>
 #include <omp.h>
@@ -31,7 +32,15 @@ void print_error(const char* what) {
   std::fflush(stderr);
 }
 
+bool mpi_running() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited && !finalized;
+}
+
 void collective_check(const std::function<void()>& check) {
+  if (!mpi_running()) return check();  // a process without MPI (unit tests): nothing to agree on
   std::string msg;
   try {
     check();
@@ -77,10 +86,17 @@ std::string backend_name(const std::string& backend, const std::string& precisio
 }
 
 std::unique_ptr<Backend> make_rank_backend(const std::string& backend, const std::string& precision) {
-  const std::string name = backend_name(backend, precision);
-  std::string why;
-  DIT_CHECK(backend_available(name, &why), "backend ", name, " is not available: ", why);
-  return make_backend(name);
+  std::string name;
+  collective_check([&] { name = backend_name(backend, precision); });
+  // Every rank asks for the same backend, so every rank takes part in the placement (collective).
+  if (name.rfind("cuda", 0) == 0 && mpi_running()) place_rank_on_gpu();
+  std::unique_ptr<Backend> be;
+  collective_check([&] {
+    std::string why;
+    DIT_CHECK(backend_available(name, &why), "backend ", name, " is not available: ", why);
+    be = make_backend(name);
+  });
+  return be;
 }
 
 }  // namespace dit

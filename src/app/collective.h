@@ -19,7 +19,9 @@ int world_size();
 void print_error(const char* what);  // "dit_mp: rank r: error: ..." on stderr
 
 // Runs `check` on every rank; it must not communicate. If it throws on any rank, the lowest
-// failing rank prints its message and every rank throws AgreedFailure.
+// failing rank prints its message and every rank throws AgreedFailure. Without MPI (a plain
+// process, e.g. a unit test) it just runs `check`, whose exception propagates.
+bool mpi_running();
 void collective_check(const std::function<void()>& check);
 
 // Caps this rank's OpenMP threads at the cores it may run on (mpirun binds ranks to cores by
@@ -32,9 +34,9 @@ Layout layout_for_world(int tp, int pp);
 
 // The backend this rank computes on: `backend` "cpu" or "cuda", `precision` "fp32", "bf16" or
 // "fp16" (the storage dtype of params, activations and grads). The CUDA backend first places the
-// rank on a GPU of its node (node-local rank modulo the GPUs there). Not collective: callers agree
-// on failures with collective_check. Afterwards, attach_backend_comms (parallel/backend_comms.h)
-// fits the communicators to it.
+// rank on a GPU of its node (node-local rank modulo the GPUs there). Collective: every rank calls
+// it with the same arguments; a failure is agreed (AgreedFailure). Afterwards attach_backend_comms
+// (parallel/backend_comms.h) fits the communicators to it.
 std::unique_ptr<Backend> make_rank_backend(const std::string& backend, const std::string& precision);
 // "cuda" + "bf16" -> "cuda:bf16". A backend already naming a dtype ("cuda:bf16") keeps it; it must
 // agree with `precision` unless that is the default fp32.

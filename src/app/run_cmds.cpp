@@ -251,7 +251,7 @@ int run_train(const RunConfig& cfg) {
   });
 
   std::unique_ptr<Backend> be;
-  collective_check([&] { be = make_rank_backend(cfg.train.backend, cfg.train.precision); });
+  be = make_rank_backend(cfg.train.backend, cfg.train.precision);
   ParallelContext ctx = make_mpi_context(layout);
   const std::string comms = attach_backend_comms(ctx, *be);
   const TrainConfig tc = train_config(cfg);
@@ -397,7 +397,7 @@ int run_sample(const SampleOptions& opt) {
               " --precision ", opt.precision, ": ", why);
   });
   std::unique_ptr<Backend> be;
-  collective_check([&] { be = make_rank_backend(opt.backend, opt.precision); });
+  be = make_rank_backend(opt.backend, opt.precision);
   ParallelContext ctx = make_mpi_context(layout);
   attach_backend_comms(ctx, *be);
   const auto stages = partition_stages(model, layout.pp);

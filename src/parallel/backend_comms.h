@@ -10,8 +10,9 @@
 
 namespace dit {
 
-// Call once after make_mpi_context and the backend's creation. Returns one line saying what the
-// tensor communicators are ("mpi", "mpi, host-staged: <why>", "nccl").
+// Call once on every rank after make_mpi_context and the backend's creation (collective: NCCL
+// communicators are built over MPI). Returns one line saying what the tensor communicators are:
+// "mpi", "mpi, host-staged (<why>)" or "nccl". DIT_COMM=mpi forces host staging on GPUs.
 std::string attach_backend_comms(ParallelContext& ctx, Backend& be);
 
 }  // namespace dit

@@ -13,8 +13,10 @@ typedef struct CUstream_st* cudaStream_t;
 namespace dit {
 
 namespace cuda {
-struct GemmContext;  // cuBLASLt/cuBLAS handles, workspace and plan cache (gemm.cu)
-}
+struct GemmContext;        // cuBLASLt/cuBLAS handles, workspace and plan cache (gemm.cu)
+class CudnnAttention;      // cuDNN fused attention: handle, plans, fallbacks (cudnn_attention.h)
+enum class AttentionPath;  // plain kernels, cuDNN, or cuDNN where it can (cudnn_attention.h)
+}  // namespace cuda
 
 class CudaBackend final : public Backend {
  public:
@@ -35,12 +37,17 @@ class CudaBackend final : public Backend {
   // The stream every primitive is issued on (for NCCL and other collaborators).
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_; }
+  // Which implementation attention_fwd/bwd use; the default comes from DIT_ATTENTION (see
+  // cudnn_attention.h). For tests and benchmarks that compare the two.
+  void set_attention_path(cuda::AttentionPath path);
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& t, float value) override;
 
   void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
             Accumulate acc, float alpha) override;
+  void gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& bias,
+                 const Tensor& c) override;
   void add_rowwise(const Tensor& y, const Tensor& v) override;
   void sum_rows(const Tensor& x, const Tensor& out, Accumulate acc) override;
   void transpose_01(const Tensor& src, const Tensor& dst) override;
@@ -96,6 +103,7 @@ class CudaBackend final : public Backend {
   double* result_host_ = nullptr;
   double* result_dev_ = nullptr;
   std::unique_ptr<cuda::GemmContext> gemm_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // its cuDNN handle comes on first use
 };
 
 }  // namespace dit

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm.cuh"
 
 namespace dit {
@@ -111,6 +112,7 @@ void host_store(void* p, DType t, i64 i, float v) {
 CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
   DIT_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
             "the CUDA backend computes in fp32, bf16 or fp16, not ", dtype_name(compute));
+  const cuda::AttentionPath attention_path = cuda::attention_path_from_env();  // may throw
   if (device >= 0) DIT_CUDA_CHECK(cudaSetDevice(device));
   DIT_CUDA_CHECK(cudaGetDevice(&device_));
   DIT_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
@@ -124,12 +126,14 @@ CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
   DIT_CUDA_CHECK(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&result_dev_), result_host_, 0));
   gemm_ = std::make_unique<cuda::GemmContext>(stream_);
+  cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_, attention_path);
 }
 
 // No throwing here: errors of the teardown are printed, the process is usually ending anyway.
 CudaBackend::~CudaBackend() {
   cudaError_t rc = cudaStreamSynchronize(stream_);
   gemm_.reset();
+  cudnn_attention_.reset();
   if (scratch_) cudaFree(scratch_);
   if (fault_host_) cudaFreeHost(fault_host_);
   if (result_host_) cudaFreeHost(result_host_);
@@ -137,6 +141,8 @@ CudaBackend::~CudaBackend() {
   if (rc != cudaSuccess)
     std::fprintf(stderr, "CUDA backend teardown: %s\n", cudaGetErrorString(rc));
 }
+
+void CudaBackend::set_attention_path(cuda::AttentionPath path) { cudnn_attention_->set_path(path); }
 
 void* CudaBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -160,14 +166,22 @@ void CudaBackend::deallocate(void* p) {
 
 void* CudaBackend::scratch(std::size_t bytes) {
   if (bytes > scratch_bytes_) {
-    DIT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier primitives may still read it
-    if (scratch_) DIT_CUDA_CHECK(cudaFree(scratch_));
+    // Stream-ordered: the old block is released after the primitives queued before that still
+    // read it, and nothing synchronizes the device (cudaFree would, and a device-wide wait in the
+    // middle of a pipeline step can deadlock NCCL sends against their peers' receives).
+    if (scratch_) DIT_CUDA_CHECK(cudaFreeAsync(scratch_, stream_));
     scratch_ = nullptr;
     scratch_bytes_ = 0;
     // A quarter of headroom, in whole MiB, so a slowly growing need does not reallocate often.
     const std::size_t mib = std::size_t{1} << 20;
     const std::size_t want = (bytes + bytes / 4 + mib - 1) / mib * mib;
-    scratch_ = allocate(want);
+    const cudaError_t rc = cudaMallocAsync(&scratch_, want, stream_);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      scratch_ = nullptr;
+      DIT_FAIL("CUDA backend: cannot allocate ", want, " bytes of scratch on device ", device_, ": ",
+               cudaGetErrorString(rc));
+    }
     scratch_bytes_ = want;
   }
   return scratch_;

@@ -1,0 +1,268 @@
+// The CUDA backend's two attention paths, cuDNN's fused SDPA and the plain kernels, against each
+// other and against the double-precision reference of reference_ops.h, in bf16 and fp16, at the
+// head dims DiT uses (64 and 72) and an odd token count. Each result comes from the path it is
+// named after: the path is forced per backend (CudaBackend::set_attention_path), and forcing
+// cuDNN turns a fallback into an error. Without a GPU every test skips and says why.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "core/philox.h"
+#include "reference_ops.h"
+
+#ifdef DIT_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
+#endif
+
+namespace dit {
+namespace {
+
+using ref::AttnShape;
+using ref::i64;
+using ref::Vec;
+
+constexpr std::uint64_t kSeed = 0xa77e5d0ull;
+
+// The tolerance rule by compute dtype. It has no fp16 entry: fp16 keeps three more mantissa bits
+// than bf16 (the inputs here stay far from its range limits), so bf16's bound is used for both.
+double tolerance(DType t) { return ref::tolerance(t == DType::F16 ? DType::BF16 : t); }
+
+// Every element written (outputs start as NaN), finite, not all zero, and within tol of want in
+// relative L2. Prints the measured error.
+void check(const std::string& what, const std::vector<float>& got, const Vec& want, double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t bad = 0;
+  bool nonzero = false;
+  for (float g : got) {
+    bad += !std::isfinite(g);
+    nonzero |= g != 0.f;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": non-finite or unwritten outputs";
+  EXPECT_TRUE(nonzero) << what << ": every output is zero";
+  const double err = ref::rel_l2(got, want);
+  std::printf("    %-52s rel L2 %.2e  (tol %.0e)\n", what.c_str(), err, tol);
+  EXPECT_LE(err, tol) << what;
+}
+
+// The q, k and v blocks of a (N, T, 3*H*E) gradient, each checked on its own.
+void check_qkv(const std::string& what, const std::vector<float>& got, const Vec& want,
+               const AttnShape& s, double tol) {
+  const char* names[] = {" dq", " dk", " dv"};
+  for (int w = 0; w < 3; ++w) {
+    std::vector<float> g;
+    Vec r;
+    for (i64 row = 0; row < s.n * s.t; ++row)
+      for (i64 i = 0; i < s.h * s.e; ++i) {
+        g.push_back(got[row * s.width() + w * s.h * s.e + i]);
+        r.push_back(want[row * s.width() + w * s.h * s.e + i]);
+      }
+    check(what + names[w], g, r, tol);
+  }
+}
+
+Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+enum class Path { Kernel, Cudnn, Auto };
+
+// Parameters: compute dtype and head dim E; N = 2, T = 37 (not a multiple of any tile), H = 3.
+class CudaAttention : public ::testing::TestWithParam<std::tuple<DType, i64>> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!backend_available("cuda", &why)) GTEST_SKIP() << "no CUDA backend here: " << why;
+#ifdef DIT_HAVE_CUDA
+    auto be = std::make_unique<CudaBackend>(dtype());
+    cuda_ = be.get();
+    backend_ = std::move(be);
+    arena_ = std::make_unique<Arena>(*backend_);
+#endif
+  }
+
+  DType dtype() const { return std::get<0>(GetParam()); }
+  AttnShape shape() const { return AttnShape{2, 37, 3, std::get<1>(GetParam())}; }
+  double tol() const { return tolerance(dtype()); }
+  Backend& be() { return *backend_; }
+
+  void use(Path p) {
+#ifdef DIT_HAVE_CUDA
+    cuda_->set_attention_path(p == Path::Kernel  ? cuda::AttentionPath::Kernel
+                              : p == Path::Cudnn ? cuda::AttentionPath::Cudnn
+                                                 : cuda::AttentionPath::Auto);
+#else
+    (void)p;
+#endif
+  }
+
+  // Runs fn with cuDNN forced. False, with the message in *why, when cuDNN has no engine for the
+  // problem on this GPU and cuDNN version (its coverage, not a fault here); any other error
+  // propagates and fails the test.
+  template <typename Fn>
+  bool on_cudnn(Fn&& fn, std::string* why) {
+    use(Path::Cudnn);
+    try {
+      fn();
+      return true;
+    } catch (const Error& e) {
+#ifdef DIT_HAVE_CUDA
+      if (std::strstr(e.what(), std::string(cuda::kNoEngine).c_str()) == nullptr) throw;
+#endif
+      *why = e.what();
+      return false;
+    }
+  }
+
+  Tensor poisoned(Shape s, DType t) {
+    Tensor x = arena_->tensor(s, t);
+    be().fill(x, NAN);
+    return x;
+  }
+  std::vector<float> download(const Tensor& t) {
+    std::vector<float> h(static_cast<std::size_t>(t.numel()));
+    be().copy(Tensor{h.data(), DType::F32, t.shape, Device::Host}, t);
+    be().synchronize();
+    return h;
+  }
+  // A random tensor of the compute dtype; *held gets the values it holds after rounding, so the
+  // reference sees the same inputs.
+  Tensor input(Shape s, Vec* held, double stddev) {
+    Philox rng(kSeed, RngPurpose::Test, 0, stream_++);
+    std::vector<float> v(static_cast<std::size_t>(s.numel()));
+    for (float& x : v) x = static_cast<float>(stddev * rng.normal());
+    Tensor x = arena_->tensor(s, dtype());
+    be().copy(x, Tensor{v.data(), DType::F32, s, Device::Host});
+    be().synchronize();
+    *held = to_double(download(x));
+    return x;
+  }
+
+  struct Fwd {
+    Tensor out, lse;
+  };
+  Fwd forward(Path p, const Tensor& qkv) {
+    const AttnShape s = shape();
+    use(p);
+    Fwd f{poisoned({s.n, s.t, s.h * s.e}, dtype()), poisoned({s.n, s.h, s.t}, DType::F32)};
+    be().attention_fwd(qkv, static_cast<int>(s.h), f.out, f.lse);
+    return f;
+  }
+  Tensor backward(Path p, const Tensor& qkv, const Fwd& f, const Tensor& dout) {
+    const AttnShape s = shape();
+    use(p);
+    Tensor dqkv = poisoned({s.n, s.t, s.width()}, dtype());
+    be().attention_bwd(qkv, f.out, f.lse, dout, static_cast<int>(s.h), dqkv);
+    return dqkv;
+  }
+
+  std::string name(const char* what) const {
+    return std::string(dtype_name(dtype())) + " E" + std::to_string(shape().e) + " " + what;
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+#ifdef DIT_HAVE_CUDA
+  CudaBackend* cuda_ = nullptr;
+#endif
+  std::unique_ptr<Arena> arena_;
+  std::uint64_t stream_ = 0;
+};
+
+// Forward and backward on each path, and each backward from the other path's forward (the lse
+// conventions must agree, as the two paths may serve the directions of one problem).
+TEST_P(CudaAttention, CudnnMatchesKernelsAndReference) {
+  const AttnShape s = shape();
+  Vec qkv_h, dout_h;
+  const Tensor qkv = input({s.n, s.t, s.width()}, &qkv_h, 1.5);
+  const Tensor dout = input({s.n, s.t, s.h * s.e}, &dout_h, 1.0);
+  const ref::AttnOut want = ref::attention_fwd(qkv_h, s);
+  const Vec want_d = ref::attention_bwd(qkv_h, dout_h, s);
+
+  const Fwd kf = forward(Path::Kernel, qkv);
+  const std::vector<float> k_out = download(kf.out), k_lse = download(kf.lse);
+  check(name("kernel out"), k_out, want.out, tol());
+  check(name("kernel lse"), k_lse, want.lse, tol());
+  const std::vector<float> k_d = download(backward(Path::Kernel, qkv, kf, dout));
+  check_qkv(name("kernel backward"), k_d, want_d, s, tol());
+
+  std::string why;
+  Fwd cf;
+  if (!on_cudnn([&] { cf = forward(Path::Cudnn, qkv); }, &why)) GTEST_SKIP() << why;
+  const std::vector<float> c_out = download(cf.out), c_lse = download(cf.lse);
+  check(name("cudnn out"), c_out, want.out, tol());
+  check(name("cudnn lse"), c_lse, want.lse, tol());
+  check(name("cudnn out vs kernel out"), c_out, to_double(k_out), tol());
+  check(name("cudnn lse vs kernel lse"), c_lse, to_double(k_lse), tol());
+  check_qkv(name("kernel backward from cudnn forward"),
+            download(backward(Path::Kernel, qkv, cf, dout)), want_d, s, tol());
+
+  Tensor cd;
+  if (!on_cudnn([&] { cd = backward(Path::Cudnn, qkv, cf, dout); }, &why))
+    GTEST_SKIP() << "the cuDNN forward passed; its backward: " << why;
+  const std::vector<float> c_d = download(cd);
+  check_qkv(name("cudnn backward"), c_d, want_d, s, tol());
+  check_qkv(name("cudnn backward vs kernel backward"), c_d, to_double(k_d), s, tol());
+  check_qkv(name("cudnn backward from kernel forward"),
+            download(backward(Path::Cudnn, qkv, kf, dout)), want_d, s, tol());
+  // Only deterministic engines are planned: the same call gives the same bits.
+  const std::vector<float> again = download(backward(Path::Cudnn, qkv, cf, dout));
+  EXPECT_EQ(std::memcmp(again.data(), c_d.data(), c_d.size() * sizeof(float)), 0)
+      << name("cudnn backward differs between two identical calls");
+}
+
+// Whatever path Auto (the default) picks, cuDNN or the kernels after one line on stderr, the
+// results are right, and stay right when the cached decision is reused.
+TEST_P(CudaAttention, AutoPathMatchesReference) {
+  const AttnShape s = shape();
+  Vec qkv_h, dout_h;
+  const Tensor qkv = input({s.n, s.t, s.width()}, &qkv_h, 1.5);
+  const Tensor dout = input({s.n, s.t, s.h * s.e}, &dout_h, 1.0);
+  const ref::AttnOut want = ref::attention_fwd(qkv_h, s);
+  for (int call = 0; call < 2; ++call) {
+    const Fwd f = forward(Path::Auto, qkv);
+    check(name("auto out"), download(f.out), want.out, tol());
+    check(name("auto lse"), download(f.lse), want.lse, tol());
+    check_qkv(name("auto backward"), download(backward(Path::Auto, qkv, f, dout)),
+              ref::attention_bwd(qkv_h, dout_h, s), s, tol());
+  }
+}
+
+// Forcing cuDNN on a problem it cannot take (E not a multiple of 8) is an error naming the
+// reason, raised before any output is written; the kernels still take it.
+TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
+  const AttnShape s{1, 5, 2, 12};
+  Vec qkv_h;
+  const Tensor qkv = input({s.n, s.t, s.width()}, &qkv_h, 1.0);
+  const Tensor out = poisoned({s.n, s.t, s.h * s.e}, dtype());
+  const Tensor lse = poisoned({s.n, s.h, s.t}, DType::F32);
+  use(Path::Cudnn);
+  try {
+    be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
+    ADD_FAILURE() << "DIT_ATTENTION=cudnn accepted E = 12";
+  } catch (const Error& e) {
+    EXPECT_NE(std::strstr(e.what(), "DIT_ATTENTION=cudnn"), nullptr) << e.what();
+    EXPECT_NE(std::strstr(e.what(), "multiple of 8"), nullptr) << e.what();
+  }
+  use(Path::Kernel);
+  be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
+  check(std::string(dtype_name(dtype())) + " E12 kernel out", download(out),
+        ref::attention_fwd(qkv_h, s).out, tol());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CudaAttention,
+                         ::testing::Combine(::testing::Values(DType::BF16, DType::F16),
+                                            ::testing::Values(i64{64}, i64{72})),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, i64>>& param) {
+                           return std::string(dtype_name(std::get<0>(param.param))) + "_E" +
+                                  std::to_string(std::get<1>(param.param));
+                         });
+
+}  // namespace
+}  // namespace dit
