@@ -4,6 +4,8 @@
 // the time spent inside its calls, for the step accounting.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -15,6 +17,25 @@ struct CommStats {
   std::uint64_t calls = 0;
   double seconds = 0;       // wall time inside calls (waiting included)
   void reset() { *this = CommStats{}; }
+};
+
+// Counts one call of a communicator into its stats: the payload now, the time spent inside the
+// call when it goes out of scope (host time: for NCCL, the time to enqueue the work).
+class CallTimer {
+ public:
+  CallTimer(CommStats& s, std::size_t bytes) : s_(s), t0_(std::chrono::steady_clock::now()) {
+    s.bytes += bytes;
+    ++s.calls;
+  }
+  ~CallTimer() {
+    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+ private:
+  CommStats& s_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 // A pending non-blocking point-to-point operation.

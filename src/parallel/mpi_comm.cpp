@@ -27,22 +27,6 @@ int count_of(const Tensor& t) {
   return static_cast<int>(t.numel());
 }
 
-// Times a call and counts its payload.
-class Timed {
- public:
-  Timed(CommStats& s, std::size_t bytes) : s_(s), t0_(std::chrono::steady_clock::now()) {
-    s.bytes += bytes;
-    ++s.calls;
-  }
-  ~Timed() {
-    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  CommStats& s_;
-  std::chrono::steady_clock::time_point t0_;
-};
-
 }  // namespace
 
 namespace {
@@ -103,7 +87,7 @@ std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key) 
 
 void MpiComm::all_reduce_sum(const Tensor& x) {
   if (size_ == 1) return;
-  Timed t(stats_, x.bytes());
+  CallTimer t(stats_, x.bytes());
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_, &r));
   complete(r);
@@ -113,7 +97,7 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
   DIT_CHECK(out.numel() == in.numel() * size_ && in.dtype == out.dtype, "all_gather: ",
             in.shape.str(), " from each of ", size_, " ranks does not fill ", out.shape.str());
   const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank_;
-  Timed t(stats_, in.bytes());
+  CallTimer t(stats_, in.bytes());
   MPI_Request r;
   if (in.data == block)
     DIT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, count_of(in),
@@ -127,7 +111,7 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
 void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   DIT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter: ",
             in.shape.str(), " does not split into ", size_, " blocks of ", out.shape.str());
-  Timed t(stats_, in.bytes());
+  CallTimer t(stats_, in.bytes());
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
                                           comm_, &r));
@@ -136,7 +120,7 @@ void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
 
 void MpiComm::broadcast(const Tensor& x, int root) {
   if (size_ == 1) return;
-  Timed t(stats_, rank_ == root ? x.bytes() : 0);
+  CallTimer t(stats_, rank_ == root ? x.bytes() : 0);
   DIT_MPI_CHECK(MPI_Bcast(x.data, count_of(x), mpi_type(x), root, comm_));
 }
 
@@ -154,7 +138,7 @@ void MpiComm::all_reduce_sum(double* v, int n) {
 }
 
 Request MpiComm::isend(const Tensor& x, int peer, int tag) {
-  Timed t(stats_, x.bytes());
+  CallTimer t(stats_, x.bytes());
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Isend(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
   requests_[next_request_] = r;
@@ -162,7 +146,7 @@ Request MpiComm::isend(const Tensor& x, int peer, int tag) {
 }
 
 Request MpiComm::irecv(const Tensor& x, int peer, int tag) {
-  Timed t(stats_, 0);
+  CallTimer t(stats_, 0);
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Irecv(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
   requests_[next_request_] = r;
@@ -173,7 +157,7 @@ void MpiComm::wait(Request& req) {
   if (!req.pending()) return;
   auto it = requests_.find(req.id);
   DIT_CHECK(it != requests_.end(), "wait on an unknown request ", req.id);
-  Timed t(stats_, 0);
+  CallTimer t(stats_, 0);
   --stats_.calls;
   complete(it->second);
   requests_.erase(it);

@@ -51,21 +51,6 @@ ncclDataType_t nccl_type(DType t) {
 
 std::size_t count_of(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
-// Times a call and counts its payload (host time: NCCL calls only enqueue work).
-class Timed {
- public:
-  Timed(CommStats& s, std::size_t bytes) : s_(s), t0_(std::chrono::steady_clock::now()) {
-    s.bytes += bytes;
-    ++s.calls;
-  }
-  ~Timed() {
-    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  CommStats& s_;
-  std::chrono::steady_clock::time_point t0_;
-};
 
 // Byte ranges [a, a + an) and [b, b + bn) intersect.
 bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
@@ -328,7 +313,7 @@ void NcclComm::copy_local(const Tensor& in, const Tensor& out) {
 void NcclComm::all_reduce_sum(const Tensor& x) {
   if (!on_device(x, x, "all_reduce_sum")) return counted([&] { mpi_->all_reduce_sum(x); });
   if (local_ || x.numel() == 0) return;
-  Timed t(stats_, x.bytes());
+  CallTimer t(stats_, x.bytes());
   DIT_NCCL_CHECK(ncclAllReduce(x.data, x.data, count_of(x), nccl_type(x.dtype), ncclSum, comm_,
                                stream_));
 }
@@ -342,7 +327,7 @@ void NcclComm::all_gather(const Tensor& in, const Tensor& out) {
   const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank();
   DIT_CHECK(in.data == block || !overlap(in.data, in.bytes(), out.data, out.bytes()),
             "all_gather: the input overlaps the output without being this rank's block of it");
-  Timed t(stats_, in.bytes());
+  CallTimer t(stats_, in.bytes());
   if (in.numel() == 0) return;
   DIT_NCCL_CHECK(ncclAllGather(in.data, out.data, count_of(in), nccl_type(in.dtype), comm_,
                                stream_));
@@ -358,7 +343,7 @@ void NcclComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   const auto* block = static_cast<const char*>(in.data) + out.bytes() * rank();
   DIT_CHECK(out.data == block || !overlap(in.data, in.bytes(), out.data, out.bytes()),
             "reduce_scatter: the output overlaps the input without being this rank's block of it");
-  Timed t(stats_, in.bytes());
+  CallTimer t(stats_, in.bytes());
   if (out.numel() == 0) return;
   // The count is per rank: the elements each rank receives.
   DIT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count_of(out), nccl_type(in.dtype), ncclSum,
@@ -369,7 +354,7 @@ void NcclComm::broadcast(const Tensor& x, int root) {
   if (!on_device(x, x, "broadcast")) return counted([&] { mpi_->broadcast(x, root); });
   DIT_CHECK(root >= 0 && root < size(), "broadcast from rank ", root, " of ", size());
   if (local_ || x.numel() == 0) return;
-  Timed t(stats_, rank() == root ? x.bytes() : 0);
+  CallTimer t(stats_, rank() == root ? x.bytes() : 0);
   DIT_NCCL_CHECK(ncclBroadcast(x.data, x.data, count_of(x), nccl_type(x.dtype), root, comm_,
                                stream_));
 }
@@ -401,7 +386,7 @@ Request NcclComm::post(const Tensor& x, int peer, bool send) {
   Lane& l = lanes_[send ? p2p_lane(rank(), peer) : p2p_lane(peer, rank())];
   DIT_CHECK(l.comm && l.sends == send, "NCCL point-to-point lane missing for rank ", rank(),
             " and rank ", peer);
-  Timed t(stats_, send ? x.bytes() : 0);
+  CallTimer t(stats_, send ? x.bytes() : 0);
   // The lane starts once the compute stream has written the tensor (send) or finished with the
   // buffer's previous contents (receive).
   cudaEvent_t ready = event();
@@ -428,7 +413,7 @@ void NcclComm::wait(Request& req) {
   pending_.erase(it);
   req.id = -1;
   if (!p.done) return counted([&] { mpi_->wait(p.host); });
-  Timed t(stats_, 0);
+  CallTimer t(stats_, 0);
   --stats_.calls;
   // The compute stream, not the host, waits: later kernels see the received data, and may reuse
   // a sent buffer.

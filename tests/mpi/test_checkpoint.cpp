@@ -22,24 +22,15 @@
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
 #include "parallel/mpi_comm.h"
+#include "tiny_model.h"
 
 namespace dit {
 
 namespace {
 
-namespace fs = std::filesystem;
+DiTConfig model() { return tiny_dit(2, 4, 4, 5); }
 
-DiTConfig model() {
-  DiTConfig c;
-  c.input_size = 8;
-  c.patch_size = 2;
-  c.in_channels = 2;
-  c.hidden_size = 32;
-  c.depth = 4;
-  c.num_heads = 4;
-  c.num_classes = 5;
-  return c;
-}
+namespace fs = std::filesystem;
 
 int world_rank() {
   int r = 0;

@@ -18,6 +18,7 @@
 #include "core/arena.h"
 #include "core/philox.h"
 #include "reference_ops.h"
+#include "value_checks.h"
 
 namespace dit {
 namespace {
@@ -29,26 +30,6 @@ constexpr std::uint64_t kSeed = 0x5eed0fd17ull;
 
 Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 std::vector<float> to_float(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
-
-// Every output must be written (the output was NaN-poisoned), finite and not all zero; then the
-// relative L2 error against the reference must be within tol. Prints the measured error.
-void check_values(const std::string& what, const std::vector<float>& got, const Vec& want,
-                  double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  std::size_t bad = 0, first_bad = 0;
-  bool got_nonzero = false, want_nonzero = false;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i]) && bad++ == 0) first_bad = i;
-    got_nonzero |= got[i] != 0.f;
-    want_nonzero |= want[i] != 0.0;
-  }
-  ASSERT_TRUE(want_nonzero) << what << ": the reference is all zero, the check would be vacuous";
-  EXPECT_EQ(bad, 0u) << what << ": non-finite or unwritten outputs, the first at " << first_bad;
-  EXPECT_TRUE(got_nonzero) << what << ": every output is zero";
-  const double err = ref::rel_l2(got, want);
-  std::printf("    %-44s rel L2 %.2e  (tol %.0e)\n", what.c_str(), err, tol);
-  EXPECT_LE(err, tol) << what;
-}
 
 // Bitwise-exact comparison for pure data movement and integer-valued arithmetic.
 void check_exact(const std::string& what, const std::vector<float>& got, const Vec& want) {
@@ -596,22 +577,6 @@ TEST_P(BackendOps, AttentionForward) {
   }
 }
 
-// The q, k and v blocks of a (N, T, 3*H*E) tensor, each checked on its own so that a small
-// gradient block is not hidden behind a large one.
-void check_qkv_blocks(const std::string& what, const std::vector<float>& got, const Vec& want,
-                      const ref::AttnShape& s, double tol) {
-  const char* names[] = {" dq", " dk", " dv"};
-  for (int w = 0; w < 3; ++w) {
-    std::vector<float> g;
-    Vec r;
-    for (i64 row = 0; row < s.n * s.t; ++row)
-      for (i64 i = 0; i < s.h * s.e; ++i) {
-        g.push_back(got[row * s.width() + w * s.h * s.e + i]);
-        r.push_back(want[row * s.width() + w * s.h * s.e + i]);
-      }
-    check_values(what + names[w], g, r, tol);
-  }
-}
 
 TEST_P(BackendOps, AttentionBackward) {
   for (const ref::AttnShape& s : kAttnShapes) {

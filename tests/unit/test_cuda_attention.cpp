@@ -17,6 +17,7 @@
 #include "core/arena.h"
 #include "core/philox.h"
 #include "reference_ops.h"
+#include "value_checks.h"
 
 #ifdef DIT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -32,42 +33,8 @@ using ref::Vec;
 
 constexpr std::uint64_t kSeed = 0xa77e5d0ull;
 
-// The tolerance rule by compute dtype. It has no fp16 entry: fp16 keeps three more mantissa bits
-// than bf16 (the inputs here stay far from its range limits), so bf16's bound is used for both.
-double tolerance(DType t) { return ref::tolerance(t == DType::F16 ? DType::BF16 : t); }
+double tolerance(DType t) { return ref::tolerance(t); }
 
-// Every element written (outputs start as NaN), finite, not all zero, and within tol of want in
-// relative L2. Prints the measured error.
-void check(const std::string& what, const std::vector<float>& got, const Vec& want, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  std::size_t bad = 0;
-  bool nonzero = false;
-  for (float g : got) {
-    bad += !std::isfinite(g);
-    nonzero |= g != 0.f;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": non-finite or unwritten outputs";
-  EXPECT_TRUE(nonzero) << what << ": every output is zero";
-  const double err = ref::rel_l2(got, want);
-  std::printf("    %-52s rel L2 %.2e  (tol %.0e)\n", what.c_str(), err, tol);
-  EXPECT_LE(err, tol) << what;
-}
-
-// The q, k and v blocks of a (N, T, 3*H*E) gradient, each checked on its own.
-void check_qkv(const std::string& what, const std::vector<float>& got, const Vec& want,
-               const AttnShape& s, double tol) {
-  const char* names[] = {" dq", " dk", " dv"};
-  for (int w = 0; w < 3; ++w) {
-    std::vector<float> g;
-    Vec r;
-    for (i64 row = 0; row < s.n * s.t; ++row)
-      for (i64 i = 0; i < s.h * s.e; ++i) {
-        g.push_back(got[row * s.width() + w * s.h * s.e + i]);
-        r.push_back(want[row * s.width() + w * s.h * s.e + i]);
-      }
-    check(what + names[w], g, r, tol);
-  }
-}
 
 Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
@@ -187,29 +154,29 @@ TEST_P(CudaAttention, CudnnMatchesKernelsAndReference) {
 
   const Fwd kf = forward(Path::Kernel, qkv);
   const std::vector<float> k_out = download(kf.out), k_lse = download(kf.lse);
-  check(name("kernel out"), k_out, want.out, tol());
-  check(name("kernel lse"), k_lse, want.lse, tol());
+  check_values(name("kernel out"), k_out, want.out, tol());
+  check_values(name("kernel lse"), k_lse, want.lse, tol());
   const std::vector<float> k_d = download(backward(Path::Kernel, qkv, kf, dout));
-  check_qkv(name("kernel backward"), k_d, want_d, s, tol());
+  check_qkv_blocks(name("kernel backward"), k_d, want_d, s, tol());
 
   std::string why;
   Fwd cf;
   if (!on_cudnn([&] { cf = forward(Path::Cudnn, qkv); }, &why)) GTEST_SKIP() << why;
   const std::vector<float> c_out = download(cf.out), c_lse = download(cf.lse);
-  check(name("cudnn out"), c_out, want.out, tol());
-  check(name("cudnn lse"), c_lse, want.lse, tol());
-  check(name("cudnn out vs kernel out"), c_out, to_double(k_out), tol());
-  check(name("cudnn lse vs kernel lse"), c_lse, to_double(k_lse), tol());
-  check_qkv(name("kernel backward from cudnn forward"),
+  check_values(name("cudnn out"), c_out, want.out, tol());
+  check_values(name("cudnn lse"), c_lse, want.lse, tol());
+  check_values(name("cudnn out vs kernel out"), c_out, to_double(k_out), tol());
+  check_values(name("cudnn lse vs kernel lse"), c_lse, to_double(k_lse), tol());
+  check_qkv_blocks(name("kernel backward from cudnn forward"),
             download(backward(Path::Kernel, qkv, cf, dout)), want_d, s, tol());
 
   Tensor cd;
   if (!on_cudnn([&] { cd = backward(Path::Cudnn, qkv, cf, dout); }, &why))
     GTEST_SKIP() << "the cuDNN forward passed; its backward: " << why;
   const std::vector<float> c_d = download(cd);
-  check_qkv(name("cudnn backward"), c_d, want_d, s, tol());
-  check_qkv(name("cudnn backward vs kernel backward"), c_d, to_double(k_d), s, tol());
-  check_qkv(name("cudnn backward from kernel forward"),
+  check_qkv_blocks(name("cudnn backward"), c_d, want_d, s, tol());
+  check_qkv_blocks(name("cudnn backward vs kernel backward"), c_d, to_double(k_d), s, tol());
+  check_qkv_blocks(name("cudnn backward from kernel forward"),
             download(backward(Path::Cudnn, qkv, kf, dout)), want_d, s, tol());
   // Only deterministic engines are planned: the same call gives the same bits.
   const std::vector<float> again = download(backward(Path::Cudnn, qkv, cf, dout));
@@ -227,9 +194,9 @@ TEST_P(CudaAttention, AutoPathMatchesReference) {
   const ref::AttnOut want = ref::attention_fwd(qkv_h, s);
   for (int call = 0; call < 2; ++call) {
     const Fwd f = forward(Path::Auto, qkv);
-    check(name("auto out"), download(f.out), want.out, tol());
-    check(name("auto lse"), download(f.lse), want.lse, tol());
-    check_qkv(name("auto backward"), download(backward(Path::Auto, qkv, f, dout)),
+    check_values(name("auto out"), download(f.out), want.out, tol());
+    check_values(name("auto lse"), download(f.lse), want.lse, tol());
+    check_qkv_blocks(name("auto backward"), download(backward(Path::Auto, qkv, f, dout)),
               ref::attention_bwd(qkv_h, dout_h, s), s, tol());
   }
 }
@@ -252,7 +219,7 @@ TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
   }
   use(Path::Kernel);
   be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
-  check(std::string(dtype_name(dtype())) + " E12 kernel out", download(out),
+  check_values(std::string(dtype_name(dtype())) + " E12 kernel out", download(out),
         ref::attention_fwd(qkv_h, s).out, tol());
 }
 

@@ -13,6 +13,7 @@
 #include "core/philox.h"
 #include "optim/loss_scale.h"
 #include "parallel/backend_comms.h"
+#include "tiny_model.h"
 
 namespace dit {
 namespace {
@@ -138,18 +139,6 @@ TEST(LossScaler, RestoreChecksAndRestartsFromRunsWithoutScaling) {
 
 // ---- training with 16-bit storage ------------------------------------------------------------------
 
-DiTConfig tiny_model() {
-  DiTConfig c;
-  c.input_size = 8;
-  c.patch_size = 2;
-  c.in_channels = 1;
-  c.hidden_size = 32;
-  c.depth = 2;
-  c.num_heads = 2;
-  c.num_classes = 4;
-  return c;
-}
-
 TrainConfig tiny_train(double lr) {
   TrainConfig tc;
   tc.global_batch = 16;
@@ -183,7 +172,7 @@ TEST(MixedPrecisionTraining, Bf16AndFp16FollowFp32AndKeepFp32MasterWeights) {
     auto be = make_backend("cpu", dt);
     ParallelContext ctx = make_single_context();
     attach_backend_comms(ctx, *be);
-    Trainer t(*be, ctx, tiny_model(), tiny_train(1e-3), data);
+    Trainer t(*be, ctx, tiny_dit(1, 2, 2, 4), tiny_train(1e-3), data);
     for (int i = 0; i < 5; ++i) {
       const StepStats st = t.step();
       EXPECT_FALSE(st.skipped) << dtype_name(dt) << " step " << i;
@@ -215,7 +204,7 @@ TEST(MixedPrecisionTraining, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   auto be = make_backend("cpu", DType::F16);
   ParallelContext ctx = make_single_context();
   attach_backend_comms(ctx, *be);
-  Trainer t(*be, ctx, tiny_model(), tiny_train(1e-3), data);
+  Trainer t(*be, ctx, tiny_dit(1, 2, 2, 4), tiny_train(1e-3), data);
   ASSERT_TRUE(t.loss_scaler().enabled());
   EXPECT_EQ(t.loss_scaler().scale(), 65536.0);
   const double huge = std::ldexp(1.0, 40);  // d(S x loss) far past fp16's 65504

@@ -7,22 +7,11 @@
 
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
+#include "tiny_model.h"
 
 namespace dit {
 
 namespace {
-DiTConfig tiny_model() {
-  DiTConfig c;
-  c.input_size = 8;
-  c.patch_size = 2;
-  c.in_channels = 1;
-  c.hidden_size = 32;
-  c.depth = 2;
-  c.num_heads = 2;
-  c.num_classes = 4;
-  return c;
-}
-
 std::vector<double> run_losses(int steps) {
   CpuBackend be;
   SyntheticDataset data({1, 8, 8}, 4, 256, 7);
@@ -34,7 +23,7 @@ std::vector<double> run_losses(int steps) {
   tc.grad_clip = 1.0;
   tc.seed = 11;
   ParallelContext ctx = make_single_context();
-  Trainer trainer(be, ctx, tiny_model(), tc, data);
+  Trainer trainer(be, ctx, tiny_dit(1, 2, 2, 4), tc, data);
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) losses.push_back(trainer.step().loss);
   return losses;
