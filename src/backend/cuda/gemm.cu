@@ -1,11 +1,14 @@
 // CUDA backend GEMM through cuBLASLt. backend.h is row-major, cuBLASLt column-major: a row-major
 // (r x c) matrix is the column-major (c x r) one, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T with cuBLASLt's A = our B and B = our A, no data moved. fp32 accumulation
-// (CUBLAS_COMPUTE_32F, never the TF32 variant); 3-D views are one strided-batched call.
+// (CUBLAS_COMPUTE_32F; fp32 GEMMs use TF32 tensor cores only when asked with DIT_TF32=1); 3-D
+// views are one strided-batched call.
 // gemm_bias adds a linear layer's bias in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: one value
 // per row of the column-major D, which is one per column of our row-major C, as add_rowwise).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <limits>
 
 #include "backend/cuda/common.cuh"
@@ -28,6 +31,11 @@ cudaDataType_t cuda_type(DType t) {
     default: break;
   }
   DIT_FAIL("gemm: needs float tensors, got ", dtype_name(t));
+}
+
+// fp32 accumulation always; fp32 inputs through TF32 tensor cores only when the user asked.
+cublasComputeType_t compute_type(const GemmContext& ctx, cudaDataType_t type) {
+  return ctx.tf32 && type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 // Largest power of two (<= 256) dividing the address and, for a batch, the batch stride: the
@@ -66,7 +74,7 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::
 GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, cudaDataType_t type,
                    const std::int64_t align[3], bool bias) {
   GemmPlan p;
-  DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute_type(ctx, type), CUDA_R_32F));
   if (bias) {  // the bias has D's dtype (the default); its pointer is set before each call
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
@@ -130,7 +138,7 @@ void gemm_fallback(GemmContext& ctx, const GemmDims& g, cudaDataType_t type, con
       g.ta == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.n),
       static_cast<int>(g.m), static_cast<int>(g.k), &alpha, b, type, static_cast<int>(g.bc),
       g.br * g.bc, a, type, static_cast<int>(g.ac), g.ar * g.ac, &beta, c, type,
-      static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+      static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), compute_type(ctx, type),
       CUBLAS_GEMM_DEFAULT));
 }
 
@@ -149,6 +157,8 @@ const GemmPlan& plan_for(GemmContext& ctx, const GemmDims& g, DType dtype, bool 
 }  // namespace
 
 GemmContext::GemmContext(cudaStream_t s) : stream(s) {
+  const char* tf = std::getenv("DIT_TF32");
+  tf32 = tf && std::string(tf) == "1";
   DIT_CUBLAS_CHECK(cublasLtCreate(&lt));
   DIT_CUBLAS_CHECK(cublasCreate(&blas));
   DIT_CUBLAS_CHECK(cublasSetStream(blas, s));

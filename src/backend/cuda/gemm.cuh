@@ -30,6 +30,7 @@ struct GemmContext {
   GemmContext& operator=(const GemmContext&) = delete;
 
   cudaStream_t stream;
+  bool tf32 = false;  // DIT_TF32=1: fp32 GEMMs on TF32 tensor cores (10-bit mantissa products)
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
