@@ -13,6 +13,7 @@
 #include "app/metrics.h"
 #include "app/sampler.h"
 #include "app/trainer.h"
+#include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
 #include "io/h5_dataset.h"
 #include "io/png.h"
@@ -133,8 +134,14 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
   const bool weights_file = !resume && fs::is_regular_file(path) && fs::path(path).filename() != "index.h5";
   CheckpointMeta meta;
   if (weights_file) {
-    load_weights(path, trainer.model().params());
+    // Read in fp32 on the host, whatever the training precision, so the fp32 master weights get
+    // the file's values rather than their 16-bit rounding (restore() sets params and master).
+    const ParamSet& ps = trainer.model().params();
+    CpuBackend host;
+    ParamSet fp32(host, ps.specs(), ps.tp(), ps.tp_rank(), ps.padded_numel());
+    load_weights(path, fp32);
     state = trainer.state();
+    state.model = host_copy(host, fp32.flat_values());
     state.ema = state.model;
     std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
     std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);

@@ -38,9 +38,17 @@ bool node_shares_gpu(MPI_Comm local, int local_size, const char (&bus_id)[kBusId
   return std::adjacent_find(ids.begin(), ids.end()) != ids.end();
 }
 
-}  // namespace
+// DIT_COMM of this rank: 0 auto (or unset), 1 nccl, 2 mpi, -1 anything else.
+int comm_mode_code() {
+  const char* env = std::getenv("DIT_COMM");
+  const std::string_view mode = env ? env : "";
+  if (mode.empty() || mode == "auto") return 0;
+  if (mode == "nccl") return 1;
+  if (mode == "mpi") return 2;
+  return -1;
+}
 
-DevicePlacement place_rank_on_gpu() {
+DevicePlacement place() {
   DevicePlacement p;
   int world_rank = 0;
   DIT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
@@ -72,7 +80,23 @@ DevicePlacement place_rank_on_gpu() {
   DIT_MPI_CHECK(MPI_Allreduce(&shares, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   p.shared = any != 0;
   DIT_MPI_CHECK(MPI_Allreduce(&p.devices, &p.min_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  // DIT_COMM must be the same everywhere (mpirun forwards a variable to other nodes only with
+  // -x): a job split between NCCL and MPI would hang. Every rank reaches the same verdict.
+  int modes[2] = {comm_mode_code(), 0}, lo_hi[2] = {0, 0};
+  modes[1] = -modes[0];
+  DIT_MPI_CHECK(MPI_Allreduce(modes, lo_hi, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  DIT_CHECK(lo_hi[0] >= 0, "DIT_COMM is set to something other than auto, nccl or mpi on some rank");
+  DIT_CHECK(lo_hi[0] == -lo_hi[1], "DIT_COMM differs between the ranks of the job; set it on every "
+            "rank (mpirun -x DIT_COMM=...)");
+  p.comm_mode = static_cast<CommMode>(lo_hi[0]);
   return p;
+}
+
+}  // namespace
+
+DevicePlacement place_rank_on_gpu() {
+  static const DevicePlacement placed = place();  // collective on the first call only
+  return placed;
 }
 
 bool nccl_usable(const DevicePlacement& p, std::string* why) {
@@ -80,14 +104,10 @@ bool nccl_usable(const DevicePlacement& p, std::string* why) {
     if (why) *why = std::move(reason);
     return false;
   };
-  const char* env = std::getenv("DIT_COMM");
-  const std::string_view mode = env ? env : "";
-  DIT_CHECK(mode.empty() || mode == "auto" || mode == "nccl" || mode == "mpi", "DIT_COMM='", mode,
-            "': expected auto, nccl or mpi");
 #ifndef DIT_HAVE_CUDA
   return no("this build has no CUDA (configured with DIT_CUDA=OFF or without nvcc)");
 #else
-  if (mode == "mpi") return no("DIT_COMM=mpi asks for MPI");
+  if (p.comm_mode == CommMode::Mpi) return no("DIT_COMM=mpi asks for MPI");
   if (p.min_devices == 0)
     return no(p.devices == 0 ? "no usable CUDA device on this rank"
                              : "some rank of the job has no usable CUDA device");

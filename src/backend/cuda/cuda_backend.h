@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   DType compute_;
   int device_ = 0;
   int num_sms_ = 1;
+  bool stream_ordered_ = false;  // device memory from the stream-ordered pool (cudaMallocAsync)
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;

@@ -318,6 +318,16 @@ CudnnAttention::~CudnnAttention() {
   if (handle_) cudnnDestroy(handle_);
 }
 
+void CudnnAttention::prepare() {
+  if (path_ == AttentionPath::Kernel || handle_ || !handle_error_.empty()) return;
+  try {
+    handle();
+  } catch (const Error& e) {
+    if (path_ == AttentionPath::Cudnn) throw;
+    handle_error_ = e.what();
+  }
+}
+
 cudnnHandle_t CudnnAttention::handle() {
   if (!handle_) {
     cudnnHandle_t h = nullptr;
@@ -345,6 +355,7 @@ const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& p
   if (it == entries_.end()) {
     Entry e;
     e.why = ineligible(p, all_aligned);
+    if (e.why.empty() && !handle_error_.empty()) e.why = handle_error_;
     if (e.why.empty()) {
       try {
         e.plan = build_plan(handle(), p);

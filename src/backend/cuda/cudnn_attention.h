@@ -74,6 +74,9 @@ class CudnnAttention {
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
   AttentionPath path() const { return path_; }
+  // Creates the cuDNN handle ahead of the first plan, unless the path is Kernel. A failure is kept
+  // as the reason every problem then takes the kernels (an error under AttentionPath::Cudnn).
+  void prepare();
   void set_path(AttentionPath path) { path_ = path; }
 
   // The plan for p with these pointers, built on first use and cached; nullptr when the call
@@ -93,6 +96,7 @@ class CudnnAttention {
     bool reported = false;           // said on stderr (once, and only under Auto)
   };
   cudnnHandle_t handle();  // created on first use, bound to the stream
+  std::string handle_error_;  // why prepare() could not create the handle ("" if it could)
 
   cudaStream_t stream_;
   AttentionPath path_;

@@ -72,13 +72,17 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::
 // Descriptors and the heuristic's first choice for one key. Column-major view: cuBLASLt's A is
 // our B stored (bc x br), its B is our A stored (ac x ar), and C is (n x m).
 GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, cudaDataType_t type,
-                   const std::int64_t align[3], bool bias) {
+                   const std::int64_t align[3], const void* bias) {
   GemmPlan p;
   DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute_type(ctx, type), CUDA_R_32F));
-  if (bias) {  // the bias has D's dtype (the default); its pointer is set before each call
+  if (bias) {  // the bias has D's dtype (the default); its pointer is set again before each call
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                     sizeof epilogue));
+    // The heuristic reads the pointer's alignment; later calls share this plan only with biases of
+    // the same alignment (it is part of the plan's key).
+    DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof bias));
   }
   const cublasOperation_t op_a = g.tb == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.ta == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -144,13 +148,14 @@ void gemm_fallback(GemmContext& ctx, const GemmDims& g, cudaDataType_t type, con
 
 // The cached plan for a product, made on first use.
 const GemmPlan& plan_for(GemmContext& ctx, const GemmDims& g, DType dtype, bool accumulate,
-                         const std::int64_t align[3], std::int64_t bias_align) {
+                         const std::int64_t align[3], const void* bias) {
+  const std::int64_t bias_align = bias ? alignment(bias, 0) : 0;
   const std::array<std::int64_t, 12> key = {
       g.m, g.n, g.k, g.batch, static_cast<std::int64_t>(g.ta), static_cast<std::int64_t>(g.tb),
       static_cast<std::int64_t>(dtype), accumulate, align[0], align[1], align[2], bias_align};
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end())
-    it = ctx.plans.emplace(key, make_plan(ctx, g, cuda_type(dtype), align, bias_align > 0)).first;
+    it = ctx.plans.emplace(key, make_plan(ctx, g, cuda_type(dtype), align, bias)).first;
   return it->second;
 }
 
@@ -201,7 +206,8 @@ void CudaBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose
       cuda::alignment(a.data, batch > 1 ? g.ar * g.ac * esz : 0),
       cuda::alignment(b.data, batch > 1 ? g.br * g.bc * esz : 0),
       cuda::alignment(c.data, batch > 1 ? g.m * g.n * esz : 0)};
-  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, acc == Accumulate::Add, align, 0);
+  const cuda::GemmPlan& p =
+      cuda::plan_for(*gemm_, g, c.dtype, acc == Accumulate::Add, align, nullptr);
   if (!p.has_algo) {
     cuda::gemm_fallback(*gemm_, g, type, a.data, b.data, c.data, alpha, beta);
     return;
@@ -230,7 +236,7 @@ void CudaBackend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Tran
   const cuda::GemmDims g{s.m, s.n, s.k, 1, s.ar, s.ac, s.br, s.bc, ta, tb};
   const std::int64_t align[3] = {cuda::alignment(a.data, 0), cuda::alignment(b.data, 0),
                                  cuda::alignment(c.data, 0)};
-  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, false, align, bias_align);
+  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, false, align, bias.data);
   if (!p.has_algo) return Backend::gemm_bias(a, ta, b, tb, bias, c);
   const void* bias_ptr = bias.data;
   DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,

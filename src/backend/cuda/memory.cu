@@ -117,6 +117,19 @@ CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
   DIT_CUDA_CHECK(cudaGetDevice(&device_));
   DIT_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
   DIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Device memory comes from the stream-ordered pool where the device has one: allocating and
+  // freeing then never synchronize the device (cudaMalloc/cudaFree do, and a device-wide wait in
+  // the middle of a pipeline step can deadlock NCCL sends against their peers' receives). The pool
+  // keeps what it has (no release threshold), so steady-state steps allocate nothing new.
+  int pools = 0;
+  DIT_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
+  stream_ordered_ = pools != 0;
+  if (stream_ordered_) {
+    cudaMemPool_t pool = nullptr;
+    DIT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    std::uint64_t keep = ~std::uint64_t{0};
+    DIT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
   DIT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&fault_host_), sizeof(int),
                                cudaHostAllocMapped));
   *fault_host_ = 0;
@@ -127,6 +140,8 @@ CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&result_dev_), result_host_, 0));
   gemm_ = std::make_unique<cuda::GemmContext>(stream_);
   cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_, attention_path);
+  // 16-bit attention goes through cuDNN: make its handle now rather than inside the first step.
+  if (compute != DType::F32) cudnn_attention_->prepare();
 }
 
 // No throwing here: errors of the teardown are printed, the process is usually ending anyway.
@@ -147,7 +162,7 @@ void CudaBackend::set_attention_path(cuda::AttentionPath path) { cudnn_attention
 void* CudaBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  const cudaError_t rc = cudaMalloc(&p, bytes);
+  const cudaError_t rc = stream_ordered_ ? cudaMallocAsync(&p, bytes, stream_) : cudaMalloc(&p, bytes);
   if (rc != cudaSuccess) {
     cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
@@ -160,7 +175,8 @@ void* CudaBackend::allocate(std::size_t bytes) {
 
 void CudaBackend::deallocate(void* p) {
   if (!p) return;
-  const cudaError_t rc = cudaFree(p);  // called from destructors: report, never throw
+  // Called from destructors: report, never throw.
+  const cudaError_t rc = stream_ordered_ ? cudaFreeAsync(p, stream_) : cudaFree(p);
   if (rc != cudaSuccess) std::fprintf(stderr, "CUDA backend: cudaFree: %s\n", cudaGetErrorString(rc));
 }
 
@@ -169,19 +185,13 @@ void* CudaBackend::scratch(std::size_t bytes) {
     // Stream-ordered: the old block is released after the primitives queued before that still
     // read it, and nothing synchronizes the device (cudaFree would, and a device-wide wait in the
     // middle of a pipeline step can deadlock NCCL sends against their peers' receives).
-    if (scratch_) DIT_CUDA_CHECK(cudaFreeAsync(scratch_, stream_));
+    if (scratch_) deallocate(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
     // A quarter of headroom, in whole MiB, so a slowly growing need does not reallocate often.
     const std::size_t mib = std::size_t{1} << 20;
     const std::size_t want = (bytes + bytes / 4 + mib - 1) / mib * mib;
-    const cudaError_t rc = cudaMallocAsync(&scratch_, want, stream_);
-    if (rc != cudaSuccess) {
-      cudaGetLastError();
-      scratch_ = nullptr;
-      DIT_FAIL("CUDA backend: cannot allocate ", want, " bytes of scratch on device ", device_, ": ",
-               cudaGetErrorString(rc));
-    }
+    scratch_ = allocate(want);
     scratch_bytes_ = want;
   }
   return scratch_;

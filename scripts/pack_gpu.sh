@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Builds the CUDA Release binaries here (build-gpu/) and packs what a GPU host without a package
+# manager needs to run them into .gpu/ (git-ignored; the device tool carries it):
+#   bin/   dit_mp, dit_tests, bench_train
+#   lib/   their shared-library closure, minus glibc, libstdc++, libgcc_s and the CUDA, cuBLAS,
+#          cuDNN and NCCL libraries (the GPU host brings those: toolkit and pip packages)
+#   mpi/   a relocatable OpenMPI 4.1 runtime (mpirun, orted, plugins, help files) and PMIx plugins
+#   data/  a small latents dataset (.h5) for the training runs
+#   env.sh sets OPAL_*/PMIX_* so the moved OpenMPI finds its plugins and help files there
+# Then checks the pack on this machine: 2 ranks under the pack's mpirun and a singleton, with
+# LD_LIBRARY_PATH set to the pack only, and LD_DEBUG showing where MPI, PMIx, HDF5 and the MPI
+# plugins were loaded from.
+# Last, bin/ lib/ mpi/ pmix/ go into one pack.tar.xz (about a third of their size), which
+# benchmarks/gpu/run.sh unpacks on the GPU host.
+#   scripts/pack_gpu.sh [--jobs N] [--from BUILD_DIR] [--pack DIR] [--no-compress]
+# --from: pack an existing build tree instead of building build-gpu/ (a CPU build packs too: the
+# conformance and GPU steps then skip); --pack: where to pack (default .gpu/); --no-compress:
+# leave the folders as they are (usable in place: source env.sh).
+# The device command is then: bash benchmarks/gpu/run.sh --build .gpu --out $OUT (carry .gpu).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build-gpu
+PACK=$ROOT/.gpu
+JOBS=${DIT_JOBS:-1}
+DO_BUILD=1
+COMPRESS=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --from) BUILD=$(cd "$2" && pwd); DO_BUILD=0; shift 2 ;;
+    --pack) PACK=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
+    --jobs) JOBS=$2; shift 2 ;;
+    --no-compress) COMPRESS=0; shift ;;
+    *) echo "pack_gpu.sh: unknown argument $1 (expected --jobs N, --from DIR, --pack DIR, --no-compress)" >&2
+       exit 2 ;;
+  esac
+done
+MULTIARCH=/usr/lib/x86_64-linux-gnu
+OMPI_PLUGINS=$MULTIARCH/openmpi/lib/openmpi3
+PMIX_DIR=$MULTIARCH/pmix2
+for need in "$OMPI_PLUGINS/mca_btl_vader.so" /usr/bin/orterun /usr/bin/orted "$PMIX_DIR/lib/pmix"; do
+  [[ -e $need ]] || { echo "pack_gpu.sh: $need is missing (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
+done
+
+# ---- 1. the CUDA Release build ---------------------------------------------------------------
+if [[ $DO_BUILD == 1 ]]; then
+  # No build RPATH: the packed binaries find every library through LD_LIBRARY_PATH.
+  cmake -S "$ROOT" -B "$BUILD" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_SKIP_BUILD_RPATH=ON >"$BUILD.cmake.log" 2>&1 ||
+    { cat "$BUILD.cmake.log"; exit 1; }
+  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests bench_train
+fi
+BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train")
+for b in "${BINS[@]}"; do [[ -x $b ]] || { echo "pack_gpu.sh: $b was not built" >&2; exit 1; }; done
+if [[ -x $BUILD/tests/dit_tests ]]; then BINS+=("$BUILD/tests/dit_tests")
+else echo "pack_gpu.sh: warning: no $BUILD/tests/dit_tests: the pack has no conformance tests" >&2; fi
+
+# ---- 2. binaries, OpenMPI runtime, PMIx plugins ------------------------------------------------
+# Only an earlier pack (it has env.sh) or an empty folder is replaced.
+if [[ -d $PACK && -n $(ls -A "$PACK") && ! -f $PACK/env.sh ]] || [[ $PACK == "$ROOT" || $PACK == / ]]; then
+  echo "pack_gpu.sh: $PACK is not empty and holds no earlier pack; choose another --pack" >&2; exit 1
+fi
+rm -rf "$PACK"
+mkdir -p "$PACK"/{bin,lib,data} "$PACK"/mpi/{bin,etc,lib/openmpi3,share/openmpi} \
+  "$PACK"/pmix/{etc,lib/pmix,share/pmix}
+for b in "${BINS[@]}"; do cp "$b" "$PACK/bin/"; strip --strip-unneeded "$PACK/bin/$(basename "$b")"; done
+cp /usr/bin/orterun "$PACK/mpi/bin/orterun"
+cp /usr/bin/orterun "$PACK/mpi/bin/mpirun"  # a copy, not a link: links travel only as links
+cp /usr/bin/orted "$PACK/mpi/bin/orted"
+# Plugins for one node (shared memory, TCP, ob1); not those needing UCX, libfabric, PSM or verbs.
+for f in "$OMPI_PLUGINS"/*.so; do
+  case $(basename "$f") in
+    *ucx*|*ofi*|*openib*|*psm*|*verbs*|*reachable_netlink*|*java*) continue ;;
+    mca_spml_*|mca_sshmem_*|mca_scoll_*|mca_memheap_*|mca_atomic_*) continue ;;  # OpenSHMEM
+  esac
+  cp "$f" "$PACK/mpi/lib/openmpi3/"
+done
+cp /usr/share/openmpi/help-*.txt "$PACK/mpi/share/openmpi/"
+cat >"$PACK/mpi/etc/openmpi-mca-params.conf" <<'EOF'
+# The packed OpenMPI (scripts/pack_gpu.sh): one node, shared memory and TCP only.
+btl_base_warn_component_unused = 0
+mca_base_component_show_load_errors = 0
+btl = self,vader,tcp
+pml = ob1
+osc = ^ucx,pt2pt
+EOF
+cp "$PMIX_DIR"/lib/pmix/*.so "$PACK/pmix/lib/pmix/"
+cp "$PMIX_DIR"/share/pmix/help-*.txt "$PACK/pmix/share/pmix/"
+echo "# The packed PMIx: its component path comes from PMIX_MCA_mca_base_component_path (env.sh)." \
+  >"$PACK/pmix/etc/pmix-mca-params.conf"
+
+# ---- 3. the shared-library closure --------------------------------------------------------------
+# Left out: glibc's libraries, the C++ runtime, and CUDA/cuBLAS/cuDNN/NCCL (from the GPU host).
+skip_lib() {
+  case $1 in
+    linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*) return 0 ;;
+    libutil.so*|libanl.so*|libmvec.so*|libnss_*|libBrokenLocale*|libthread_db*) return 0 ;;
+    libstdc++.so*|libgcc_s.so*) return 0 ;;
+    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnccl*|libnvrtc*|libnvJitLink*|libnvidia*) return 0 ;;
+  esac
+  return 1
+}
+closure_of=("$PACK"/bin/* "$PACK"/mpi/bin/* "$PACK"/mpi/lib/openmpi3/*.so "$PACK"/pmix/lib/pmix/*.so)
+missing=()
+while read -r name arrow path _; do
+  [[ $arrow == "=>" ]] || continue
+  skip_lib "$name" && continue
+  if [[ $path == "not" ]]; then missing+=("$name"); continue; fi
+  [[ -e $PACK/lib/$name ]] || cp -L "$path" "$PACK/lib/$name"
+done < <(ldd "${closure_of[@]}" 2>/dev/null | sort -u)
+# Libraries that plugins open by name at run time (not in any ldd output).
+for extra in libmca_common_sm.so.40 libmca_common_monitoring.so.50 libmca_common_ompio.so.41; do
+  [[ -e $PACK/lib/$extra ]] || cp -L "$MULTIARCH/$extra" "$PACK/lib/$extra"
+done
+[[ ${#missing[@]} -eq 0 ]] || { echo "pack_gpu.sh: unresolved libraries: ${missing[*]}" >&2; exit 1; }
+
+# ---- 4. env.sh: what makes the moved OpenMPI and PMIx find themselves ------------------------
+cat >"$PACK/env.sh" <<'EOF'
+# Source this (bash) to use the packed OpenMPI: it points OpenMPI's and PMIx's install
+# directories at this folder. Sets DIT_PACK (this folder) and DIT_PACK_LIB (prepend it to
+# LD_LIBRARY_PATH for dit_mp, dit_tests, bench_train and mpirun; it is not exported here, so
+# other programs, python with torch among them, keep their own libraries).
+DIT_PACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DIT_PACK_LIB=$DIT_PACK/lib
+export OPAL_PREFIX=$DIT_PACK/mpi OPAL_EXEC_PREFIX=$DIT_PACK/mpi OPAL_BINDIR=$DIT_PACK/mpi/bin \
+  OPAL_LIBDIR=$DIT_PACK/lib OPAL_PKGLIBDIR=$DIT_PACK/mpi/lib/openmpi3 \
+  OPAL_DATAROOTDIR=$DIT_PACK/mpi/share OPAL_DATADIR=$DIT_PACK/mpi/share \
+  OPAL_PKGDATADIR=$DIT_PACK/mpi/share/openmpi OPAL_SYSCONFDIR=$DIT_PACK/mpi/etc
+export OMPI_MCA_mca_base_component_path=$DIT_PACK/mpi/lib/openmpi3
+export OMPI_MCA_mca_base_param_files=$DIT_PACK/mpi/etc/openmpi-mca-params.conf
+export PMIX_PREFIX=$DIT_PACK/pmix PMIX_EXEC_PREFIX=$DIT_PACK/pmix PMIX_LIBDIR=$DIT_PACK/lib \
+  PMIX_PKGLIBDIR=$DIT_PACK/pmix/lib/pmix PMIX_DATAROOTDIR=$DIT_PACK/pmix/share \
+  PMIX_DATADIR=$DIT_PACK/pmix/share PMIX_PKGDATADIR=$DIT_PACK/pmix/share/pmix \
+  PMIX_SYSCONFDIR=$DIT_PACK/pmix/etc PMIX_MCA_mca_base_component_path=$DIT_PACK/pmix/lib/pmix
+# hwloc's plugins (PCI, OpenCL, GL discovery) stay out: the host has no such folder either.
+export HWLOC_PLUGINS_PATH=$DIT_PACK/mpi/lib/hwloc
+# As root, more ranks than cores; no CMA single copy (may be refused inside VMs and containers).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+DIT_MPIRUN=$DIT_PACK/mpi/bin/mpirun
+EOF
+
+# ---- 5. a small dataset: 128 random latents 4x16x16, 10 classes --------------------------------
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+/usr/bin/python3 - "$tmp" <<'PY'
+import os, sys
+import numpy as np
+root = sys.argv[1]
+rng = np.random.default_rng(0)
+for sub in ("features", "labels"):
+    os.makedirs(os.path.join(root, sub))
+for i in range(128):
+    np.save(os.path.join(root, "features", f"{i}.npy"), rng.standard_normal((1, 4, 16, 16)).astype("<f4") * 5)
+    np.save(os.path.join(root, "labels", f"{i}.npy"), np.array([i % 10], dtype=np.int64))
+PY
+# pack_env CMD: runs CMD in a clean environment with the pack's env.sh and LD_LIBRARY_PATH = its lib/.
+pack_env() {
+  env -i PATH=/usr/bin:/bin HOME="${HOME:-/root}" TMPDIR=/tmp \
+    bash -c "source '$PACK/env.sh'; export LD_LIBRARY_PATH=\$DIT_PACK_LIB; $1"
+}
+pack_env "'$PACK/bin/dit_mp' prepare-data latents --features '$tmp/features' --labels '$tmp/labels' \
+  --out '$PACK/data/latents16.h5'" >"$tmp/prepare.log" 2>&1 || { cat "$tmp/prepare.log"; exit 1; }
+
+# ---- 6. check the pack here: MPI from .gpu/ only -------------------------------------------------
+check_loaded() {  # $1: LD_DEBUG_OUTPUT prefix, $2: what ran
+  local bad
+  bad=$(cat "$1".* | grep -o 'calling init: .*' | sed 's/calling init: //' | sort -u |
+    grep -E 'libmpi|libopen-(pal|rte)|libpmix|libhdf5|libevent|hwloc|/mca_|pmix_mca' | grep -v "^$PACK/" || true)
+  local n
+  n=$(cat "$1".* | grep -o 'calling init: .*' | sort -u | grep -c "$PACK/" || true)
+  if [[ -n $bad ]]; then
+    echo "pack_gpu.sh: $2 loaded MPI/HDF5 parts from outside the pack:" >&2; echo "$bad" >&2; exit 1
+  fi
+  echo "  $2: $n libraries and plugins loaded from the pack, none of MPI/PMIx/HDF5/hwloc from elsewhere"
+}
+echo "checking the pack (LD_LIBRARY_PATH = .gpu/lib only):"
+pack_env "LD_DEBUG=libs LD_DEBUG_OUTPUT='$tmp/ld2' timeout 120 \$DIT_MPIRUN -np 2 '$PACK/bin/dit_mp' verify \
+  --golden '$ROOT/tests/data/dit_tiny_golden.h5' --tp 2" >"$tmp/mpi2.log" 2>&1 ||
+  { cat "$tmp/mpi2.log"; echo "pack_gpu.sh: 2 ranks under the packed mpirun failed" >&2; exit 1; }
+check_loaded "$tmp/ld2" "mpirun -np 2 dit_mp verify --tp 2"
+pack_env "LD_DEBUG=libs LD_DEBUG_OUTPUT='$tmp/ld1' timeout 120 '$PACK/bin/dit_mp' verify \
+  --golden '$ROOT/tests/data/dit_tiny_golden.h5' --groups forward" >"$tmp/mpi1.log" 2>&1 ||
+  { cat "$tmp/mpi1.log"; echo "pack_gpu.sh: the singleton dit_mp failed" >&2; exit 1; }
+check_loaded "$tmp/ld1" "singleton dit_mp verify"
+pack_env "OMP_NUM_THREADS=1 timeout 300 '$PACK/bin/bench_train' --model DiT-S/4 --input-size 16 --num-classes 10 \
+  --batch 2 --steps 1 --warmup 1" >"$tmp/bench.log" 2>&1 ||
+  { cat "$tmp/bench.log"; echo "pack_gpu.sh: bench_train (cpu) failed" >&2; exit 1; }
+echo "  bench_train --backend cpu: ran"
+
+# ---- 7. compress: what travels is env.sh, data/ and one archive (run.sh unpacks it) -----------
+unpacked=$(du -sm "$PACK" | cut -f1)
+nlibs=$(find "$PACK/lib" -name '*.so*' | wc -l)
+if [[ $COMPRESS == 1 ]]; then
+  tar cJf "$PACK/pack.tar.xz" -C "$PACK" bin lib mpi pmix
+  rm -rf "${PACK:?}"/{bin,lib,mpi,pmix}
+fi
+size=$(du -sm "$PACK" | cut -f1)
+echo "packed $PACK: ${size} MiB to carry (${unpacked} MiB unpacked: binaries, $nlibs libraries, OpenMPI, data)"
+if (( size >= 40 )); then echo "pack_gpu.sh: the pack is ${size} MiB, over its 40 MiB budget" >&2; exit 1; fi
+echo "device command: bash benchmarks/gpu/run.sh --build .gpu --out \$OUT   (carry [\".gpu\"])"
