@@ -154,7 +154,7 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
     }
   }
   LossScaleState scaling;
-  if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps};
+  if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);
   if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
   if (ctx.world_rank == 0) {
@@ -310,6 +310,7 @@ int run_train(const RunConfig& cfg) {
     meta.loss_scale = ls.scale;
     meta.loss_scale_clean_steps = ls.clean_steps;
     meta.skipped_steps = ls.skipped_steps;
+    meta.loss_scaling = ls.active;
     const std::string dir = save_checkpoint(ckpt_root, meta, model, trainer.model().params(), ctx, trainer.state(),
                                             cfg.train.keep_checkpoints);
     if (ctx.world_rank == 0) {
@@ -324,7 +325,8 @@ int run_train(const RunConfig& cfg) {
     ++steps_run;
     window_s += st.acct.step_s;
     ++window_steps;
-    const bool log = (s + 1) % cfg.train.log_every == 0 || s + 1 == tc.steps || st.nonfinite_rank >= 0;
+    const bool log = (s + 1) % cfg.train.log_every == 0 || s + 1 == tc.steps || st.nonfinite_rank >= 0 ||
+                     st.nonfinite_at_scale_one;
     if (log) {
       const double step_s = window_s / double(window_steps);
       LogRow r;
@@ -348,6 +350,14 @@ int run_train(const RunConfig& cfg) {
       window_s = 0;
       window_steps = 0;
     }
+    if (st.nonfinite_at_scale_one) {
+      if (ctx.world_rank == 0)
+        print_error(("the gradients are Inf or NaN at step " + std::to_string(s + 1) +
+                     " even at fp16 loss scale 1: the model diverged (try bf16, a lower train.lr or "
+                     "train.grad_clip); metrics are in " + paths.metrics().string())
+                        .c_str());
+      return 1;
+    }
     if (st.nonfinite_rank >= 0) {
       if (ctx.world_rank == 0)
         print_error(("the loss became NaN or Inf at step " + std::to_string(s + 1) + " on rank " +
@@ -366,10 +376,11 @@ int run_train(const RunConfig& cfg) {
   checkpoint();
   if (steps_run > 0)
     report_accounting(ctx, st.acct, trainer.optimizer().state_bytes(), paths.dir / "accounting.json");
-  // Final weights (model and EMA) for `dit_mp sample`, then the final grid.
-  auto ema = ema_stage(*be, ctx, trainer);
-  auto model_w = gather_global(trainer.model(), ctx, host_copy(*be, trainer.model().params().flat_values()));
-  auto ema_w = gather_global(*ema, ctx, host_copy(*be, ema->params().flat_values()));
+  // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
+  // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
+  const StageState final_state = trainer.state();
+  auto model_w = gather_global(trainer.model(), ctx, final_state.model);
+  auto ema_w = gather_global(trainer.model(), ctx, final_state.ema);
   if (ctx.world_rank == 0) {
     save_weights((paths.dir / "model.h5").string(), model, model_w);
     save_weights((paths.dir / "ema.h5").string(), model, ema_w);

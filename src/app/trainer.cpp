@@ -145,6 +145,7 @@ StepStats Trainer::step() {
                   scaler_.enabled());
   st.grad_norm = r.grad_norm;
   st.skipped = !r.applied;
+  st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
   // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes.
   if (!(ctx_->last_stage() && ctx_->tp->rank() == 0)) sums[0] = sums[1] = sums[2] = 0;

@@ -54,6 +54,9 @@ struct StepStats {
   int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
   double loss_scale = 1;    // the fp16 loss scale this step ran with (1 otherwise)
   bool skipped = false;     // fp16: gradients overflowed, the update was skipped
+  // fp16: the gradients were not finite even at loss scale 1, so lowering the scale cannot help
+  // (a diverged model, not an overflow); the caller should stop.
+  bool nonfinite_at_scale_one = false;
   StepAccounting acct;
 };
 

@@ -123,6 +123,7 @@ CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
   if (index.has_attr("/", "loss_scale_clean_steps"))
     m.loss_scale_clean_steps = ckpt::read_attr_int(index, "/", "loss_scale_clean_steps");
   if (index.has_attr("/", "skipped_steps")) m.skipped_steps = ckpt::read_attr_int(index, "/", "skipped_steps");
+  if (index.has_attr("/", "loss_scaling")) m.loss_scaling = ckpt::read_attr_int(index, "/", "loss_scaling") != 0;
   DIT_CHECK(m.loss_scale_clean_steps >= 0 && m.skipped_steps >= 0 && m.skipped_steps <= m.step, p,
             ": loss_scale_clean_steps ", m.loss_scale_clean_steps, " and skipped_steps ", m.skipped_steps,
             ", expected counts in [0, step = ", m.step, "]");
@@ -233,6 +234,7 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
     ckpt::write_attr_double(id, "loss_scale", meta.loss_scale, path);
     ckpt::write_attr_ints(id, "loss_scale_clean_steps", {meta.loss_scale_clean_steps}, true, path);
     ckpt::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, true, path);
+    ckpt::write_attr_ints(id, "loss_scaling", {meta.loss_scaling ? 1 : 0}, true, path);
     ckpt::write_attr_string(id, "config_toml", meta.config_toml, path);
     ckpt::write_config(id, cfg, path);
     const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing

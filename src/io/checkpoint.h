@@ -54,6 +54,7 @@ struct CheckpointMeta {
   std::uint64_t seed = 0;
   double loss_scale = 1.0;                        // fp16 dynamic loss scale
   std::int64_t loss_scale_clean_steps = 0;        // fp16: clean steps since the scale last changed
+  bool loss_scaling = false;                      // written by an fp16 run (the scale is live)
   std::int64_t skipped_steps = 0;                 // steps skipped for fp16 overflow (AdamW's count
                                                   // is step - skipped_steps)
   int format_version = kCheckpointFormatVersion;  // on save: always the current version

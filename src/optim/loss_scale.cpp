@@ -13,6 +13,7 @@ LossScaler::LossScaler(bool enabled, std::int64_t growth_interval, double initia
   DIT_CHECK(growth_interval >= 1, "loss scaling: growth interval ", growth_interval, ", expected >= 1");
   DIT_CHECK(std::isfinite(initial_scale) && initial_scale >= 1, "loss scaling: initial scale ",
             initial_scale, ", expected a finite number >= 1");
+  s_.active = enabled;
   if (enabled) s_.scale = initial_scale;
 }
 
@@ -35,15 +36,16 @@ void LossScaler::restore(const LossScaleState& s) {
   DIT_CHECK(s.clean_steps >= 0 && s.skipped_steps >= 0, "loss scaling state: negative step counts (",
             s.clean_steps, ", ", s.skipped_steps, ")");
   if (!enabled_) {
-    s_ = LossScaleState{1.0, 0, s.skipped_steps};
+    s_ = LossScaleState{1.0, 0, s.skipped_steps, false};
+    return;
+  }
+  if (!s.active) {  // from an fp32 or bf16 run: start scaling as a new fp16 run does
+    s_ = LossScaleState{initial_, 0, s.skipped_steps, true};
     return;
   }
   DIT_CHECK(std::isfinite(s.scale) && s.scale >= 1.0, "loss scale ", s.scale,
             ": expected a finite number >= 1");
   s_ = s;
-  // Scale 1 with no clean steps is what a run without loss scaling (fp32, bf16) saves: an fp16
-  // run continuing from it starts at the initial scale, as a new fp16 run does.
-  if (s.scale == 1.0 && s.clean_steps == 0) s_.scale = initial_;
 }
 
 }  // namespace dit

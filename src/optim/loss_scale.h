@@ -15,6 +15,7 @@ struct LossScaleState {
   double scale = 1.0;
   std::int64_t clean_steps = 0;    // steps since the last overflow (or since the scale grew)
   std::int64_t skipped_steps = 0;  // steps skipped for overflow since the run began
+  bool active = false;             // saved by a run with loss scaling on (fp16)
 };
 
 class LossScaler {
@@ -30,8 +31,8 @@ class LossScaler {
   // Records a step's outcome: returns true when its update is to be applied (always when off).
   bool update(bool grads_finite);
   const LossScaleState& state() const { return s_; }
-  // Checks the scale (>= 1, finite) when enabled. A state saved without loss scaling (scale 1,
-  // no clean steps) restarts an enabled scaler at its initial scale.
+  // Checks the scale (>= 1, finite) when enabled. A state saved without loss scaling (active
+  // false: an fp32 or bf16 run) starts an enabled scaler at its initial scale.
   void restore(const LossScaleState& s);
 
  private:

@@ -11,21 +11,23 @@ StagedComm::StagedComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::m
 }
 
 template <typename F>
-auto StagedComm::counted(F&& f) {
+auto StagedComm::counted(F&& f, double byte_ratio) {
   const CommStats before = inner_->stats();
   const auto t0 = std::chrono::steady_clock::now();
   struct Account {
     StagedComm* self;
     CommStats before;
+    double ratio;
     std::chrono::steady_clock::time_point t0;
     ~Account() {
       const CommStats& after = self->inner_->stats();
-      self->stats_.bytes += after.bytes - before.bytes;
+      const double bytes = static_cast<double>(after.bytes - before.bytes) * ratio;
+      self->stats_.bytes += static_cast<std::uint64_t>(bytes);
       self->stats_.calls += after.calls - before.calls;
       self->stats_.seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-  } account{this, before, t0};
+  } account{this, before, byte_ratio, t0};
   return f();
 }
 
@@ -50,7 +52,7 @@ void StagedComm::all_reduce_sum(const Tensor& x) {
     Staged s = stage(x, true);
     inner_->all_reduce_sum(s.host);
     unstage(s, x);
-  });
+  }, ratio(x));
 }
 
 void StagedComm::all_gather(const Tensor& in, const Tensor& out) {
@@ -63,7 +65,7 @@ void StagedComm::all_gather(const Tensor& in, const Tensor& out) {
     be_->copy(mine, in.view({in.numel()}));
     inner_->all_gather(mine, s.host);  // in place in the staging buffer
     unstage(s, out);
-  });
+  }, ratio(out));
 }
 
 void StagedComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
@@ -73,7 +75,7 @@ void StagedComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
     Staged b = stage(out, false);
     inner_->reduce_scatter_sum(a.host, b.host);
     unstage(b, out);
-  });
+  }, ratio(in));
 }
 
 void StagedComm::broadcast(const Tensor& x, int root) {
@@ -82,7 +84,7 @@ void StagedComm::broadcast(const Tensor& x, int root) {
     Staged s = stage(x, rank() == root);
     inner_->broadcast(s.host, root);
     if (rank() != root) unstage(s, x);
-  });
+  }, ratio(x));
 }
 
 void StagedComm::barrier() {
@@ -104,7 +106,7 @@ Request StagedComm::isend(const Tensor& x, int peer, int tag) {
     Request r = inner_->isend(p.buffer.host, peer, tag);
     pending_.emplace(r.id, std::move(p));  // the words' storage moves, its address does not
     return r;
-  });
+  }, ratio(x));
 }
 
 Request StagedComm::irecv(const Tensor& x, int peer, int tag) {
@@ -114,7 +116,7 @@ Request StagedComm::irecv(const Tensor& x, int peer, int tag) {
     Request r = inner_->irecv(p.buffer.host, peer, tag);
     pending_.emplace(r.id, std::move(p));
     return r;
-  });
+  }, ratio(x));
 }
 
 void StagedComm::wait(Request& r) {

@@ -45,9 +45,12 @@ class StagedComm final : public Comm {
   bool direct(const Tensor& t) const;
   Staged stage(const Tensor& t, bool copy_in);
   void unstage(const Staged& s, const Tensor& t);
-  // Adds what the wrapped comm counted during one call to this comm's stats.
+  // Adds what the wrapped comm counted during one call to this comm's stats. byte_ratio converts
+  // the staged fp32 bytes back to the tensor's own (0.5 for bf16/fp16), so the accounting shows
+  // the payload as NCCL would move it.
   template <typename F>
-  auto counted(F&& f);
+  auto counted(F&& f, double byte_ratio = 1.0);
+  static double ratio(const Tensor& t) { return static_cast<double>(dtype_size(t.dtype)) / 4.0; }
 
   std::unique_ptr<Comm> inner_;
   Backend* be_;

@@ -127,14 +127,21 @@ TEST(LossScaler, HalvesAndSkipsOnOverflowDoublesAfterCleanStepsNeverBelowOne) {
 
 TEST(LossScaler, RestoreChecksAndRestartsFromRunsWithoutScaling) {
   LossScaler s(true);
-  s.restore({1024.0, 17, 3});
+  s.restore({1024.0, 17, 3, true});
   EXPECT_EQ(s.scale(), 1024.0);
   EXPECT_EQ(s.state().clean_steps, 17);
-  s.restore({1.0, 0, 0});  // what an fp32 or bf16 run saves
+  s.restore({1.0, 0, 0, true});  // an fp16 run that came down to scale 1 keeps it
+  EXPECT_EQ(s.scale(), 1.0);
+  s.restore({1.0, 0, 2, false});  // what an fp32 or bf16 run saves
   EXPECT_EQ(s.scale(), LossScaler::kInitialScale);
-  EXPECT_THROW(s.restore({0.5, 0, 0}), Error);
-  EXPECT_THROW(s.restore({NAN, 0, 0}), Error);
-  EXPECT_THROW(s.restore({8.0, -1, 0}), Error);
+  EXPECT_EQ(s.state().skipped_steps, 2);
+  EXPECT_THROW(s.restore({0.5, 0, 0, true}), Error);
+  EXPECT_THROW(s.restore({NAN, 0, 0, true}), Error);
+  EXPECT_THROW(s.restore({8.0, -1, 0, true}), Error);
+  LossScaler off(false);
+  off.restore({1024.0, 5, 1, true});  // an fp16 checkpoint continued in bf16
+  EXPECT_EQ(off.scale(), 1.0);
+  EXPECT_TRUE(off.update(false));
 }
 
 // ---- training with 16-bit storage ------------------------------------------------------------------
@@ -208,7 +215,7 @@ TEST(MixedPrecisionTraining, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   ASSERT_TRUE(t.loss_scaler().enabled());
   EXPECT_EQ(t.loss_scaler().scale(), 65536.0);
   const double huge = std::ldexp(1.0, 40);  // d(S x loss) far past fp16's 65504
-  t.restore(t.state(), 0, {huge, 0, 0});
+  t.restore(t.state(), 0, {huge, 0, 0, true});
   const StageState before = t.state();
   const StepStats st = t.step();
   EXPECT_TRUE(st.skipped);
