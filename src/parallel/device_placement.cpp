@@ -80,6 +80,13 @@ DevicePlacement place() {
   DIT_MPI_CHECK(MPI_Allreduce(&shares, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   p.shared = any != 0;
   DIT_MPI_CHECK(MPI_Allreduce(&p.devices, &p.min_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  p.comm_mode = agree_comm_mode();
+  return p;
+}
+
+}  // namespace
+
+CommMode agree_comm_mode() {
   // DIT_COMM must be the same everywhere (mpirun forwards a variable to other nodes only with
   // -x): a job split between NCCL and MPI would hang. Every rank reaches the same verdict.
   int modes[2] = {comm_mode_code(), 0}, lo_hi[2] = {0, 0};
@@ -88,11 +95,8 @@ DevicePlacement place() {
   DIT_CHECK(lo_hi[0] >= 0, "DIT_COMM is set to something other than auto, nccl or mpi on some rank");
   DIT_CHECK(lo_hi[0] == -lo_hi[1], "DIT_COMM differs between the ranks of the job; set it on every "
             "rank (mpirun -x DIT_COMM=...)");
-  p.comm_mode = static_cast<CommMode>(lo_hi[0]);
-  return p;
+  return static_cast<CommMode>(lo_hi[0]);
 }
-
-}  // namespace
 
 DevicePlacement place_rank_on_gpu() {
   static const DevicePlacement placed = place();  // collective on the first call only

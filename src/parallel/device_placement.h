@@ -27,6 +27,10 @@ struct DevicePlacement {
 // is not mistaken for sharing; if any node shares, every rank gets shared == true.
 DevicePlacement place_rank_on_gpu();
 
+// DIT_COMM of every rank (unset: auto), agreed over MPI_COMM_WORLD (collective): throws on every
+// rank when some rank has a value other than auto, nccl or mpi, or when the ranks differ.
+CommMode agree_comm_mode();
+
 // Whether NCCL can carry this job's device tensors; when not, *why says why (a rank without a
 // GPU, ranks sharing a GPU, DIT_COMM=mpi, a build without CUDA). Every input is agreed over the
 // world, so all ranks get the same answer.

@@ -60,15 +60,31 @@ TEST(NcclPlacement, AgreesOverTheWorld) {
   std::string why;
   EXPECT_TRUE(agreed(nccl_usable(p, &why) ? 1 : 0)) << why;
 
+  DevicePlacement forced = p;
+  forced.comm_mode = CommMode::Mpi;
+  EXPECT_FALSE(nccl_usable(forced, &why));
+  EXPECT_FALSE(why.empty());
+}
+
+// DIT_COMM is agreed over the job: the same value everywhere is taken, a bad value on one rank or
+// values that differ between ranks throw on every rank (no rank goes on alone).
+TEST(NcclPlacement, CommModeIsAgreedOrRefusedEverywhere) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* old = std::getenv("DIT_COMM");
   const std::string saved = old ? old : "";
   setenv("DIT_COMM", "mpi", 1);
-  EXPECT_FALSE(nccl_usable(p, &why));
-  EXPECT_FALSE(why.empty());
-  setenv("DIT_COMM", "fast", 1);
-  EXPECT_THROW(nccl_usable(p, &why), Error);
+  EXPECT_EQ(agree_comm_mode(), CommMode::Mpi);
+  setenv("DIT_COMM", rank == size - 1 ? "fast" : "mpi", 1);
+  EXPECT_THROW(agree_comm_mode(), Error);
+  if (size > 1) {
+    setenv("DIT_COMM", rank == 0 ? "nccl" : "auto", 1);
+    EXPECT_THROW(agree_comm_mode(), Error);
+  }
+  unsetenv("DIT_COMM");
+  EXPECT_EQ(agree_comm_mode(), CommMode::Auto);
   if (old) setenv("DIT_COMM", saved.c_str(), 1);
-  else unsetenv("DIT_COMM");
 }
 
 // ---- A stream-level model of the point-to-point lanes --------------------------------------
