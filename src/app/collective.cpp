@@ -3,6 +3,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/device_placement.h"
+#include "parallel/mpi_comm.h"
 
 #include <mpi.h>
 #include <omp.h>
@@ -30,13 +31,6 @@ int world_size() {
 void print_error(const char* what) {
   std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", world_rank(), what);
   std::fflush(stderr);
-}
-
-bool mpi_running() {
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  return inited && !finalized;
 }
 
 void collective_check(const std::function<void()>& check) {

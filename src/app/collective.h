@@ -21,7 +21,6 @@ void print_error(const char* what);  // "dit_mp: rank r: error: ..." on stderr
 // Runs `check` on every rank; it must not communicate. If it throws on any rank, the lowest
 // failing rank prints its message and every rank throws AgreedFailure. Without MPI (a plain
 // process, e.g. a unit test) it just runs `check`, whose exception propagates.
-bool mpi_running();
 void collective_check(const std::function<void()>& check);
 
 // Caps this rank's OpenMP threads at the cores it may run on (mpirun binds ranks to cores by

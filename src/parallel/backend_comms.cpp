@@ -23,13 +23,6 @@ void stage_all(ParallelContext& ctx, Backend& be) {
 }
 
 #ifdef DIT_HAVE_CUDA
-bool mpi_initialized() {
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  return inited && !finalized;
-}
-
 // An MPI communicator becomes a NCCL one; anything else (a single rank's SelfComm) is staged.
 void to_nccl(std::unique_ptr<Comm>& c, CudaBackend& be, bool point_to_point) {
   if (!dynamic_cast<MpiComm*>(c.get())) return stage(c, be);
@@ -52,7 +45,7 @@ std::string attach_backend_comms(ParallelContext& ctx, Backend& be) {
   auto* cuda = dynamic_cast<CudaBackend*>(&be);
   DIT_CHECK(cuda != nullptr, "attach_backend_comms: a device backend that is not the CUDA backend");
   std::string why = "a process without MPI";
-  const bool mpi = mpi_initialized();
+  const bool mpi = mpi_running();
   const DevicePlacement placement = mpi ? place_rank_on_gpu() : DevicePlacement{};
   const bool nccl = mpi && nccl_usable(placement, &why);
   DIT_CHECK(nccl || placement.comm_mode != CommMode::Nccl, "DIT_COMM=nccl, but NCCL cannot run here: ",

@@ -39,6 +39,13 @@ bool yield_while_waiting() {
 }
 }  // namespace
 
+bool mpi_running() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited && !finalized;
+}
+
 int node_count() {
   MPI_Comm local;
   DIT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));

@@ -10,6 +10,9 @@
 
 namespace dit {
 
+// MPI is initialized and not yet finalized (false in a plain process, e.g. a unit test).
+bool mpi_running();
+
 class MpiComm final : public Comm {
  public:
   // Wraps MPI_COMM_WORLD (not freed) or owns a communicator made by split().

@@ -89,24 +89,6 @@ void convert_on_device(void* dst, DType dt, const void* src, DType st, i64 n, cu
   });
 }
 
-// Host-side element conversion (host to host copies): round to nearest even like the device.
-float host_load(const void* p, DType t, i64 i) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::BF16: return bf16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: DIT_FAIL("copy: no conversion from ", dtype_name(t));
-  }
-}
-void host_store(void* p, DType t, i64 i, float v) {
-  switch (t) {
-    case DType::F32: static_cast<float*>(p)[i] = v; return;
-    case DType::BF16: static_cast<std::uint16_t*>(p)[i] = float_to_bf16_bits(v); return;
-    case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); return;
-    default: DIT_FAIL("copy: no conversion to ", dtype_name(t));
-  }
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
@@ -222,7 +204,9 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     if (dst.dtype == src.dtype) {
       std::memmove(dst.data, src.data, dst.bytes());
     } else {
-      for (i64 i = 0; i < n; ++i) host_store(dst.data, dst.dtype, i, host_load(src.data, src.dtype, i));
+      // Host to host: core/dtype.h's conversions round to nearest even, as the device does.
+      for (i64 i = 0; i < n; ++i)
+        store_from_f32(dst.data, dst.dtype, i, load_as_f32(src.data, src.dtype, i));
     }
     return;
   }
