@@ -61,6 +61,9 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
   cmd->add_option("--config", f.config, "TOML config file (default: the Fashion-MNIST demo, configs/fashion_mnist.toml)");
   cmd->add_option("--set", f.sets, "Override any config key: --set train.lr=3e-4 (repeatable)");
   cmd->add_flag("--overwrite", f.overwrite, "Replace an existing run folder");
+  cmd->add_flag_callback(
+      "--sequence-parallel", [&f] { f.flags.emplace_back("parallel.sequence_parallel", "true"); },
+      "Megatron sequence parallelism: tokens split over the tp ranks outside the tp GEMMs (tp > 1)");
   struct Flag {
     const char* name;
     const char* key;
@@ -89,6 +92,8 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
       {"--init-from", "run.init_from", "Start from weights: a checkpoint or a weights .h5 file", true, "TEXT"},
       {"--checkpoint-dir", "run.checkpoint_dir", "Checkpoint folder (default: <run dir>/ckpt)", true, "TEXT"},
       {"--checkpoint-every", "train.checkpoint_every", "Steps between checkpoints (0: only at the end)", false, "INT"},
+      {"--recompute", "train.recompute", "Activation recomputation: none, selective or full", true, "TEXT"},
+      {"--recompute-blocks", "train.recompute_blocks", "Full recomputation for the first K blocks of each stage (0: all)", false, "INT"},
   };
   for (const Flag& fl : flags) {
     cmd->add_option_function<std::string>(
@@ -170,6 +175,11 @@ int run(int argc, char** argv) {
   verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
   verify->add_option("--microbatches", vopt.microbatches, "Microbatches per data-parallel rank")->capture_default_str();
   verify->add_option("--schedule", schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  std::string verify_recompute = "none";
+  verify->add_option("--recompute", verify_recompute, "Activation recomputation: none, selective or full")
+      ->capture_default_str();
+  verify->add_option("--recompute-blocks", vopt.stage.recompute_blocks,
+                     "Full recomputation for the first K blocks of each stage (0: all)")->capture_default_str();
 
   std::string kind, src, out, features, labels_dir, split = "train";
   int size = 32;
@@ -212,6 +222,7 @@ int run(int argc, char** argv) {
     dit::Layout layout;
     collective_check([&] {
       vopt.schedule = dit::parse_schedule(schedule);
+      vopt.stage.recompute = dit::parse_recompute(verify_recompute);
       layout = dit::layout_for_world(tp, pp);
       dit::check_verify_inputs(vopt, layout);
     });

@@ -53,6 +53,8 @@ TrainConfig train_config(const RunConfig& c) {
   t.seed = c.train.seed;
   t.schedule = parse_schedule(c.parallel.schedule);
   t.pp_layers = c.parallel.pp_layers;
+  t.stage.recompute = parse_recompute(c.train.recompute);
+  t.stage.recompute_blocks = c.train.recompute_blocks;
   return t;
 }
 
@@ -219,7 +221,7 @@ int run_train(const RunConfig& cfg) {
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
               "parallel.tp = ", layout.tp, " does not divide model.num_heads = ", model.num_heads,
               " and the MLP width ", model.mlp_hidden());
-    partition_stages(model, layout.pp, cfg.parallel.pp_layers);
+    check_stage_options(train_config(cfg).stage, partition_stages(model, layout.pp, cfg.parallel.pp_layers));
     BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",

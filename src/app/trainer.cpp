@@ -27,7 +27,8 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
             " but the model takes ", model.in_channels, "x", model.input_size, "x", model.input_size);
   const Layout& l = ctx.layout;
   const auto stages = partition_stages(cfg_, l.pp, train.pp_layers);
-  model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, l.dp);
+  check_stage_options(train.stage, stages);
+  model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, l.dp, train.stage);
   model_->params().initialize(train.seed);
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx);
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),

@@ -105,7 +105,7 @@ class Runner {
   Runner(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt)
       : be_(be), ctx_(ctx), cfg_(g.config()), opt_(opt) {
     const auto stages = partition_stages(cfg_, ctx.layout.pp);
-    model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp);
+    model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp, opt.stage);
     g.load_params(model_->params(), "/weights");
     executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
   }
@@ -377,7 +377,7 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   }
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
-  partition_stages(c, layout.pp);  // pp must fit the depth
+  check_stage_options(opt.stage, partition_stages(c, layout.pp));  // pp must fit the depth
   DIT_CHECK(c.num_heads % layout.tp == 0 && c.mlp_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/dit_stage.h"
 #include "parallel/grid.h"
 #include "parallel/schedule.h"
 
@@ -19,6 +20,7 @@ struct VerifyOptions {
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (bf16/fp16: tolerance 2e-2)
   int microbatches = 1;             // per dp rank, for the forward and loss groups
   ScheduleKind schedule = ScheduleKind::OneFOneB;
+  StageOptions stage;               // recomputation (and sequence parallelism) in the pipeline runs
 };
 
 // All groups verify knows, in the order they run.

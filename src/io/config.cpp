@@ -53,9 +53,11 @@ std::vector<Section> sections(RunConfig& c) {
         {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
         {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
-        {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window}}},
+        {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
+        {"recompute", &t.recompute}, {"recompute_blocks", &t.recompute_blocks}}},
       {"parallel",
-       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers}}},
+       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
+        {"sequence_parallel", &p.sequence_parallel}}},
       {"data",
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
         {"latent_scale", &c.data.latent_scale}}},
@@ -538,12 +540,22 @@ void validate_train(const TrainSection& t) {
           "a number >= 1 (the initial fp16 loss scale)");
   require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
   require_one_of("train.backend", t.backend, {"cpu", "cuda"});
+  require_one_of("train.recompute", t.recompute, {"none", "selective", "full"});
+  require(t.recompute_blocks >= 0, "train.recompute_blocks", t.recompute_blocks,
+          "an integer >= 0 (0 = every block of each stage)");
+  require(t.recompute_blocks == 0 || t.recompute == "full", "train.recompute_blocks",
+          t.recompute_blocks, "0 unless train.recompute = \"full\" (it is " + quote(t.recompute) + ")");
 }
 
 void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
   require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
   require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
   require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe"});
+  require(!p.sequence_parallel || p.tp > 1, "parallel.sequence_parallel", p.sequence_parallel,
+          "false when parallel.tp = 1 (sequence parallelism splits tokens over the tp ranks)");
+  require(!p.sequence_parallel || m.num_patches() % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of the " + show(m.num_patches()) +
+              " tokens per image with parallel.sequence_parallel (each tp rank keeps an equal share)");
   // Tensor parallelism splits whole heads and the MLP width (DESIGN.md, TP split).
   require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of model.num_heads = " + show(m.num_heads));

@@ -46,6 +46,8 @@ struct TrainSection {
   std::string backend = "cpu";     // cpu | cuda
   double loss_scale = 65536;       // fp16: the initial dynamic loss scale
   int loss_scale_window = 1000;    // fp16: clean steps after which the scale doubles
+  std::string recompute = "none";  // none | selective | full: activation recomputation
+  int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
   bool operator==(const TrainSection&) const = default;
 };
 
@@ -53,6 +55,7 @@ struct ParallelSection {
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";  // 1f1b | gpipe
   std::vector<int> pp_layers;     // blocks per stage; empty = balanced
+  bool sequence_parallel = false; // Megatron sequence parallelism (needs tp > 1)
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -64,55 +64,110 @@ void DiTBlock::adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& d
   linear_bwd(be, ada_, silu_c, dlocal, dsilu_c, Accumulate::Add, Bias::Add);
 }
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  DIT_FAIL("unknown recompute mode '", name, "': expected none, selective or full");
+}
+
+std::string recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+    default: return "none";
+  }
+}
+
+void DiTBlock::attn_norm(Backend& be, BlockActs& a, Arena& arena) const {
+  const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), d = cfg_.hidden_size;
+  a.mean1 = arena.tensor({n * t}, DType::F32);
+  a.rstd1 = arena.tensor({n * t}, DType::F32);
+  a.h1 = arena.tensor({n, t, d}, be.compute_dtype());
+  be.ln_modulate_fwd(a.x_in, {a.mod, kShift1}, {a.mod, kScale1},
+                     static_cast<float>(cfg_.layernorm_eps), a.h1, a.mean1, a.rstd1);
+}
+
+void DiTBlock::attn_residual(Backend& be, BlockActs& a, Arena& arena) const {
+  a.x_mid = arena.tensor(a.x_in.shape, be.compute_dtype());
+  be.copy(a.x_mid, a.x_in);
+  be.gate_residual_fwd(a.x_mid, a.o1, {a.mod, kGate1});
+}
+
+void DiTBlock::mlp_norm(Backend& be, BlockActs& a, Arena& arena) const {
+  const std::int64_t n = a.x_mid.dim(0), t = a.x_mid.dim(1), d = cfg_.hidden_size;
+  a.mean2 = arena.tensor({n * t}, DType::F32);
+  a.rstd2 = arena.tensor({n * t}, DType::F32);
+  a.h2 = arena.tensor({n, t, d}, be.compute_dtype());
+  be.ln_modulate_fwd(a.x_mid, {a.mod, kShift2}, {a.mod, kScale2},
+                     static_cast<float>(cfg_.layernorm_eps), a.h2, a.mean2, a.rstd2);
+}
+
+void DiTBlock::mlp_act(Backend& be, BlockActs& a, Arena& arena) const {
+  a.g1 = arena.tensor(a.f1.shape, be.compute_dtype());
+  be.gelu_tanh_fwd(a.f1, a.g1);
+}
+
 BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
-                            Arena& scratch) const {
+                            Arena& scratch, Recompute mode) const {
   const std::int64_t n = x_in.dim(0), t = x_in.dim(1), d = cfg_.hidden_size;
   const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
-  const float eps = static_cast<float>(cfg_.layernorm_eps);
+  // Where each tensor lives: `cheap` ones are dropped by selective and full recomputation,
+  // `heavy` ones (GEMM and attention outputs, mod) only by full recomputation.
+  Arena& cheap = mode == Recompute::None ? saved : scratch;
+  Arena& heavy = mode == Recompute::Full ? scratch : saved;
   BlockActs a;
+  a.kept = mode;
   a.x_in = x_in;
-  a.mod = adaln_forward(be, silu_c, saved, scratch);
+  a.mod = adaln_forward(be, silu_c, heavy, scratch);
 
   // Attention branch.
-  a.mean1 = saved.tensor({n * t}, DType::F32);
-  a.rstd1 = saved.tensor({n * t}, DType::F32);
-  a.h1 = saved.tensor({n, t, d}, dt);
-  be.ln_modulate_fwd(x_in, {a.mod, kShift1}, {a.mod, kScale1}, eps, a.h1, a.mean1, a.rstd1);
-  a.qkv = saved.tensor({n, t, 3 * d / tp}, dt);
+  attn_norm(be, a, cheap);
+  a.qkv = heavy.tensor({n, t, 3 * d / tp}, dt);
   linear_fwd(be, qkv_, a.h1, a.qkv, Bias::Add);
-  a.attn = saved.tensor({n, t, d / tp}, dt);
-  a.lse = saved.tensor({n, heads, t}, DType::F32);
+  a.attn = heavy.tensor({n, t, d / tp}, dt);
+  a.lse = heavy.tensor({n, heads, t}, DType::F32);
   be.attention_fwd(a.qkv, static_cast<int>(heads), a.attn, a.lse);
-  a.o1 = saved.tensor({n, t, d}, dt);
+  a.o1 = heavy.tensor({n, t, d}, dt);
   linear_fwd(be, proj_, a.attn, a.o1, Bias::Skip);
   tp_->all_reduce_sum(a.o1);
   be.add_rowwise(as_rows(a.o1), proj_.b);
-  a.x_mid = saved.tensor({n, t, d}, dt);
-  be.copy(a.x_mid, x_in);
-  be.gate_residual_fwd(a.x_mid, a.o1, {a.mod, kGate1});
+  attn_residual(be, a, cheap);
 
   // MLP branch.
-  a.mean2 = saved.tensor({n * t}, DType::F32);
-  a.rstd2 = saved.tensor({n * t}, DType::F32);
-  a.h2 = saved.tensor({n, t, d}, dt);
-  be.ln_modulate_fwd(a.x_mid, {a.mod, kShift2}, {a.mod, kScale2}, eps, a.h2, a.mean2, a.rstd2);
-  a.f1 = saved.tensor({n, t, m / tp}, dt);
+  mlp_norm(be, a, cheap);
+  a.f1 = heavy.tensor({n, t, m / tp}, dt);
   linear_fwd(be, fc1_, a.h2, a.f1, Bias::Add);
-  a.g1 = saved.tensor({n, t, m / tp}, dt);
-  be.gelu_tanh_fwd(a.f1, a.g1);
-  a.o2 = saved.tensor({n, t, d}, dt);
+  mlp_act(be, a, cheap);
+  a.o2 = heavy.tensor({n, t, d}, dt);
   linear_fwd(be, fc2_, a.g1, a.o2, Bias::Skip);
   tp_->all_reduce_sum(a.o2);
   be.add_rowwise(as_rows(a.o2), fc2_.b);
-  a.x_out = saved.tensor({n, t, d}, dt);
+  a.x_out = saved.tensor({n, t, d}, dt);  // always kept: the next block's input
   be.copy(a.x_out, a.x_mid);
   be.gate_residual_fwd(a.x_out, a.o2, {a.mod, kGate2});
   return a;
 }
 
-void DiTBlock::backward(Backend& be, const BlockActs& a, const Tensor& silu_c, const Tensor& dx,
+BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c,
+                                  Arena& scratch) const {
+  if (kept.kept == Recompute::Full)
+    return forward(be, kept.x_in, silu_c, scratch, scratch, Recompute::None);
+  BlockActs a = kept;
+  if (kept.kept == Recompute::Selective) {
+    attn_norm(be, a, scratch);
+    attn_residual(be, a, scratch);
+    mlp_norm(be, a, scratch);
+    mlp_act(be, a, scratch);
+    a.kept = Recompute::None;
+  }
+  return a;
+}
+
+void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
                         const Tensor& dsilu_c, Arena& scratch) const {
+  const BlockActs a = rematerialize(be, kept, silu_c, scratch);
   const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), d = cfg_.hidden_size;
   const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();

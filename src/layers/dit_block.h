@@ -5,6 +5,16 @@
 // qkv and fc1 are column-parallel (a rank owns H/tp heads and M/tp hidden units), proj and fc2
 // row-parallel (forward all-reduce, bias added once after), adaLN column-parallel with an
 // all-gather of its small (N, 6D) output.
+//
+// Activation recomputation (a block's Recompute mode) decides what the forward keeps for the
+// backward; the backward first rematerializes what was dropped with the same kernels in the same
+// order, so the numbers are bit-identical to keeping everything:
+//   None       keeps every tensor of BlockActs.
+//   Selective  keeps the GEMM and attention outputs (qkv, attn, lse, o1, f1, o2) and the small mod;
+//              drops the cheap, large elementwise tensors (LN + modulate outputs h1, h2 with their
+//              statistics, x_mid, the GELU output g1) and recomputes them.
+//   Full       keeps only x_out (the next block's input; x_in is the previous block's) and reruns
+//              the whole forward, collectives included, inside the backward.
 #pragma once
 
 #include "backend/backend.h"
@@ -14,8 +24,14 @@
 
 namespace dit {
 
-// Activations one block keeps for its backward, for one microbatch.
+enum class Recompute : std::uint8_t { None, Selective, Full };
+Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"
+std::string recompute_name(Recompute r);
+
+// Activations one block keeps for its backward, for one microbatch. Tensors the block's Recompute
+// mode drops are views into scratch that is gone by the backward.
 struct BlockActs {
+  Recompute kept = Recompute::None;  // which tensors are valid (see the modes above)
   Tensor x_in;          // (N, T, D) residual stream entering the block (owned upstream)
   Tensor mod;           // (N, 6D)   adaLN output, all tp columns
   Tensor mean1, rstd1;  // (N*T)     LayerNorm statistics before attention
@@ -39,15 +55,24 @@ class DiTBlock {
   static void declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& specs);
 
   // silu_c (N, D) = SiLU(c), computed once per stage and shared by its blocks.
+  // What the mode keeps goes to `saved`, the rest to `scratch`.
   BlockActs forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
-                    Arena& scratch) const;
+                    Arena& scratch, Recompute mode = Recompute::None) const;
   // dx: on entry dL/dx_out, on exit dL/dx_in (updated in place: the residual stream).
   // dsilu_c (N, D) += this rank's partial dL/dSiLU(c); the stage all-reduces it over tp once.
-  void backward(Backend& be, const BlockActs& a, const Tensor& silu_c, const Tensor& dx,
+  void backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
                 const Tensor& dsilu_c, Arena& scratch) const;
 
  private:
   Tensor adaln_forward(Backend& be, const Tensor& silu_c, Arena& saved, Arena& scratch) const;
+  // Every tensor of `kept` valid again: dropped ones recomputed into scratch.
+  BlockActs rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c,
+                          Arena& scratch) const;
+  // The cheap elementwise steps, shared by the forward and selective recomputation.
+  void attn_norm(Backend& be, BlockActs& a, Arena& arena) const;      // mean1, rstd1, h1
+  void attn_residual(Backend& be, BlockActs& a, Arena& arena) const;  // x_mid = x_in + gate1 o1
+  void mlp_norm(Backend& be, BlockActs& a, Arena& arena) const;       // mean2, rstd2, h2
+  void mlp_act(Backend& be, BlockActs& a, Arena& arena) const;        // g1 = gelu(f1)
   void adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod, const Tensor& dsilu_c,
                       Arena& scratch) const;
 

@@ -11,9 +11,23 @@ std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const StageLayout
   return specs;
 }
 
+void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages) {
+  DIT_CHECK(opt.recompute_blocks >= 0, "train.recompute_blocks = ", opt.recompute_blocks,
+            ": expected 0 (every block) or a positive count");
+  if (opt.recompute_blocks == 0) return;
+  DIT_CHECK(opt.recompute == Recompute::Full, "train.recompute_blocks = ", opt.recompute_blocks,
+            " needs train.recompute = \"full\" (it is \"", recompute_name(opt.recompute), "\")");
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const int blocks = stages[s].end_block - stages[s].first_block;
+    DIT_CHECK(opt.recompute_blocks <= blocks, "train.recompute_blocks = ", opt.recompute_blocks,
+              " but pipeline stage ", s, " has only ", blocks, " block", blocks == 1 ? "" : "s",
+              "; use at most ", blocks, " (or 0 for every block)");
+  }
+}
+
 DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
-                   std::int64_t pad_multiple)
-    : be_(&be), cfg_(cfg), layout_(layout), tp_(&tp) {
+                   std::int64_t pad_multiple, StageOptions options)
+    : be_(&be), cfg_(cfg), layout_(layout), options_(options), tp_(&tp) {
   cfg.validate();
   DIT_CHECK(0 <= layout.first_block && layout.first_block <= layout.end_block &&
                 layout.end_block <= cfg.depth,
@@ -45,9 +59,10 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch)
   a.silu_c = saved.tensor(a.c.shape, be.compute_dtype());
   be.silu_fwd(a.c, a.silu_c);
   Tensor x = a.x_in;
-  for (const DiTBlock& block : blocks_) {
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const Arena::Mark m = scratch.mark();
-    a.blocks.push_back(block.forward(be, x, a.silu_c, saved, scratch));
+    a.blocks.push_back(blocks_[i].forward(be, x, a.silu_c, saved, scratch,
+                                          options_.mode_of(static_cast<int>(i))));
     scratch.rewind(m);
     x = a.blocks.back().x_out;
   }

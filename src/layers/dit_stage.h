@@ -19,6 +19,20 @@ struct StageLayout {
   static StageLayout whole(const DiTConfig& cfg) { return {0, cfg.depth, true, true}; }
 };
 
+// How a stage trades memory for time: activation recomputation per block (dit_block.h).
+struct StageOptions {
+  Recompute recompute = Recompute::None;
+  int recompute_blocks = 0;  // Full only: the first K blocks of each stage recompute; 0 = all
+  // The block's Recompute mode for its index within the stage.
+  Recompute mode_of(int i) const {
+    return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks
+               ? Recompute::None
+               : recompute;
+  }
+};
+// Throws naming train.recompute_blocks when it asks for more blocks than some stage has.
+void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages);
+
 // Inputs of one microbatch: images/t/ids on the first stage, (x, c) from the previous otherwise.
 struct StageInputs {
   Tensor images, t, ids;
@@ -48,13 +62,14 @@ class DiTStage {
   // pad_multiple: the flat parameter buffers are padded to a multiple of it (the dp size, so
   // ZeRO shards are equal).
   DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
-           std::int64_t pad_multiple = 1);
+           std::int64_t pad_multiple = 1, StageOptions options = {});
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const StageLayout& layout);
 
   ParamSet& params() { return *params_; }
   const ParamSet& params() const { return *params_; }
   const DiTConfig& config() const { return cfg_; }
   const StageLayout& layout() const { return layout_; }
+  const StageOptions& options() const { return options_; }
   const Embedders* embedders() const { return embed_.get(); }
 
   StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch) const;
@@ -65,6 +80,7 @@ class DiTStage {
   Backend* be_;
   DiTConfig cfg_;
   StageLayout layout_;
+  StageOptions options_;
   Comm* tp_;
   std::unique_ptr<ParamSet> params_;
   std::unique_ptr<Embedders> embed_;

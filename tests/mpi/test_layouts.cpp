@@ -40,7 +40,8 @@ struct RunResult {
 };
 
 // Runs the training on the first layout.world() ranks of MPI_COMM_WORLD; others return ran=false.
-RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind::OneFOneB) {
+RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind::OneFOneB,
+                     StageOptions stage = {}) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto world = MpiComm::world();
@@ -52,6 +53,7 @@ RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind:
   ParallelContext ctx = make_mpi_context(layout, std::move(sub));
   TrainConfig tc = train();
   tc.schedule = schedule;
+  tc.stage = stage;
   Trainer trainer(be, ctx, model(), tc, data);
   for (int i = 0; i < kSteps; ++i) r.losses.push_back(trainer.step().loss);
   r.params = gather_global(trainer.model(), ctx, host_copy(be, trainer.model().params().flat_values()));
@@ -122,5 +124,44 @@ TEST(Schedules, GPipeMatches1F1B) {
   if (!a.ran) return;
   for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i;
 }
+
+}  // namespace dit
+
+namespace dit {
+
+// Recomputation reruns the same kernels in the same order: losses and parameters are bit-identical
+// to keeping every activation, at layouts with tp, pp (both schedules) and dp.
+struct RecomputeCase {
+  Layout layout;
+  ScheduleKind schedule;
+  StageOptions stage;
+};
+
+class RecomputeBitIdentity : public ::testing::TestWithParam<RecomputeCase> {};
+
+TEST_P(RecomputeBitIdentity, SameLossesAndParameters) {
+  const RecomputeCase c = GetParam();
+  const RunResult base = run_layout(c.layout, c.schedule);
+  const RunResult r = run_layout(c.layout, c.schedule, c.stage);
+  if (!r.ran) return;
+  ASSERT_EQ(r.losses.size(), base.losses.size());
+  for (std::size_t i = 0; i < r.losses.size(); ++i) EXPECT_EQ(r.losses[i], base.losses[i]) << "step " << i;
+  EXPECT_NE(base.losses.front(), base.losses.back());
+  for (const auto& [name, want] : base.params) EXPECT_EQ(r.params.at(name), want) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, RecomputeBitIdentity,
+    ::testing::Values(RecomputeCase{{2, 2, 2}, ScheduleKind::OneFOneB, {Recompute::Selective, 0}},
+                      RecomputeCase{{2, 2, 2}, ScheduleKind::OneFOneB, {Recompute::Full, 0}},
+                      RecomputeCase{{1, 1, 1}, ScheduleKind::OneFOneB, {Recompute::Full, 1}},
+                      RecomputeCase{{4, 1, 2}, ScheduleKind::GPipe, {Recompute::Selective, 0}},
+                      RecomputeCase{{1, 2, 4}, ScheduleKind::GPipe, {Recompute::Full, 1}}),
+    [](const auto& info) {
+      const RecomputeCase& c = info.param;
+      return recompute_name(c.stage.recompute) + std::to_string(c.stage.recompute_blocks) + "_tp" +
+             std::to_string(c.layout.tp) + "_pp" + std::to_string(c.layout.pp) + "_dp" +
+             std::to_string(c.layout.dp) + "_" + schedule_name(c.schedule);
+    });
 
 }  // namespace dit
