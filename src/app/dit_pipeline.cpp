@@ -37,7 +37,7 @@ DiTPipelineStage::DiTPipelineStage(Backend& be, const DiTStage& stage, std::int6
 
 Shape DiTPipelineStage::x_shape() const {
   const DiTConfig& c = stage_->config();
-  return {n_, c.num_patches(), c.hidden_size};
+  return {n_, stage_->local_tokens(), c.hidden_size};
 }
 Shape DiTPipelineStage::c_shape() const { return {n_, stage_->config().hidden_size}; }
 

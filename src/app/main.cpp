@@ -180,6 +180,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   verify->add_option("--recompute-blocks", vopt.stage.recompute_blocks,
                      "Full recomputation for the first K blocks of each stage (0: all)")->capture_default_str();
+  verify->add_flag("--sequence-parallel", vopt.stage.sequence_parallel,
+                   "Megatron sequence parallelism (tp > 1 dividing the tokens)");
 
   std::string kind, src, out, features, labels_dir, split = "train";
   int size = 32;

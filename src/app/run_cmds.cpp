@@ -55,6 +55,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.pp_layers = c.parallel.pp_layers;
   t.stage.recompute = parse_recompute(c.train.recompute);
   t.stage.recompute_blocks = c.train.recompute_blocks;
+  t.stage.sequence_parallel = c.parallel.sequence_parallel;
   return t;
 }
 

@@ -381,6 +381,9 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   DIT_CHECK(c.num_heads % layout.tp == 0 && c.mlp_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
+  DIT_CHECK(!opt.stage.sequence_parallel || (layout.tp > 1 && c.num_patches() % layout.tp == 0),
+            "--sequence-parallel needs --tp > 1 dividing the golden model's ", c.num_patches(),
+            " tokens (tp = ", layout.tp, ")");
   std::string why;
   DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
             " --precision ", opt.precision, ": ", why);

@@ -471,6 +471,7 @@ std::string show(const T& v) {
   return os.str();
 }
 std::string show(const std::string& v) { return quote(v); }
+std::string show(bool v) { return v ? "true" : "false"; }
 
 // Fails with "key = value: expected <what>" unless `ok`.
 template <class T>

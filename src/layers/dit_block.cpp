@@ -1,6 +1,8 @@
 // DiT block forward and explicit backward (see dit_block.h for the math and the tp split).
 #include "layers/dit_block.h"
 
+#include "parallel/sequence_parallel.h"
+
 namespace dit {
 
 namespace {
@@ -8,8 +10,8 @@ namespace {
 enum Chunk : int { kShift1 = 0, kScale1, kGate1, kShift2, kScale2, kGate2 };
 }  // namespace
 
-DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp)
-    : cfg_(cfg), tp_(&tp) {
+DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp, Tokens tokens)
+    : cfg_(cfg), tp_(&tp), tokens_(tokens) {
   const std::string p = "blocks." + std::to_string(index);
   qkv_ = LinearParams::from(ps, p + ".attn.qkv");
   proj_ = LinearParams::from(ps, p + ".attn.proj");
@@ -56,10 +58,16 @@ void DiTBlock::adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& d
                               const Tensor& dsilu_c, Arena& scratch) const {
   const std::int64_t n = silu_c.dim(0), d = cfg_.hidden_size, tp = tp_->size();
   Tensor dlocal = dmod;
-  if (tp > 1) {  // this rank's columns of the (identical on every rank) dmod
+  if (tp > 1) {
+    // This rank's columns of dmod: identical on every rank, or under sequence parallelism a
+    // partial sum over this rank's tokens that the reduce-scatter completes.
     Tensor all = scratch.tensor({tp, n, 6 * d / tp}, be.compute_dtype());
     be.transpose_01(dmod.view({n, tp, 6 * d / tp}), all);
     dlocal = all.rows(tp_->rank(), 1).view({n, 6 * d / tp});
+    if (sp()) {
+      dlocal = scratch.tensor({n, 6 * d / tp}, be.compute_dtype());
+      tp_->reduce_scatter_sum(all, dlocal);
+    }
   }
   linear_bwd(be, ada_, silu_c, dlocal, dsilu_c, Accumulate::Add, Bias::Add);
 }
@@ -79,13 +87,21 @@ std::string recompute_name(Recompute r) {
   }
 }
 
-void DiTBlock::attn_norm(Backend& be, BlockActs& a, Arena& arena) const {
-  const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), d = cfg_.hidden_size;
-  a.mean1 = arena.tensor({n * t}, DType::F32);
-  a.rstd1 = arena.tensor({n * t}, DType::F32);
-  a.h1 = arena.tensor({n, t, d}, be.compute_dtype());
-  be.ln_modulate_fwd(a.x_in, {a.mod, kShift1}, {a.mod, kScale1},
-                     static_cast<float>(cfg_.layernorm_eps), a.h1, a.mean1, a.rstd1);
+void DiTBlock::modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift,
+                              Arena& arena, Arena& scratch, Tensor& h, Tensor& mean,
+                              Tensor& rstd) const {
+  const std::int64_t n = x.dim(0), t = x.dim(1), d = cfg_.hidden_size;
+  mean = arena.tensor({n * t}, DType::F32);
+  rstd = arena.tensor({n * t}, DType::F32);
+  h = arena.tensor({n, t * token_split(), d}, be.compute_dtype());
+  const Tensor mine = sp() ? scratch.tensor({n, t, d}, be.compute_dtype()) : h;
+  be.ln_modulate_fwd(x, {mod, shift}, {mod, shift + 1}, static_cast<float>(cfg_.layernorm_eps),
+                     mine, mean, rstd);
+  if (sp()) gather_tokens(*tp_, be, mine, h, scratch);
+}
+
+void DiTBlock::attn_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const {
+  modulated_norm(be, a.x_in, a.mod, kShift1, arena, scratch, a.h1, a.mean1, a.rstd1);
 }
 
 void DiTBlock::attn_residual(Backend& be, BlockActs& a, Arena& arena) const {
@@ -94,13 +110,38 @@ void DiTBlock::attn_residual(Backend& be, BlockActs& a, Arena& arena) const {
   be.gate_residual_fwd(a.x_mid, a.o1, {a.mod, kGate1});
 }
 
-void DiTBlock::mlp_norm(Backend& be, BlockActs& a, Arena& arena) const {
-  const std::int64_t n = a.x_mid.dim(0), t = a.x_mid.dim(1), d = cfg_.hidden_size;
-  a.mean2 = arena.tensor({n * t}, DType::F32);
-  a.rstd2 = arena.tensor({n * t}, DType::F32);
-  a.h2 = arena.tensor({n, t, d}, be.compute_dtype());
-  be.ln_modulate_fwd(a.x_mid, {a.mod, kShift2}, {a.mod, kScale2},
-                     static_cast<float>(cfg_.layernorm_eps), a.h2, a.mean2, a.rstd2);
+void DiTBlock::mlp_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const {
+  modulated_norm(be, a.x_mid, a.mod, kShift2, arena, scratch, a.h2, a.mean2, a.rstd2);
+}
+
+void DiTBlock::row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor& in,
+                                const Tensor& out, Arena& scratch) const {
+  if (sp()) {
+    const Tensor partial = scratch.tensor({in.dim(0), in.dim(1), out.dim(2)}, out.dtype);
+    linear_fwd(be, p, in, partial, Bias::Skip);
+    reduce_scatter_tokens(*tp_, be, partial, out, scratch);
+  } else {
+    linear_fwd(be, p, in, out, Bias::Skip);
+    tp_->all_reduce_sum(out);
+  }
+  be.add_rowwise(as_rows(out), p.b);  // once, after the sum
+}
+
+Tensor DiTBlock::row_parallel_dy(Backend& be, const Tensor& dy, Arena& scratch) const {
+  if (!sp()) return dy;
+  const Tensor full = scratch.tensor({dy.dim(0), dy.dim(1) * token_split(), dy.dim(2)}, dy.dtype);
+  gather_tokens(*tp_, be, dy, full, scratch);
+  return full;
+}
+
+Tensor DiTBlock::column_parallel_dx(Backend& be, const Tensor& dfull, Arena& scratch) const {
+  if (!sp()) {
+    tp_->all_reduce_sum(dfull);
+    return dfull;
+  }
+  const Tensor mine = scratch.tensor({dfull.dim(0), dfull.dim(1) / token_split(), dfull.dim(2)}, dfull.dtype);
+  reduce_scatter_tokens(*tp_, be, dfull, mine, scratch);
+  return mine;
 }
 
 void DiTBlock::mlp_act(Backend& be, BlockActs& a, Arena& arena) const {
@@ -110,7 +151,7 @@ void DiTBlock::mlp_act(Backend& be, BlockActs& a, Arena& arena) const {
 
 BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
                             Arena& scratch, Recompute mode) const {
-  const std::int64_t n = x_in.dim(0), t = x_in.dim(1), d = cfg_.hidden_size;
+  const std::int64_t n = x_in.dim(0), t = x_in.dim(1), tf = t * token_split(), d = cfg_.hidden_size;
   const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
   // Where each tensor lives: `cheap` ones are dropped by selective and full recomputation,
@@ -123,27 +164,23 @@ BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_
   a.mod = adaln_forward(be, silu_c, heavy, scratch);
 
   // Attention branch.
-  attn_norm(be, a, cheap);
-  a.qkv = heavy.tensor({n, t, 3 * d / tp}, dt);
+  attn_norm(be, a, cheap, scratch);
+  a.qkv = heavy.tensor({n, tf, 3 * d / tp}, dt);
   linear_fwd(be, qkv_, a.h1, a.qkv, Bias::Add);
-  a.attn = heavy.tensor({n, t, d / tp}, dt);
-  a.lse = heavy.tensor({n, heads, t}, DType::F32);
+  a.attn = heavy.tensor({n, tf, d / tp}, dt);
+  a.lse = heavy.tensor({n, heads, tf}, DType::F32);
   be.attention_fwd(a.qkv, static_cast<int>(heads), a.attn, a.lse);
   a.o1 = heavy.tensor({n, t, d}, dt);
-  linear_fwd(be, proj_, a.attn, a.o1, Bias::Skip);
-  tp_->all_reduce_sum(a.o1);
-  be.add_rowwise(as_rows(a.o1), proj_.b);
+  row_parallel_fwd(be, proj_, a.attn, a.o1, scratch);
   attn_residual(be, a, cheap);
 
   // MLP branch.
-  mlp_norm(be, a, cheap);
-  a.f1 = heavy.tensor({n, t, m / tp}, dt);
+  mlp_norm(be, a, cheap, scratch);
+  a.f1 = heavy.tensor({n, tf, m / tp}, dt);
   linear_fwd(be, fc1_, a.h2, a.f1, Bias::Add);
   mlp_act(be, a, cheap);
   a.o2 = heavy.tensor({n, t, d}, dt);
-  linear_fwd(be, fc2_, a.g1, a.o2, Bias::Skip);
-  tp_->all_reduce_sum(a.o2);
-  be.add_rowwise(as_rows(a.o2), fc2_.b);
+  row_parallel_fwd(be, fc2_, a.g1, a.o2, scratch);
   a.x_out = saved.tensor({n, t, d}, dt);  // always kept: the next block's input
   be.copy(a.x_out, a.x_mid);
   be.gate_residual_fwd(a.x_out, a.o2, {a.mod, kGate2});
@@ -156,9 +193,9 @@ BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tens
     return forward(be, kept.x_in, silu_c, scratch, scratch, Recompute::None);
   BlockActs a = kept;
   if (kept.kept == Recompute::Selective) {
-    attn_norm(be, a, scratch);
+    attn_norm(be, a, scratch, scratch);
     attn_residual(be, a, scratch);
-    mlp_norm(be, a, scratch);
+    mlp_norm(be, a, scratch, scratch);
     mlp_act(be, a, scratch);
     a.kept = Recompute::None;
   }
@@ -168,33 +205,34 @@ BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tens
 void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
                         const Tensor& dsilu_c, Arena& scratch) const {
   const BlockActs a = rematerialize(be, kept, silu_c, scratch);
-  const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), d = cfg_.hidden_size;
-  const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
+  const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), tf = t * token_split();
+  const std::int64_t d = cfg_.hidden_size, tp = tp_->size(), m = cfg_.mlp_hidden();
+  const std::int64_t heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
   Tensor dmod = scratch.tensor({n, 6 * d}, dt);
   Tensor dbranch = scratch.tensor({n, t, d}, dt);  // grad of a branch output (o1, o2)
-  Tensor dnorm = scratch.tensor({n, t, d}, dt);    // grad of a modulated norm (h1, h2)
+  Tensor dnorm = scratch.tensor({n, tf, d}, dt);   // grad of a modulated norm (h1, h2), tp-partial
 
   // MLP branch: dx holds dL/dx_out and becomes dL/dx_mid.
   be.gate_residual_bwd(dx, a.o2, {a.mod, kGate2}, dbranch, {dmod, kGate2});
-  Tensor dg1 = scratch.tensor({n, t, m / tp}, dt);
-  linear_bwd(be, fc2_, a.g1, dbranch, dg1, Accumulate::Overwrite, Bias::Add);
+  Tensor dg1 = scratch.tensor({n, tf, m / tp}, dt);
+  linear_bwd(be, fc2_, a.g1, row_parallel_dy(be, dbranch, scratch), dg1, Accumulate::Overwrite,
+             Bias::Add);
   be.gelu_tanh_bwd(a.f1, dg1, dg1);
   linear_bwd(be, fc1_, a.h2, dg1, dnorm, Accumulate::Overwrite, Bias::Add);
-  tp_->all_reduce_sum(dnorm);
-  be.ln_modulate_bwd(dnorm, a.x_mid, a.mean2, a.rstd2, {a.mod, kScale2}, dx, Accumulate::Add,
-                     {dmod, kShift2}, {dmod, kScale2});
+  be.ln_modulate_bwd(column_parallel_dx(be, dnorm, scratch), a.x_mid, a.mean2, a.rstd2,
+                     {a.mod, kScale2}, dx, Accumulate::Add, {dmod, kShift2}, {dmod, kScale2});
 
   // Attention branch: dx becomes dL/dx_in.
   be.gate_residual_bwd(dx, a.o1, {a.mod, kGate1}, dbranch, {dmod, kGate1});
-  Tensor dattn = scratch.tensor({n, t, d / tp}, dt);
-  linear_bwd(be, proj_, a.attn, dbranch, dattn, Accumulate::Overwrite, Bias::Add);
-  Tensor dqkv = scratch.tensor({n, t, 3 * d / tp}, dt);
+  Tensor dattn = scratch.tensor({n, tf, d / tp}, dt);
+  linear_bwd(be, proj_, a.attn, row_parallel_dy(be, dbranch, scratch), dattn,
+             Accumulate::Overwrite, Bias::Add);
+  Tensor dqkv = scratch.tensor({n, tf, 3 * d / tp}, dt);
   be.attention_bwd(a.qkv, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv);
   linear_bwd(be, qkv_, a.h1, dqkv, dnorm, Accumulate::Overwrite, Bias::Add);
-  tp_->all_reduce_sum(dnorm);
-  be.ln_modulate_bwd(dnorm, a.x_in, a.mean1, a.rstd1, {a.mod, kScale1}, dx, Accumulate::Add,
-                     {dmod, kShift1}, {dmod, kScale1});
+  be.ln_modulate_bwd(column_parallel_dx(be, dnorm, scratch), a.x_in, a.mean1, a.rstd1,
+                     {a.mod, kScale1}, dx, Accumulate::Add, {dmod, kShift1}, {dmod, kScale1});
 
   adaln_backward(be, silu_c, dmod, dsilu_c, scratch);
 }

@@ -15,6 +15,13 @@
 //              statistics, x_mid, the GELU output g1) and recomputes them.
 //   Full       keeps only x_out (the next block's input; x_in is the previous block's) and reruns
 //              the whole forward, collectives included, inside the backward.
+//
+// Sequence parallelism (Tokens::SequenceParallel, tp > 1): the residual stream and everything
+// token-wise outside the tp GEMMs (x_in, x_mid, x_out, o1, o2, LN statistics) hold this rank's T/tp
+// tokens; h1 and h2 are all-gathered to every token before qkv and fc1, and the partial outputs
+// of proj and fc2 are reduce-scattered instead of all-reduced (parallel/sequence_parallel.h). The
+// adaLN gradient dmod is then a sum over this rank's tokens only, so it is reduce-scattered into
+// this rank's adaLN columns.
 #pragma once
 
 #include "backend/backend.h"
@@ -25,6 +32,7 @@
 namespace dit {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
+enum class Tokens : std::uint8_t { Replicated, SequenceParallel };
 Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"
 std::string recompute_name(Recompute r);
 
@@ -32,26 +40,29 @@ std::string recompute_name(Recompute r);
 // mode drops are views into scratch that is gone by the backward.
 struct BlockActs {
   Recompute kept = Recompute::None;  // which tensors are valid (see the modes above)
+  // T below is this rank's token count: all tokens, or T/tp under sequence parallelism; Tf is all
+  // tokens either way.
   Tensor x_in;          // (N, T, D) residual stream entering the block (owned upstream)
   Tensor mod;           // (N, 6D)   adaLN output, all tp columns
   Tensor mean1, rstd1;  // (N*T)     LayerNorm statistics before attention
-  Tensor h1;            // (N, T, D) modulated norm, input of qkv
-  Tensor qkv;           // (N, T, 3D/tp)
-  Tensor attn;          // (N, T, D/tp) attention output of this rank's heads
-  Tensor lse;           // (N, H/tp, T) row logsumexp of the attention scores
+  Tensor h1;            // (N, Tf, D) modulated norm, input of qkv
+  Tensor qkv;           // (N, Tf, 3D/tp)
+  Tensor attn;          // (N, Tf, D/tp) attention output of this rank's heads
+  Tensor lse;           // (N, H/tp, Tf) row logsumexp of the attention scores
   Tensor o1;            // (N, T, D) attention branch output before the gate
   Tensor x_mid;         // (N, T, D) residual stream after attention
   Tensor mean2, rstd2;  // (N*T)
-  Tensor h2;            // (N, T, D) modulated norm, input of fc1
-  Tensor f1;            // (N, T, M/tp) fc1 output before GELU
-  Tensor g1;            // (N, T, M/tp) GELU output, input of fc2
+  Tensor h2;            // (N, Tf, D) modulated norm, input of fc1
+  Tensor f1;            // (N, Tf, M/tp) fc1 output before GELU
+  Tensor g1;            // (N, Tf, M/tp) GELU output, input of fc2
   Tensor o2;            // (N, T, D) MLP branch output before the gate
   Tensor x_out;         // (N, T, D) residual stream leaving the block
 };
 
 class DiTBlock {
  public:
-  DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp);
+  DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp,
+           Tokens tokens = Tokens::Replicated);
   static void declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& specs);
 
   // silu_c (N, D) = SiLU(c), computed once per stage and shared by its blocks.
@@ -69,15 +80,28 @@ class DiTBlock {
   BlockActs rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c,
                           Arena& scratch) const;
   // The cheap elementwise steps, shared by the forward and selective recomputation.
-  void attn_norm(Backend& be, BlockActs& a, Arena& arena) const;      // mean1, rstd1, h1
+  void attn_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const;  // mean1, rstd1, h1
   void attn_residual(Backend& be, BlockActs& a, Arena& arena) const;  // x_mid = x_in + gate1 o1
-  void mlp_norm(Backend& be, BlockActs& a, Arena& arena) const;       // mean2, rstd2, h2
+  void mlp_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const;   // mean2, rstd2, h2
   void mlp_act(Backend& be, BlockActs& a, Arena& arena) const;        // g1 = gelu(f1)
+  // h (N, Tf, D) = LN(x) * (1 + scale) + shift, all-gathered over tokens under sequence parallelism.
+  void modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift, Arena& arena,
+                      Arena& scratch, Tensor& h, Tensor& mean, Tensor& rstd) const;
+  // out (N, T, D) = this rank's tokens of the tp sum of the row-parallel GEMM of `in`, + bias.
+  void row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor& in, const Tensor& out,
+                        Arena& scratch) const;
+  // The gradient of a row-parallel output on all tokens (N, Tf, D) from this rank's (N, T, D).
+  Tensor row_parallel_dy(Backend& be, const Tensor& dy, Arena& scratch) const;
+  // The tp sum of a column-parallel GEMM's input grad `dfull` (N, Tf, D), for this rank's tokens.
+  Tensor column_parallel_dx(Backend& be, const Tensor& dfull, Arena& scratch) const;
+  std::int64_t token_split() const { return sp() ? tp_->size() : 1; }
+  bool sp() const { return tokens_ == Tokens::SequenceParallel; }
   void adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod, const Tensor& dsilu_c,
                       Arena& scratch) const;
 
   DiTConfig cfg_;
   Comm* tp_;
+  Tokens tokens_;
   LinearParams qkv_, proj_, fc1_, fc2_, ada_;
 };
 

@@ -1,6 +1,8 @@
 // Forward and backward of a pipeline stage's slice of the DiT.
 #include "layers/dit_stage.h"
 
+#include "parallel/sequence_parallel.h"
+
 namespace dit {
 
 std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const StageLayout& layout) {
@@ -38,25 +40,41 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& 
             "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
             "), mlp hidden (", cfg.mlp_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
             ") divisible by tp");
+  DIT_CHECK(!options.sequence_parallel || (tp.size() > 1 && cfg.num_patches() % tp.size() == 0),
+            "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),
+            " tokens per image (tp = ", tp.size(), ")");
   params_ = std::make_unique<ParamSet>(be, declare(cfg, layout), tp.size(), tp.rank(), pad_multiple);
   if (layout.has_embed) embed_ = std::make_unique<Embedders>(be, cfg, *params_);
   for (int b = layout.first_block; b < layout.end_block; ++b)
-    blocks_.emplace_back(cfg, *params_, b, tp);
+    blocks_.emplace_back(cfg, *params_, b, tp,
+                         options.sequence_parallel ? Tokens::SequenceParallel : Tokens::Replicated);
   if (layout.has_final) final_ = std::make_unique<FinalLayer>(cfg, *params_);
+}
+
+std::int64_t DiTStage::local_tokens() const {
+  return cfg_.num_patches() / (options_.sequence_parallel ? tp_->size() : 1);
 }
 
 StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch) const {
   Backend& be = *be_;
   StageActs a;
+  const DType dt = be.compute_dtype();
+  const bool sp = options_.sequence_parallel;
   if (embed_) {
     a.embed = embed_->forward(be, in.images, in.t, in.ids, saved);
     a.x_in = a.embed.x0;
     a.c = a.embed.c;
+    if (sp) {
+      a.x_in = saved.tensor({a.c.dim(0), local_tokens(), cfg_.hidden_size}, dt);
+      const Arena::Mark m = scratch.mark();
+      split_tokens(*tp_, be, a.embed.x0, a.x_in, scratch);
+      scratch.rewind(m);
+    }
   } else {
     a.x_in = in.x;
     a.c = in.c;
   }
-  a.silu_c = saved.tensor(a.c.shape, be.compute_dtype());
+  a.silu_c = saved.tensor(a.c.shape, dt);
   be.silu_fwd(a.c, a.silu_c);
   Tensor x = a.x_in;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
@@ -68,6 +86,11 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch)
   }
   if (final_) {
     const Arena::Mark m = scratch.mark();
+    if (sp) {  // the final layer sees every token
+      const Tensor all = saved.tensor({x.dim(0), cfg_.num_patches(), cfg_.hidden_size}, dt);
+      gather_tokens(*tp_, be, x, all, scratch);
+      x = all;
+    }
     a.final = final_->forward(be, x, a.silu_c, saved, scratch);
     scratch.rewind(m);
   }
@@ -85,7 +108,13 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const
     be.fill(g.dc, 0.f);
     dsilu_final = scratch.tensor(a.c.shape, dt);
     const Arena::Mark m = scratch.mark();
-    final_->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
+    if (options_.sequence_parallel) {  // dx of every token, identical on the tp ranks: keep ours
+      const Tensor all = scratch.tensor(a.final.x_in.shape, dt);
+      final_->backward(be, a.final, a.silu_c, g.dout, all, dsilu_final, scratch);
+      split_tokens(*tp_, be, all, g.dx, scratch);
+    } else {
+      final_->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
+    }
     scratch.rewind(m);
   }
   // Blocks add their tp-partial dL/dSiLU(c) here; one all-reduce per microbatch completes it.
@@ -99,7 +128,13 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const
   tp_->all_reduce_sum(dsilu);
   if (final_) be.axpy(1.f, dsilu_final, dsilu);  // replicated over tp: added after the reduce
   be.silu_bwd(a.c, dsilu, g.dc, Accumulate::Add);
-  if (embed_) embed_->backward(be, a.embed, g.dx, g.dc, g.dimages, scratch);
+  if (!embed_) return;
+  Tensor dx0 = g.dx;
+  if (options_.sequence_parallel) {  // the patch embedding's grad needs every token's
+    dx0 = scratch.tensor(a.embed.x0.shape, dt);
+    gather_tokens(*tp_, be, g.dx, dx0, scratch);
+  }
+  embed_->backward(be, a.embed, dx0, g.dc, g.dimages, scratch);
 }
 
 }  // namespace dit

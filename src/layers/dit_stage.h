@@ -19,10 +19,14 @@ struct StageLayout {
   static StageLayout whole(const DiTConfig& cfg) { return {0, cfg.depth, true, true}; }
 };
 
-// How a stage trades memory for time: activation recomputation per block (dit_block.h).
+// How a stage trades memory for time and communication: activation recomputation per block and
+// sequence parallelism (dit_block.h). Under sequence parallelism the (x, c) a stage receives and
+// sends carry this rank's T/tp tokens of x; the embedders and the final layer run on all tokens
+// (the stage splits x0 after the patch embedding and gathers x before the final layer).
 struct StageOptions {
   Recompute recompute = Recompute::None;
   int recompute_blocks = 0;  // Full only: the first K blocks of each stage recompute; 0 = all
+  bool sequence_parallel = false;
   // The block's Recompute mode for its index within the stage.
   Recompute mode_of(int i) const {
     return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks
@@ -70,6 +74,8 @@ class DiTStage {
   const DiTConfig& config() const { return cfg_; }
   const StageLayout& layout() const { return layout_; }
   const StageOptions& options() const { return options_; }
+  // Tokens of x this rank holds between blocks and stages: T, or T/tp with sequence parallelism.
+  std::int64_t local_tokens() const;
   const Embedders* embedders() const { return embed_.get(); }
 
   StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch) const;

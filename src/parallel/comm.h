@@ -12,8 +12,19 @@
 
 namespace dit {
 
+// Bytes one rank sends for a collective under the bandwidth-optimal ring algorithms, the measure of
+// the step accounting and of `dit_mp plan`: an all-reduce of X bytes over p ranks sends
+// 2 (p - 1) / p X, an all-gather or reduce-scatter (p - 1) / p of the full tensor. An all-reduce thus
+// costs exactly one reduce-scatter plus one all-gather (the identity sequence parallelism rests on).
+inline std::uint64_t ring_all_reduce_bytes(std::size_t bytes, int p) {
+  return p <= 1 ? 0 : 2 * static_cast<std::uint64_t>(p - 1) * bytes / static_cast<std::uint64_t>(p);
+}
+inline std::uint64_t ring_gather_scatter_bytes(std::size_t full_bytes, int p) {
+  return p <= 1 ? 0 : static_cast<std::uint64_t>(p - 1) * full_bytes / static_cast<std::uint64_t>(p);
+}
+
 struct CommStats {
-  std::uint64_t bytes = 0;  // payload bytes this rank contributed (sent) through this comm
+  std::uint64_t bytes = 0;  // bytes this rank sent through this comm (collectives: ring_*_bytes)
   std::uint64_t calls = 0;
   double seconds = 0;       // wall time inside calls (waiting included)
   void reset() { *this = CommStats{}; }

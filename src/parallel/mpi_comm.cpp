@@ -94,7 +94,7 @@ std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key) 
 
 void MpiComm::all_reduce_sum(const Tensor& x) {
   if (size_ == 1) return;
-  CallTimer t(stats_, x.bytes());
+  CallTimer t(stats_, ring_all_reduce_bytes(x.bytes(), size_));
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_, &r));
   complete(r);
@@ -104,7 +104,7 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
   DIT_CHECK(out.numel() == in.numel() * size_ && in.dtype == out.dtype, "all_gather: ",
             in.shape.str(), " from each of ", size_, " ranks does not fill ", out.shape.str());
   const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank_;
-  CallTimer t(stats_, in.bytes());
+  CallTimer t(stats_, ring_gather_scatter_bytes(out.bytes(), size_));
   MPI_Request r;
   if (in.data == block)
     DIT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data, count_of(in),
@@ -118,7 +118,7 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
 void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   DIT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter: ",
             in.shape.str(), " does not split into ", size_, " blocks of ", out.shape.str());
-  CallTimer t(stats_, in.bytes());
+  CallTimer t(stats_, ring_gather_scatter_bytes(in.bytes(), size_));
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
                                           comm_, &r));

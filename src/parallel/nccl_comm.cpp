@@ -313,7 +313,7 @@ void NcclComm::copy_local(const Tensor& in, const Tensor& out) {
 void NcclComm::all_reduce_sum(const Tensor& x) {
   if (!on_device(x, x, "all_reduce_sum")) return counted([&] { mpi_->all_reduce_sum(x); });
   if (local_ || x.numel() == 0) return;
-  CallTimer t(stats_, x.bytes());
+  CallTimer t(stats_, ring_all_reduce_bytes(x.bytes(), size()));
   DIT_NCCL_CHECK(ncclAllReduce(x.data, x.data, count_of(x), nccl_type(x.dtype), ncclSum, comm_,
                                stream_));
 }
@@ -327,7 +327,7 @@ void NcclComm::all_gather(const Tensor& in, const Tensor& out) {
   const auto* block = static_cast<const char*>(out.data) + in.bytes() * rank();
   DIT_CHECK(in.data == block || !overlap(in.data, in.bytes(), out.data, out.bytes()),
             "all_gather: the input overlaps the output without being this rank's block of it");
-  CallTimer t(stats_, in.bytes());
+  CallTimer t(stats_, ring_gather_scatter_bytes(out.bytes(), size()));
   if (in.numel() == 0) return;
   DIT_NCCL_CHECK(ncclAllGather(in.data, out.data, count_of(in), nccl_type(in.dtype), comm_,
                                stream_));
@@ -343,7 +343,7 @@ void NcclComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   const auto* block = static_cast<const char*>(in.data) + out.bytes() * rank();
   DIT_CHECK(out.data == block || !overlap(in.data, in.bytes(), out.data, out.bytes()),
             "reduce_scatter: the output overlaps the input without being this rank's block of it");
-  CallTimer t(stats_, in.bytes());
+  CallTimer t(stats_, ring_gather_scatter_bytes(in.bytes(), size()));
   if (out.numel() == 0) return;
   // The count is per rank: the elements each rank receives.
   DIT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count_of(out), nccl_type(in.dtype), ncclSum,
