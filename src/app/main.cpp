@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/collective.h"
+#include "app/plan.h"
 #include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
@@ -107,6 +108,14 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
   }
 }
 
+bool pflags_has(const TrainFlags& f, const std::string& key) {
+  for (const auto& s : f.sets)
+    if (s.rfind(key + "=", 0) == 0) return true;
+  for (const auto& [k, v] : f.flags)
+    if (k == key) return true;
+  return false;
+}
+
 dit::RunConfig resolve_config(const TrainFlags& f) {
   dit::RunConfig cfg = f.config.empty() ? dit::RunConfig::demo() : dit::RunConfig::from_file(f.config);
   for (const auto& s : f.sets) cfg.set(s);
@@ -119,7 +128,7 @@ dit::RunConfig resolve_config(const TrainFlags& f) {
 // `train` is the default: insert it when the first argument is not a subcommand.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "inspect", "help"};
+  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "inspect", "plan", "help"};
   const bool top_level = !args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "--version");
   bool has_sub = false;
   if (!args.empty())
@@ -198,6 +207,20 @@ int run(int argc, char** argv) {
   prep->add_option("--scale", scale, "latents: scale factor applied when training")->capture_default_str();
   prep->add_flag("--overwrite", overwrite, "Replace an existing output file");
 
+  TrainFlags pflags;
+  int plan_dp = 1, plan_gpus = 1, plan_top = 10;
+  std::string plan_hw, plan_json_path, plan_fit;
+  auto* plan = app.add_subcommand(
+      "plan", "Per-rank memory of a layout before running it (the trainer's own allocations), or --fit: the layouts "
+              "that fit given GPUs, ranked by a time model");
+  add_train_options(plan, pflags);
+  plan->add_option("--dp", plan_dp, "Data-parallel size")->capture_default_str();
+  plan->add_option("--hardware", plan_hw, "rtx3090, rtx4090, a100-40g, a100-80g, h100 or h200: say whether it fits");
+  plan->add_option("--json", plan_json_path, "Also write the plan as JSON to this file");
+  plan->add_option("--fit", plan_fit, "Search layouts: GPU memory in GiB (e.g. 80) or a hardware name");
+  plan->add_option("--gpus", plan_gpus, "--fit: number of GPUs")->capture_default_str();
+  plan->add_option("--top", plan_top, "--fit: rows to print")->capture_default_str();
+
   std::string inspect_path;
   auto* inspect = app.add_subcommand("inspect", "List a checkpoint's tensors, shapes, layout and step; verify its checksums");
   inspect->add_option("checkpoint", inspect_path, "A checkpoint step folder (or its root)")->required();
@@ -230,6 +253,36 @@ int run(int argc, char** argv) {
     });
     dit::ParallelContext ctx = dit::make_mpi_context(layout);
     return dit::run_verify(vopt, ctx);
+  }
+  if (*plan) {
+    collective_check([&] {
+      if (world_rank() != 0) return;
+      const dit::RunConfig cfg = resolve_config(pflags);
+      if (!plan_fit.empty()) {
+        dit::FitRequest req;
+        req.cfg = cfg;
+        req.gpus = plan_gpus;
+        DIT_CHECK(plan_gpus >= 1 && plan_gpus <= 4096, "--gpus ", plan_gpus, ": expected 1 to 4096");
+        char* end = nullptr;
+        const double gib = std::strtod(plan_fit.c_str(), &end);
+        const bool number = end && *end == '\0' && end != plan_fit.c_str();
+        req.hw = dit::find_hardware(number ? (plan_hw.empty() ? "h100" : plan_hw) : plan_fit);
+        if (number) {
+          DIT_CHECK(gib > 0 && gib < 1e6, "--fit ", plan_fit, ": expected GPU memory in GiB (e.g. 80)");
+          req.hw.memory_gib = gib;
+        }
+        // Mixed precision unless --precision (or train.precision) asks for another.
+        req.precisions = {pflags_has(pflags, "train.precision") ? cfg.train.precision : "bf16"};
+        std::printf("%s", dit::format_fit(req, dit::fit_layouts(req), plan_top).c_str());
+        return;
+      }
+      DIT_CHECK(plan_dp >= 1 && plan_dp <= 65536, "--dp ", plan_dp, ": expected 1 to 65536");
+      const dit::Hardware* hw = plan_hw.empty() ? nullptr : &dit::find_hardware(plan_hw);
+      const dit::LayoutPlan p = dit::plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, plan_dp});
+      std::printf("%s", dit::format_plan(p, hw).c_str());
+      if (!plan_json_path.empty()) dit::save_plan_json(plan_json_path, p);
+    });
+    return 0;
   }
   if (*inspect) {
     collective_check([&] {

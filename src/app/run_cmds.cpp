@@ -32,33 +32,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-TrainConfig train_config(const RunConfig& c) {
-  TrainConfig t;
-  t.global_batch = c.train.global_batch;
-  t.micro_batch = c.train.micro_batch;
-  t.steps = c.train.steps;
-  t.adamw.lr = c.train.lr;
-  t.adamw.beta1 = c.train.beta1;
-  t.adamw.beta2 = c.train.beta2;
-  t.adamw.eps = c.train.eps;
-  t.adamw.weight_decay = c.train.weight_decay;
-  t.warmup = c.train.warmup;
-  t.lr_schedule = c.train.lr_schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
-  t.min_lr = c.train.min_lr;
-  t.grad_clip = c.train.grad_clip;
-  t.loss_scale = c.train.loss_scale;
-  t.loss_scale_window = c.train.loss_scale_window;
-  t.ema_decay = c.train.ema_decay;
-  t.ema_warmup = c.train.ema_warmup;
-  t.seed = c.train.seed;
-  t.schedule = parse_schedule(c.parallel.schedule);
-  t.pp_layers = c.parallel.pp_layers;
-  t.stage.recompute = parse_recompute(c.train.recompute);
-  t.stage.recompute_blocks = c.train.recompute_blocks;
-  t.stage.sequence_parallel = c.parallel.sequence_parallel;
-  return t;
-}
-
 // Labels of a grid: one row per class, `per_class` columns.
 std::vector<int> grid_labels(const std::vector<int>& classes, int num_classes, int per_class) {
   std::vector<int> rows = classes;
@@ -174,44 +147,90 @@ struct RunPaths {
   fs::path metrics() const { return dir / "metrics.jsonl"; }
 };
 
-// Prints the per-rank accounting of the last step as a table (rank 0) and writes it as JSON.
-void report_accounting(ParallelContext& ctx, const StepAccounting& a, std::size_t opt_bytes,
+// Prints the per-rank accounting of the last step as a table (rank 0) and writes it as JSON: time,
+// communication bytes (ring bytes, comm.h), bubble, and the memory by category (MemoryAccount,
+// the numbers `dit_mp plan` predicts).
+void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
                        const fs::path& json_path) {
+  const std::vector<std::pair<const char*, double>> mine = {
+      {"step_s", a.step_s},
+      {"compute_s", a.compute_s},
+      {"tp_bytes", double(a.tp_bytes)},
+      {"pp_bytes", double(a.pp_bytes)},
+      {"dp_bytes", double(a.dp_bytes)},
+      {"measured_bubble", a.measured_bubble},
+      {"theoretical_bubble", a.theoretical_bubble},
+      {"optimizer_state_bytes", double(mem.master + mem.exp_avg + mem.exp_avg_sq + mem.ema)},
+      {"param_bytes", double(mem.params)},
+      {"grad_bytes", double(mem.grads)},
+      {"master_bytes", double(mem.master)},
+      {"exp_avg_bytes", double(mem.exp_avg)},
+      {"exp_avg_sq_bytes", double(mem.exp_avg_sq)},
+      {"ema_bytes", double(mem.ema)},
+      {"activation_bytes", double(mem.activations)},
+      {"message_bytes", double(mem.messages)},
+      {"workspace_bytes", double(mem.workspace)},
+      {"total_bytes", double(mem.total())},
+  };
   const int n = ctx.world->size();
-  std::vector<double> cols(static_cast<std::size_t>(n) * 9, 0.0);
-  double* mine = cols.data() + 9 * ctx.world_rank;
-  mine[0] = a.step_s;
-  mine[1] = double(a.tp_bytes);
-  mine[2] = double(a.pp_bytes);
-  mine[3] = double(a.dp_bytes);
-  mine[4] = a.measured_bubble;
-  mine[5] = a.theoretical_bubble;
-  mine[6] = double(opt_bytes);
-  mine[7] = double(a.activation_bytes);
-  mine[8] = a.compute_s;
+  const std::size_t k = mine.size();
+  std::vector<double> cols(static_cast<std::size_t>(n) * k, 0.0);
+  for (std::size_t i = 0; i < k; ++i) cols[k * ctx.world_rank + i] = mine[i].second;
   ctx.world->all_reduce_sum(cols.data(), static_cast<int>(cols.size()));
   if (ctx.world_rank != 0) return;
+  auto col = [&](int r, const char* name) {
+    for (std::size_t i = 0; i < k; ++i)
+      if (std::string(mine[i].first) == name) return cols[k * r + i];
+    return 0.0;
+  };
   std::printf("\nper-rank accounting of the last step (%s):\n", ctx.layout.str().c_str());
-  std::printf("%5s %4s %4s %4s %9s %11s %11s %11s %9s %9s %12s %12s\n", "rank", "tp", "pp", "dp", "step_s",
-              "tp_bytes", "pp_bytes", "dp_bytes", "bubble", "theory", "optim_state", "activations");
+  std::printf("%5s %4s %4s %4s %9s %11s %11s %11s %9s %9s %12s %12s %12s\n", "rank", "tp", "pp", "dp", "step_s",
+              "tp_bytes", "pp_bytes", "dp_bytes", "bubble", "theory", "optim_state", "activations", "total");
   std::ofstream js(json_path);
+  js.precision(17);  // byte counts exactly
   js << "[\n";
   for (int r = 0; r < n; ++r) {
-    const double* c = cols.data() + 9 * r;
     const GridCoord g = grid_coord(ctx.layout, r);
-    std::printf("%5d %4d %4d %4d %9.3f %11.0f %11.0f %11.0f %8.1f%% %8.1f%% %12s %12s\n", r, g.tp, g.pp, g.dp,
-                c[0], c[1], c[2], c[3], 100 * c[4], 100 * c[5], format_bytes(c[6]).c_str(),
-                format_bytes(c[7]).c_str());
-    js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp
-       << ", \"step_s\": " << c[0] << ", \"compute_s\": " << c[8] << ", \"tp_bytes\": " << c[1]
-       << ", \"pp_bytes\": " << c[2] << ", \"dp_bytes\": " << c[3] << ", \"measured_bubble\": " << c[4]
-       << ", \"theoretical_bubble\": " << c[5] << ", \"optimizer_state_bytes\": " << c[6]
-       << ", \"activation_bytes\": " << c[7] << "}" << (r + 1 < n ? ",\n" : "\n");
+    std::printf("%5d %4d %4d %4d %9.3f %11.0f %11.0f %11.0f %8.1f%% %8.1f%% %12s %12s %12s\n", r, g.tp, g.pp, g.dp,
+                col(r, "step_s"), col(r, "tp_bytes"), col(r, "pp_bytes"), col(r, "dp_bytes"),
+                100 * col(r, "measured_bubble"), 100 * col(r, "theoretical_bubble"),
+                format_bytes(col(r, "optimizer_state_bytes")).c_str(), format_bytes(col(r, "activation_bytes")).c_str(),
+                format_bytes(col(r, "total_bytes")).c_str());
+    js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp;
+    for (std::size_t i = 0; i < k; ++i) js << ", \"" << mine[i].first << "\": " << cols[k * r + i];
+    js << "}" << (r + 1 < n ? ",\n" : "\n");
   }
   js << "]\n";
 }
 
 }  // namespace
+
+TrainConfig train_config(const RunConfig& c) {
+  TrainConfig t;
+  t.global_batch = c.train.global_batch;
+  t.micro_batch = c.train.micro_batch;
+  t.steps = c.train.steps;
+  t.adamw.lr = c.train.lr;
+  t.adamw.beta1 = c.train.beta1;
+  t.adamw.beta2 = c.train.beta2;
+  t.adamw.eps = c.train.eps;
+  t.adamw.weight_decay = c.train.weight_decay;
+  t.warmup = c.train.warmup;
+  t.lr_schedule = c.train.lr_schedule == "cosine" ? LrSchedule::Cosine : LrSchedule::Constant;
+  t.min_lr = c.train.min_lr;
+  t.grad_clip = c.train.grad_clip;
+  t.loss_scale = c.train.loss_scale;
+  t.loss_scale_window = c.train.loss_scale_window;
+  t.ema_decay = c.train.ema_decay;
+  t.ema_warmup = c.train.ema_warmup;
+  t.seed = c.train.seed;
+  t.schedule = parse_schedule(c.parallel.schedule);
+  t.pp_layers = c.parallel.pp_layers;
+  t.stage.recompute = parse_recompute(c.train.recompute);
+  t.stage.recompute_blocks = c.train.recompute_blocks;
+  t.stage.sequence_parallel = c.parallel.sequence_parallel;
+  return t;
+}
 
 int run_train(const RunConfig& cfg) {
   const DiTConfig& model = cfg.model.dit;
@@ -378,7 +397,7 @@ int run_train(const RunConfig& cfg) {
   }
   checkpoint();
   if (steps_run > 0)
-    report_accounting(ctx, st.acct, trainer.optimizer().state_bytes(), paths.dir / "accounting.json");
+    report_accounting(ctx, st.acct, trainer.memory(), paths.dir / "accounting.json");
   // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
   // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
   const StageState final_state = trainer.state();

@@ -9,6 +9,10 @@
 
 namespace dit {
 
+struct TrainConfig;
+// The Trainer's settings from a run configuration.
+TrainConfig train_config(const RunConfig& c);
+
 // Trains as `cfg` says at tp x pp x (world / tp / pp). Returns the exit code.
 int run_train(const RunConfig& cfg);
 

@@ -1,6 +1,7 @@
 // The distributed training step (see trainer.h).
 #include "app/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -67,6 +68,22 @@ void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossSc
   be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
   be.copy(o.ema(), host(s.ema, b, len));
   step_ = steps_done;
+}
+
+MemoryAccount Trainer::memory() const {
+  const ParamSet& ps = model_->params();
+  const Optimizer& o = zero_->shard();
+  MemoryAccount m;
+  m.params = ps.flat_values().bytes();
+  m.grads = ps.flat_grads().bytes() + zero_->shard_grad_bytes();
+  m.master = o.master().data != o.params().data ? o.master().bytes() : 0;
+  m.exp_avg = o.exp_avg().bytes();
+  m.exp_avg_sq = o.exp_avg_sq().bytes();
+  m.ema = o.ema().bytes();
+  m.activations = executor_->peak_activation_bytes();
+  m.messages = executor_->peak_message_bytes();
+  m.workspace = workspace_peak_;
+  return m;
 }
 
 const Microbatch& Trainer::microbatch(int mb) {
@@ -168,6 +185,7 @@ StepStats Trainer::step() {
   a.step_s = now_s() - t_start;
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
   a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches);
+  workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
   a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
   ++step_;
   return st;

@@ -47,6 +47,20 @@ struct StepAccounting {
   std::size_t activation_bytes = 0;  // peak of the microbatch arenas
 };
 
+// The bytes one rank holds, by category: what a run reports in accounting.json and what
+// `dit_mp plan` predicts, both read from the Trainer's own buffers and arenas.
+struct MemoryAccount {
+  std::size_t params = 0, grads = 0;                  // flat buffers in the compute dtype
+  std::size_t master = 0;                             // fp32 master shard (16-bit runs only)
+  std::size_t exp_avg = 0, exp_avg_sq = 0, ema = 0;  // fp32 ZeRO shards
+  std::size_t activations = 0;  // peak of the microbatch arenas (message buffers included)
+  std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
+  std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation)
+  std::size_t total() const {
+    return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace;
+  }
+};
+
 struct StepStats {
   std::int64_t step = 0;  // the step just taken (counting from 0)
   double loss = 0, mse = 0, vb = 0;  // means over the global batch, on every rank
@@ -79,6 +93,8 @@ class Trainer {
   ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }
   const BatchPlan& plan() const { return batches_->plan(); }
+  // What this rank holds, with the peaks of the steps taken so far.
+  MemoryAccount memory() const;
 
  private:
   const Microbatch& microbatch(int mb);
@@ -94,6 +110,7 @@ class Trainer {
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
+  std::size_t workspace_peak_ = 0;
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
 };

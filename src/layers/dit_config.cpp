@@ -89,12 +89,20 @@ long long DiTConfig::num_params() const {
   return n;
 }
 
-double DiTConfig::forward_flops() const {
+double DiTConfig::block_flops() const {
   const double d = hidden_size, m = mlp_hidden(), t = num_patches();
-  const double block = 2 * t * d * (3 * d + d + 2 * m) + 4 * t * t * d + 2 * 6 * d * d;
-  const double embed = 2 * t * d * in_channels * patch_size * patch_size;
-  const double final = 2 * t * d * patch_size * patch_size * out_channels() + 2 * 2 * d * d;
-  return depth * block + embed + final;
+  return 2 * t * d * (3 * d + d + 2 * m) + 4 * t * t * d + 2 * 6 * d * d;
 }
+
+double DiTConfig::embed_flops() const {
+  return 2.0 * num_patches() * hidden_size * in_channels * patch_size * patch_size;
+}
+
+double DiTConfig::final_flops() const {
+  const double d = hidden_size;
+  return 2 * num_patches() * d * patch_size * patch_size * out_channels() + 2 * 2 * d * d;
+}
+
+double DiTConfig::forward_flops() const { return depth * block_flops() + embed_flops() + final_flops(); }
 
 }  // namespace dit

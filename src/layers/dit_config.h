@@ -29,6 +29,10 @@ struct DiTConfig {
   long long num_params() const;  // trainable parameters (pos_embed excluded)
   // Forward FLOPs of one image (2 per multiply-add), attention included.
   double forward_flops() const;
+  // Its parts: one block, the embedders, the final layer (per image, all tp ranks together).
+  double block_flops() const;
+  double embed_flops() const;
+  double final_flops() const;
 
   // Throws naming the field and what would fit when the model cannot be built.
   void validate() const;

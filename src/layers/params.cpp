@@ -121,6 +121,7 @@ Tensor ParamSet::flat_grads() const { return grads_.tensor({padded_}, backend_->
 void ParamSet::zero_grads() { backend_->fill(flat_grads(), 0.f); }
 
 void ParamSet::initialize(std::uint64_t seed) {
+  if (backend_->device() == Device::Virtual) return;  // the planner's buffers hold no values
   std::vector<float> g;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     specs_[i].initialize(seed, g);

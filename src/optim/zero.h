@@ -39,6 +39,8 @@ class ZeroOptimizer {
   std::int64_t shard_size() const { return end_ - begin_; }
   // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
   std::size_t state_bytes() const;
+  // Bytes of the dp reduce-scatter output buffer (dp > 1).
+  std::size_t shard_grad_bytes() const { return shard_grads_.bytes(); }
 
  private:
   Backend* be_;

@@ -1,6 +1,7 @@
 // Pipeline execution over point-to-point messages (see pipeline.h).
 #include "parallel/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace dit {
@@ -28,6 +29,7 @@ PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, PipelineTiming& t) {
       drain(s, t);  // its previous microbatch's messages must have left before reuse
       s.arena->reset();
       s.microbatch = mb;
+      s.message_bytes = 0;
       return s;
     }
   slots_.push_back(Slot{std::make_unique<Arena>(*alloc_), {}, mb});
@@ -42,6 +44,14 @@ PipelineExecutor::Slot& PipelineExecutor::slot_of(int mb) {
 
 void PipelineExecutor::release(Slot& s) { s.microbatch = -1; }
 
+void PipelineExecutor::count_messages(Slot& s, const std::vector<Tensor>& buffers) {
+  for (const Tensor& x : buffers) s.message_bytes += x.bytes();
+  std::size_t live = 0;
+  for (const Slot& o : slots_)
+    if (o.microbatch >= 0) live += o.message_bytes;
+  peak_messages_ = std::max(peak_messages_, live);
+}
+
 PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int microbatches,
                                      PipelineStage& stage) {
   PipelineTiming t;
@@ -54,6 +64,7 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
     if (a.op == Op::Forward) {
       Slot& s = acquire(mb, t);
       std::vector<Tensor> in = stage.forward_inputs(mb, *s.arena);
+      count_messages(s, in);
       const double t0 = now_s();
       std::vector<Request> recvs;
       for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me - 1, tag(mb, Op::Forward)));
@@ -68,6 +79,7 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
     } else {
       Slot& s = slot_of(mb);
       std::vector<Tensor> in = stage.backward_inputs(mb, *s.arena);
+      count_messages(s, in);
       const double t0 = now_s();
       std::vector<Request> recvs;
       for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me + 1, tag(mb, Op::Backward)));

@@ -40,23 +40,28 @@ class PipelineExecutor {
   PipelineExecutor(Comm& pp, Allocator& alloc);
   // Runs the actions for `microbatches` microbatches; returns when every message has completed.
   PipelineTiming run(const std::vector<Action>& actions, int microbatches, PipelineStage& stage);
-  // Peak bytes held by the microbatch arenas (activation memory).
+  // Peak bytes held by the microbatch arenas (activation memory, message buffers included).
   std::size_t peak_activation_bytes() const;
+  // Peak bytes of the receive buffers held at once (part of the activation memory).
+  std::size_t peak_message_bytes() const { return peak_messages_; }
 
  private:
   struct Slot {
     std::unique_ptr<Arena> arena;
     std::vector<Request> sends;  // messages sent from this slot's tensors
     int microbatch = -1;
+    std::size_t message_bytes = 0;  // receive buffers allocated in this slot's arena
   };
   Slot& acquire(int mb, PipelineTiming& t);
   Slot& slot_of(int mb);
   void release(Slot& s);
+  void count_messages(Slot& s, const std::vector<Tensor>& buffers);
   void drain(Slot& s, PipelineTiming& t);
 
   Comm* pp_;
   Allocator* alloc_;
   std::vector<Slot> slots_;
+  std::size_t peak_messages_ = 0;
 };
 
 }  // namespace dit

@@ -1,0 +1,66 @@
+// The planning backend: it hands out address space and runs no kernel. `dit_mp plan` trains one
+// step of the real Trainer on it, so the memory a layout needs (flat buffers, activation arenas,
+// scratch) comes from the code's own allocations rather than from a formula kept beside it.
+// Pointers it returns are never dereferenced: tensors on Device::Virtual are only passed around.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace dit {
+
+class VirtualBackend final : public Backend {
+ public:
+  explicit VirtualBackend(DType compute) : dtype_(compute) {}
+  std::string name() const override { return "virtual"; }
+  DType compute_dtype() const override { return dtype_; }
+  Device device() const override { return Device::Virtual; }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void*) override {}
+  void synchronize() override {}
+
+  void copy(const Tensor&, const Tensor&) override {}
+  void fill(const Tensor&, float) override {}
+  void gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c,
+            Accumulate, float) override {
+    gemm_shape(a, ta, b, tb, c);  // the same shape rule as every backend
+  }
+  void gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor&,
+                 const Tensor& c) override {
+    gemm_shape(a, ta, b, tb, c);
+  }
+  void add_rowwise(const Tensor&, const Tensor&) override {}
+  void sum_rows(const Tensor&, const Tensor&, Accumulate) override {}
+  void transpose_01(const Tensor&, const Tensor&) override {}
+  void axpy(float, const Tensor&, const Tensor&) override {}
+  void scale(const Tensor&, float) override {}
+  double sum_squares(const Tensor&) override { return 0; }
+
+  void gelu_tanh_fwd(const Tensor&, const Tensor&) override {}
+  void gelu_tanh_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
+  void silu_fwd(const Tensor&, const Tensor&) override {}
+  void silu_bwd(const Tensor&, const Tensor&, const Tensor&, Accumulate) override {}
+  void ln_modulate_fwd(const Tensor&, const ModChunk&, const ModChunk&, float, const Tensor&,
+                       const Tensor&, const Tensor&) override {}
+  void ln_modulate_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ModChunk&,
+                       const Tensor&, Accumulate, const ModChunk&, const ModChunk&) override {}
+  void gate_residual_fwd(const Tensor&, const Tensor&, const ModChunk&) override {}
+  void gate_residual_bwd(const Tensor&, const Tensor&, const ModChunk&, const Tensor&,
+                         const ModChunk&) override {}
+  void attention_fwd(const Tensor&, int, const Tensor&, const Tensor&) override {}
+  void attention_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                     const Tensor&) override {}
+  void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}
+  void embedding_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
+  void timestep_embedding(const Tensor&, float, const Tensor&) override {}
+  void patchify(const Tensor&, int, PatchOrder, const Tensor&) override {}
+  void unpatchify(const Tensor&, int, PatchOrder, const Tensor&) override {}
+  void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                  const math::AdamWParams&) override {}
+  void ema_step(const Tensor&, const Tensor&, float) override {}
+
+ private:
+  DType dtype_;
+  std::uintptr_t next_ = 4096;  // the next address handed out
+};
+
+}  // namespace dit
