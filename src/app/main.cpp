@@ -273,14 +273,16 @@ int run(int argc, char** argv) {
         }
         // Mixed precision unless --precision (or train.precision) asks for another.
         req.precisions = {pflags_has(pflags, "train.precision") ? cfg.train.precision : "bf16"};
-        std::printf("%s", dit::format_fit(req, dit::fit_layouts(req), plan_top).c_str());
+        const auto rows = dit::fit_layouts(req);
+        std::printf("%s", dit::format_fit(req, rows, plan_top).c_str());
+        if (!plan_json_path.empty()) dit::save_json(plan_json_path, dit::fit_json(rows, plan_top));
         return;
       }
       DIT_CHECK(plan_dp >= 1 && plan_dp <= 65536, "--dp ", plan_dp, ": expected 1 to 65536");
       const dit::Hardware* hw = plan_hw.empty() ? nullptr : &dit::find_hardware(plan_hw);
       const dit::LayoutPlan p = dit::plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, plan_dp});
       std::printf("%s", dit::format_plan(p, hw).c_str());
-      if (!plan_json_path.empty()) dit::save_plan_json(plan_json_path, p);
+      if (!plan_json_path.empty()) dit::save_json(plan_json_path, dit::plan_json(p));
     });
     return 0;
   }

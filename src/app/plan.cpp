@@ -254,11 +254,24 @@ std::string plan_json(const LayoutPlan& p) {
   return os.str();
 }
 
-void save_plan_json(const std::string& path, const LayoutPlan& p) {
+std::string fit_json(const std::vector<FitRow>& rows, int top) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "[";
+  for (int i = 0; i < std::min<int>(top, static_cast<int>(rows.size())); ++i) {
+    std::string one = plan_json(rows[i].plan);
+    one.erase(one.find_last_of('}'));
+    os << (i ? ",\n " : "") << one << ", \"model_step_s\": " << rows[i].time.step_s << "}";
+  }
+  os << "]\n";
+  return os.str();
+}
+
+void save_json(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << plan_json(p);
+    out << text;
     DIT_CHECK(out.good(), path, ": cannot write the plan (", std::strerror(errno), ")");
   }
   std::error_code ec;

@@ -85,8 +85,10 @@ std::vector<FitRow> fit_layouts(const FitRequest& req);
 // Text for people: one row per stage; and the same as JSON.
 std::string format_plan(const LayoutPlan& p, const Hardware* hw);
 std::string plan_json(const LayoutPlan& p);
-// Writes plan_json(p) under a temporary name, then renames it into place.
-void save_plan_json(const std::string& path, const LayoutPlan& p);
+// Writes `text` (a plan's or a fit's JSON) under a temporary name, then renames it into place.
+void save_json(const std::string& path, const std::string& text);
+// The ranked rows of a fit as a JSON array: each plan_json with "model_step_s" added.
+std::string fit_json(const std::vector<FitRow>& rows, int top);
 std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top);
 
 }  // namespace dit
