@@ -215,7 +215,7 @@ int run(int argc, char** argv) {
               "that fit given GPUs, ranked by a time model");
   add_train_options(plan, pflags);
   plan->add_option("--dp", plan_dp, "Data-parallel size")->capture_default_str();
-  plan->add_option("--hardware", plan_hw, "rtx3090, rtx4090, a100-40g, a100-80g, h100 or h200: say whether it fits");
+  plan->add_option("--hardware", plan_hw, "rtx3090, rtx4090, a100-40g, a100-80g, h100, h200 (or cpu, this machine class): say whether it fits");
   plan->add_option("--json", plan_json_path, "Also write the plan as JSON to this file");
   plan->add_option("--fit", plan_fit, "Search layouts: GPU memory in GiB (e.g. 80) or a hardware name");
   plan->add_option("--gpus", plan_gpus, "--fit: number of GPUs")->capture_default_str();
@@ -282,7 +282,7 @@ int run(int argc, char** argv) {
       const dit::Hardware* hw = plan_hw.empty() ? nullptr : &dit::find_hardware(plan_hw);
       const dit::LayoutPlan p = dit::plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, plan_dp});
       std::printf("%s", dit::format_plan(p, hw).c_str());
-      if (!plan_json_path.empty()) dit::save_json(plan_json_path, dit::plan_json(p));
+      if (!plan_json_path.empty()) dit::save_json(plan_json_path, dit::plan_json(p, hw));
     });
     return 0;
   }

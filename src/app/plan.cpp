@@ -27,6 +27,9 @@ const std::vector<Hardware>& hardware_table() {
       {"a100-80g", 80, 312, 19.5, 8, 300, 25, 5},
       {"h100", 80, 989, 67, 8, 450, 50, 5},
       {"h200", 141, 989, 67, 8, 450, 50, 5},
+      // This machine class (ENV.md): 2 cores, ~0.215 TFLOP/s fp32 shared by every rank, MPI over
+      // shared memory. bf16 runs convert to fp32 for arithmetic, so both peaks are the fp32 one.
+      {"cpu", 24, 0.215, 0.215, 64, 5, 1, 5, true},
   };
   return table;
 }
@@ -142,8 +145,9 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
   // GEMMs of few rows run far from peak: the efficiency falls off below ~512 rows per GEMM
   // (micro-batch x tokens), a saturating curve rows / (rows + 512).
   const double rows = double(p.micro_batch) * p.tokens;
+  const double ranks_sharing = hw.shared_peak ? std::min(l.world(), hw.gpus_per_node) : 1;
   const double peak = (p.precision == "fp32" ? hw.fp32_tflops : hw.bf16_tflops) * 1e12 * efficiency *
-                      rows / (rows + 512);
+                      rows / (rows + 512) / ranks_sharing;
   auto link = [&](bool within_node) { return (within_node ? hw.intra_gbps : hw.inter_gbps) * 1e9; };
   const double tp_bw = link(l.tp <= hw.gpus_per_node);
   const double pp_bw = link(l.world() <= hw.gpus_per_node);
@@ -230,14 +234,16 @@ std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
   return os.str();
 }
 
-std::string plan_json(const LayoutPlan& p) {
+std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
   std::ostringstream os;
   os.precision(17);
   os << "{\"tp\": " << p.layout.tp << ", \"pp\": " << p.layout.pp << ", \"dp\": " << p.layout.dp
      << ", \"micro_batch\": " << p.micro_batch << ", \"microbatches\": " << p.microbatches
      << ", \"precision\": \"" << p.precision << "\", \"recompute\": \"" << p.recompute
      << "\", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
-     << ", \"peak_bytes\": " << p.peak_bytes() << ", \"stages\": [";
+     << ", \"peak_bytes\": " << p.peak_bytes();
+  if (hw) os << ", \"hardware\": \"" << hw->name << "\", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
+  os << ", \"stages\": [";
   for (std::size_t i = 0; i < p.stages.size(); ++i) {
     const StagePlan& s = p.stages[i];
     const MemoryAccount& m = s.mem;

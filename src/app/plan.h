@@ -26,6 +26,7 @@ struct Hardware {
   double intra_gbps = 0;      // GB/s within a node (NVLink, or PCIe)
   double inter_gbps = 0;      // GB/s across nodes (InfiniBand)
   double latency_us = 0;      // per collective or message
+  bool shared_peak = false;   // the peak is the node's, shared by its ranks (a CPU)
 };
 const std::vector<Hardware>& hardware_table();
 // Throws naming the known names.
@@ -84,7 +85,8 @@ std::vector<FitRow> fit_layouts(const FitRequest& req);
 
 // Text for people: one row per stage; and the same as JSON.
 std::string format_plan(const LayoutPlan& p, const Hardware* hw);
-std::string plan_json(const LayoutPlan& p);
+// With hardware, "model_step_s" (the time model at 50% of peak) is added.
+std::string plan_json(const LayoutPlan& p, const Hardware* hw = nullptr);
 // Writes `text` (a plan's or a fit's JSON) under a temporary name, then renames it into place.
 void save_json(const std::string& path, const std::string& text);
 // The ranked rows of a fit as a JSON array: each plan_json with "model_step_s" added.
