@@ -229,6 +229,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.stage.recompute = parse_recompute(c.train.recompute);
   t.stage.recompute_blocks = c.train.recompute_blocks;
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
+  t.grad_reduce = c.train.grad_reduce == "bf16" ? DType::BF16 : DType::F32;
   return t;
 }
 

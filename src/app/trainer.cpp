@@ -31,7 +31,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
   check_stage_options(train.stage, stages);
   model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, l.dp, train.stage);
   model_->params().initialize(train.seed);
-  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx);
+  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train.grad_reduce);
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
                                            train.seed, cfg_.class_dropout_prob, cfg_.num_classes);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);

@@ -36,6 +36,7 @@ struct TrainConfig {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   std::vector<int> pp_layers;  // blocks per stage; empty = balanced
   StageOptions stage;          // activation recomputation (and what else trades memory for time)
+  DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
 };
 
 // Bytes this rank sent per kind of communication during one step, and where its time went.

@@ -54,7 +54,8 @@ std::vector<Section> sections(RunConfig& c) {
         {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
-        {"recompute", &t.recompute}, {"recompute_blocks", &t.recompute_blocks}}},
+        {"recompute", &t.recompute}, {"recompute_blocks", &t.recompute_blocks},
+        {"grad_reduce", &t.grad_reduce}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
         {"sequence_parallel", &p.sequence_parallel}}},
@@ -542,6 +543,9 @@ void validate_train(const TrainSection& t) {
   require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
   require_one_of("train.backend", t.backend, {"cpu", "cuda"});
   require_one_of("train.recompute", t.recompute, {"none", "selective", "full"});
+  require_one_of("train.grad_reduce", t.grad_reduce, {"fp32", "bf16"});
+  require(t.grad_reduce == "fp32" || t.precision != "fp32", "train.grad_reduce", t.grad_reduce,
+          "\"fp32\" when train.precision = \"fp32\" (a bf16 reduction is for 16-bit runs)");
   require(t.recompute_blocks >= 0, "train.recompute_blocks", t.recompute_blocks,
           "an integer >= 0 (0 = every block of each stage)");
   require(t.recompute_blocks == 0 || t.recompute == "full", "train.recompute_blocks",

@@ -48,6 +48,7 @@ struct TrainSection {
   int loss_scale_window = 1000;    // fp16: clean steps after which the scale doubles
   std::string recompute = "none";  // none | selective | full: activation recomputation
   int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
+  std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of the dp gradient reduction
   bool operator==(const TrainSection&) const = default;
 };
 

@@ -88,9 +88,8 @@ ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int t
   }
   DIT_CHECK(pad_multiple > 0, "parameter padding multiple must be positive");
   padded_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  const std::size_t bytes = static_cast<std::size_t>(padded_) * dtype_size(backend.compute_dtype());
-  values_ = Buffer(backend, bytes);
-  grads_ = Buffer(backend, bytes);
+  values_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(backend.compute_dtype()));
+  grads_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(kGradDType));
   backend.fill(flat_values(), 0.f);
   zero_grads();
 }
@@ -112,11 +111,10 @@ Tensor ParamSet::value(int i) const {
   return values_.tensor(specs_[i].local(tp_), dt, offsets_[i] * dtype_size(dt));
 }
 Tensor ParamSet::grad(int i) const {
-  const DType dt = backend_->compute_dtype();
-  return grads_.tensor(specs_[i].local(tp_), dt, offsets_[i] * dtype_size(dt));
+  return grads_.tensor(specs_[i].local(tp_), kGradDType, offsets_[i] * dtype_size(kGradDType));
 }
 Tensor ParamSet::flat_values() const { return values_.tensor({padded_}, backend_->compute_dtype()); }
-Tensor ParamSet::flat_grads() const { return grads_.tensor({padded_}, backend_->compute_dtype()); }
+Tensor ParamSet::flat_grads() const { return grads_.tensor({padded_}, kGradDType); }
 
 void ParamSet::zero_grads() { backend_->fill(flat_grads(), 0.f); }
 

@@ -37,9 +37,13 @@ struct ParamSpec {
   void initialize(std::uint64_t seed, std::vector<float>& global_data) const;
 };
 
-// A set of parameters in flat buffers of the backend's compute dtype.
+// A set of parameters: values in a flat buffer of the backend's compute dtype, gradients in a flat
+// fp32 buffer whatever that dtype (Megatron's main_grad): weight-gradient GEMMs of 16-bit inputs
+// accumulate into fp32 across microbatches, and the data-parallel reduction sums fp32, so a 16-bit
+// run never rounds a running gradient sum to 16 bits and every communication path adds alike.
 class ParamSet {
  public:
+  static constexpr DType kGradDType = DType::F32;
   // The flat buffers hold numel() elements padded with zeros up to a multiple of pad_multiple.
   ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
            std::int64_t pad_multiple = 1);

@@ -6,15 +6,21 @@
 
 namespace dit {
 
-ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx)
+ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DType reduce_dtype)
     : be_(&be), ps_(&ps), ctx_(&ctx) {
+  DIT_CHECK(reduce_dtype == DType::F32 || reduce_dtype == DType::BF16,
+            "ZeRO: gradients are reduced in fp32 or bf16, not ", dtype_name(reduce_dtype));
   const int dp = ctx.dp->size(), r = ctx.dp->rank();
   DIT_CHECK(ps.padded_numel() % dp == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
             " elements is not padded to a multiple of dp = ", dp);
   const std::int64_t shard = ps.padded_numel() / dp;
   begin_ = r * shard;
   end_ = begin_ + shard;
-  if (dp > 1) shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(be.compute_dtype()));
+  if (dp > 1) shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType));
+  if (dp > 1 && reduce_dtype == DType::BF16) {
+    reduce_full_ = Buffer(be, static_cast<std::size_t>(ps.padded_numel()) * dtype_size(DType::BF16));
+    reduce_shard_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(DType::BF16));
+  }
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
   for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -40,8 +46,16 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   const std::int64_t n = end_ - begin_;
   Tensor grads = ps_->flat_grads().rows(begin_, n);
   if (dp > 1) {
-    grads = shard_grads_.tensor({n}, be.compute_dtype());
-    ctx_->dp->reduce_scatter_sum(ps_->flat_grads(), grads);
+    grads = shard_grads_.tensor({n}, ParamSet::kGradDType);
+    if (reduce_full_.bytes() > 0) {
+      const Tensor full = reduce_full_.tensor({ps_->padded_numel()}, DType::BF16);
+      const Tensor mine = reduce_shard_.tensor({n}, DType::BF16);
+      be.copy(full, ps_->flat_grads());
+      ctx_->dp->reduce_scatter_sum(full, mine);
+      be.copy(grads, mine);
+    } else {
+      ctx_->dp->reduce_scatter_sum(ps_->flat_grads(), grads);
+    }
   }
   const double unscale = 1.0 / (static_cast<double>(dp) * loss_scale);
   double sumsq = 0;

@@ -1,6 +1,7 @@
 // ZeRO-1 over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range and
 // keeps the fp32 master weights, Adam moments and EMA of that shard only. A step:
-//   1. reduce-scatter the flat grads over dp (sum);
+//   1. reduce-scatter the flat fp32 grads over dp (sum): in fp32, or, when asked (reduce_dtype
+//      BF16), through bf16 copies that halve the bytes sent, the shard widened back to fp32;
 //   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: sum of
 //      squares over the shard, counting tensors replicated over tp only on tp rank 0, summed over
 //      dp, tp and pp; the clipping factor;
@@ -22,7 +23,7 @@ namespace dit {
 class ZeroOptimizer {
  public:
   // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple).
-  ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx);
+  ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DType reduce_dtype = DType::F32);
 
   struct Result {
     double grad_norm = 0;  // global norm before clipping, of the unscaled gradients
@@ -39,8 +40,10 @@ class ZeroOptimizer {
   std::int64_t shard_size() const { return end_ - begin_; }
   // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
   std::size_t state_bytes() const;
-  // Bytes of the dp reduce-scatter output buffer (dp > 1).
-  std::size_t shard_grad_bytes() const { return shard_grads_.bytes(); }
+  // Bytes of the dp reduce-scatter buffers (dp > 1): the fp32 shard, and the bf16 copies.
+  std::size_t shard_grad_bytes() const {
+    return shard_grads_.bytes() + reduce_full_.bytes() + reduce_shard_.bytes();
+  }
 
  private:
   Backend* be_;
@@ -48,6 +51,7 @@ class ZeroOptimizer {
   ParallelContext* ctx_;
   std::int64_t begin_, end_;
   Buffer shard_grads_;  // dp > 1: the reduce-scatter output
+  Buffer reduce_full_, reduce_shard_;  // dp > 1 and a bf16 reduction: its input and output
   std::unique_ptr<Optimizer> opt_;
   std::vector<std::pair<std::int64_t, std::int64_t>> counted_;  // shard-relative ranges in the norm
 };

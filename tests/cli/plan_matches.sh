@@ -2,7 +2,8 @@
 # `dit_mp plan` predicts what a run then reports: for each case, a one-step run writes
 # accounting.json, `dit_mp plan` at the same settings writes its JSON, and every memory category of
 # every rank must equal the plan of that rank's stage exactly (fp32 runs: the tp/pp/dp bytes too).
-# Seven layouts cover fp32, bf16 and fp16, each recompute mode, GPipe and sequence parallelism.
+# Eight layouts cover fp32, bf16 and fp16, each recompute mode, GPipe, sequence parallelism and
+# the bf16 gradient reduction.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 check() {  # check RANKS DP ARGS...: run on RANKS ranks, plan with --dp DP, compare
@@ -44,4 +45,5 @@ check 4 2 --tp 2 --pp 1 --sequence-parallel --precision fp16
 check 4 2 --tp 1 --pp 2 --schedule gpipe --recompute full --recompute-blocks 1
 check 8 2 --tp 2 --pp 2 --sequence-parallel --recompute selective --precision bf16
 check 8 1 --tp 4 --pp 2 --sequence-parallel
-echo "ok: plan matches 7 runs"
+check 4 4 --tp 1 --pp 1 --precision bf16 --set train.grad_reduce=bf16
+echo "ok: plan matches 8 runs"

@@ -10,6 +10,7 @@
 #include "app/gather.h"
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
+#include "parallel/backend_comms.h"
 #include "parallel/mpi_comm.h"
 #include "tiny_model.h"
 
@@ -204,5 +205,49 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.layout.dp) + "_" + schedule_name(c.schedule) + "_" +
              recompute_name(c.stage.recompute);
     });
+
+}  // namespace dit
+
+namespace dit {
+
+// A bf16 run may reduce its (fp32) gradients over dp in bf16: half the reduce-scatter bytes, losses
+// within the 16-bit rule of the fp32 reduction.
+TEST(GradReduce, Bf16HalvesTheReduceScatterAndFollowsFp32) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::int64_t params = 0;  // the padded flat parameter count
+  auto run = [&](DType reduce, std::vector<double>& losses) {
+    auto world = MpiComm::world();
+    auto sub = MpiComm::split(*world, rank < 4 ? 0 : 1, rank);
+    if (rank >= 4) return std::uint64_t{0};
+    auto be = make_backend("cpu", DType::BF16);
+    SyntheticDataset data({2, 8, 8}, 5, 64, 9);
+    ParallelContext ctx = make_mpi_context({1, 1, 4}, std::move(sub));
+    attach_backend_comms(ctx, *be);
+    TrainConfig tc = train();
+    tc.grad_reduce = reduce;
+    Trainer trainer(*be, ctx, model(), tc, data);
+    params = trainer.model().params().padded_numel();
+    std::uint64_t bytes = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      const StepStats st = trainer.step();
+      losses.push_back(st.loss);
+      bytes = st.acct.dp_bytes;
+    }
+    return bytes;
+  };
+  std::vector<double> l32, l16;
+  const std::uint64_t b32 = run(DType::F32, l32), b16 = run(DType::BF16, l16);
+  if (rank >= 4) return;
+  for (std::size_t i = 0; i < l32.size(); ++i) EXPECT_NEAR(l16[i], l32[i], 2e-2 * l32[i]) << "step " << i;
+  // dp bytes = the reduce-scatter of the gradients (4 or 2 bytes each) + the all-gather of the
+  // bf16 parameters, each (dp - 1) / dp of the flat buffer.
+  const auto ring = [&](int bytes_per) { return ring_gather_scatter_bytes(params * bytes_per, 4); };
+  EXPECT_EQ(b32, ring(4) + ring(2));
+  EXPECT_EQ(b16, ring(2) + ring(2));
+  if (rank == 0)
+    std::printf("[ grad reduce ] dp bytes per step: fp32 %llu, bf16 %llu\n", (unsigned long long)b32,
+              (unsigned long long)b16);
+}
 
 }  // namespace dit

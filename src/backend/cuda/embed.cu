@@ -31,9 +31,9 @@ __global__ void embedding_fwd_kernel(const T* table, const std::int32_t* ids, T*
 
 // dtable[ids[n]] += dout[n], deterministically and without atomics: block n acts only if n is the
 // first occurrence of its id, and then sums every row with that id in index order (in fp32) and
-// adds the total once, so bf16 tables round once per step rather than once per repeat.
-template <typename T>
-__global__ void embedding_bwd_kernel(const T* dout, const std::int32_t* ids, T* dtable, i64 n,
+// adds the total once. G, the table's gradient dtype, is fp32 in training (ParamSet's main grads).
+template <typename T, typename G>
+__global__ void embedding_bwd_kernel(const T* dout, const std::int32_t* ids, G* dtable, i64 n,
                                      i64 vocab, i64 d, int* fault) {
   __shared__ int repeated;
   const i64 row = blockIdx.x;
@@ -52,8 +52,8 @@ __global__ void embedding_bwd_kernel(const T* dout, const std::int32_t* ids, T* 
     float s = 0.f;
     for (i64 m = row; m < n; ++m)
       if (ids[m] == id) s += to_f32(dout[m * d + i]);
-    T* dst = dtable + id * d + i;
-    *dst = from_f32<T>(to_f32(*dst) + s);
+    G* dst = dtable + id * d + i;
+    *dst = from_f32<G>(to_f32(*dst) + s);
   }
 }
 
@@ -141,15 +141,18 @@ void CudaBackend::embedding_bwd(const Tensor& dout, const Tensor& ids, const Ten
             "embedding_bwd: dtable ", dtable.shape.str(), " ids ", ids.shape.str(), " dout ",
             dout.shape.str());
   for (const Tensor* t : {&dout, &ids, &dtable}) cuda::check_on_device(*t, "embedding_bwd");
-  cuda::same_dtype(dout, dtable, "embedding_bwd");
+  // dtable: dout's dtype, or fp32 (gradients accumulate in fp32 in 16-bit runs).
   const i64 n = ids.numel(), d = dtable.dim(1);
   if (n == 0 || d == 0) return;
   DIT_CHECK(n <= 0x7fffffff, "embedding_bwd: ", n, " ids exceed the grid");
-  cuda::dispatch_float(dtable.dtype, "embedding dtable", [&](auto tag) {
+  cuda::dispatch_float(dout.dtype, "embedding dout", [&](auto tag) {
     using T = decltype(tag);
-    embedding_bwd_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-        dout.as<T>(), ids.as<std::int32_t>(), dtable.as<T>(), n, dtable.dim(0), d, fault_dev_);
-    DIT_CUDA_LAUNCH_CHECK();
+    cuda::dispatch_float(dtable.dtype, "embedding dtable", [&](auto gtag) {
+      using G = decltype(gtag);
+      embedding_bwd_kernel<T, G><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+          dout.as<T>(), ids.as<std::int32_t>(), dtable.as<G>(), n, dtable.dim(0), d, fault_dev_);
+      DIT_CUDA_LAUNCH_CHECK();
+    });
   });
 }
 

@@ -71,10 +71,15 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::
 
 // Descriptors and the heuristic's first choice for one key. Column-major view: cuBLASLt's A is
 // our B stored (bc x br), its B is our A stored (ac x ar), and C is (n x m).
-GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, cudaDataType_t type,
+// A and B share one dtype; C is that dtype or fp32 (16-bit inputs accumulating into fp32 grads).
+struct GemmTypes {
+  cudaDataType_t ab, c;
+};
+
+GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, GemmTypes type,
                    const std::int64_t align[3], const void* bias) {
   GemmPlan p;
-  DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute_type(ctx, type), CUDA_R_32F));
+  DIT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute_type(ctx, type.ab), CUDA_R_32F));
   if (bias) {  // the bias has D's dtype (the default); its pointer is set again before each call
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
@@ -90,9 +95,9 @@ GemmPlan make_plan(GemmContext& ctx, const GemmDims& g, cudaDataType_t type,
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   DIT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-  p.a = make_layout(type, g.bc, g.br, g.batch);
-  p.b = make_layout(type, g.ac, g.ar, g.batch);
-  p.c = make_layout(type, g.n, g.m, g.batch);
+  p.a = make_layout(type.ab, g.bc, g.br, g.batch);
+  p.b = make_layout(type.ab, g.ac, g.ar, g.batch);
+  p.c = make_layout(type.c, g.n, g.m, g.batch);
 
   cublasLtMatmulPreference_t pref = nullptr;
   DIT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -132,7 +137,7 @@ void destroy_plan(GemmPlan& p) {
 }
 
 // The same product through cublasGemmStridedBatchedEx, for problems cuBLASLt has no kernel for.
-void gemm_fallback(GemmContext& ctx, const GemmDims& g, cudaDataType_t type, const void* a,
+void gemm_fallback(GemmContext& ctx, const GemmDims& g, GemmTypes type, const void* a,
                    const void* b, void* c, float alpha, float beta) {
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
   DIT_CHECK(std::max({g.m, g.n, g.k, g.batch, g.ac, g.bc}) <= kIntMax,
@@ -140,22 +145,23 @@ void gemm_fallback(GemmContext& ctx, const GemmDims& g, cudaDataType_t type, con
   DIT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       ctx.blas, g.tb == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N,
       g.ta == Transpose::Yes ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.n),
-      static_cast<int>(g.m), static_cast<int>(g.k), &alpha, b, type, static_cast<int>(g.bc),
-      g.br * g.bc, a, type, static_cast<int>(g.ac), g.ar * g.ac, &beta, c, type,
-      static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), compute_type(ctx, type),
+      static_cast<int>(g.m), static_cast<int>(g.k), &alpha, b, type.ab, static_cast<int>(g.bc),
+      g.br * g.bc, a, type.ab, static_cast<int>(g.ac), g.ar * g.ac, &beta, c, type.c,
+      static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), compute_type(ctx, type.ab),
       CUBLAS_GEMM_DEFAULT));
 }
 
 // The cached plan for a product, made on first use.
-const GemmPlan& plan_for(GemmContext& ctx, const GemmDims& g, DType dtype, bool accumulate,
+const GemmPlan& plan_for(GemmContext& ctx, const GemmDims& g, DType ab, DType c, bool accumulate,
                          const std::int64_t align[3], const void* bias) {
   const std::int64_t bias_align = bias ? alignment(bias, 0) : 0;
+  const std::int64_t dtypes = static_cast<std::int64_t>(ab) * 16 + static_cast<std::int64_t>(c);
   const std::array<std::int64_t, 12> key = {
       g.m, g.n, g.k, g.batch, static_cast<std::int64_t>(g.ta), static_cast<std::int64_t>(g.tb),
-      static_cast<std::int64_t>(dtype), accumulate, align[0], align[1], align[2], bias_align};
+      dtypes, accumulate, align[0], align[1], align[2], bias_align};
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end())
-    it = ctx.plans.emplace(key, make_plan(ctx, g, cuda_type(dtype), align, bias)).first;
+    it = ctx.plans.emplace(key, make_plan(ctx, g, {cuda_type(ab), cuda_type(c)}, align, bias)).first;
   return it->second;
 }
 
@@ -192,22 +198,24 @@ void CudaBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose
   cuda::check_on_device(a, "gemm A");
   cuda::check_on_device(b, "gemm B");
   cuda::check_on_device(c, "gemm C");
-  cuda::same_dtype(a, c, "gemm A and C");
-  cuda::same_dtype(b, c, "gemm B and C");
-  const cudaDataType_t type = cuda::cuda_type(c.dtype);
+  cuda::same_dtype(a, b, "gemm A and B");
+  DIT_CHECK(c.dtype == a.dtype || c.dtype == DType::F32, "gemm: C in ", dtype_name(c.dtype),
+            " for inputs in ", dtype_name(a.dtype), " (C takes the inputs' dtype or fp32)");
+  const cuda::GemmTypes type{cuda::cuda_type(a.dtype), cuda::cuda_type(c.dtype)};
   if (g.m == 0 || g.n == 0 || batch == 0) return;
   if (g.k == 0) {  // an empty sum: C = 0 (+ C)
     if (acc == Accumulate::Overwrite) fill(c, 0.f);
     return;
   }
   const float beta = acc == Accumulate::Add ? 1.f : 0.f;
-  const std::int64_t esz = static_cast<std::int64_t>(dtype_size(c.dtype));
+  const std::int64_t esz = static_cast<std::int64_t>(dtype_size(a.dtype));
+  const std::int64_t csz = static_cast<std::int64_t>(dtype_size(c.dtype));
   const std::int64_t align[3] = {
       cuda::alignment(a.data, batch > 1 ? g.ar * g.ac * esz : 0),
       cuda::alignment(b.data, batch > 1 ? g.br * g.bc * esz : 0),
-      cuda::alignment(c.data, batch > 1 ? g.m * g.n * esz : 0)};
+      cuda::alignment(c.data, batch > 1 ? g.m * g.n * csz : 0)};
   const cuda::GemmPlan& p =
-      cuda::plan_for(*gemm_, g, c.dtype, acc == Accumulate::Add, align, nullptr);
+      cuda::plan_for(*gemm_, g, a.dtype, c.dtype, acc == Accumulate::Add, align, nullptr);
   if (!p.has_algo) {
     cuda::gemm_fallback(*gemm_, g, type, a.data, b.data, c.data, alpha, beta);
     return;
@@ -236,7 +244,7 @@ void CudaBackend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Tran
   const cuda::GemmDims g{s.m, s.n, s.k, 1, s.ar, s.ac, s.br, s.bc, ta, tb};
   const std::int64_t align[3] = {cuda::alignment(a.data, 0), cuda::alignment(b.data, 0),
                                  cuda::alignment(c.data, 0)};
-  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, false, align, bias.data);
+  const cuda::GemmPlan& p = cuda::plan_for(*gemm_, g, c.dtype, c.dtype, false, align, bias.data);
   if (!p.has_algo) return Backend::gemm_bias(a, ta, b, tb, bias, c);
   const void* bias_ptr = bias.data;
   DIT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
