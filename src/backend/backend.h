@@ -121,12 +121,50 @@ class Backend : public Allocator {
   // The inverse (and adjoint) of patchify.
   virtual void unpatchify(const Tensor& patches, int p, PatchOrder order, const Tensor& img) = 0;
 
+  // ---- diffusion ----------------------------------------------------------------------------
+  // Rows of the microbatch: t (N) int32 schedule indices into `coefs` (T, math::kNumLossCoefs)
+  // fp32, the schedule table (math.h LossCoef). x0 and noise (N, C, H, W) fp32.
+  // noise (N, P) fp32: row i holds normal numbers 0..P-1 of the Philox stream
+  // (seed, purpose, step, first + i) (core/philox.h): the numbers the host's Philox draws.
+  virtual void philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                             std::uint64_t first, const Tensor& noise) = 0;
+  // x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise, in x_t's dtype.
+  virtual void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
+                        const Tensor& coefs, const Tensor& x_t) = 0;
+  // The DiT training loss (math::loss_element; diffusion/losses.h is the float64 reference):
+  // out (N, Co, H, W) the model output ([eps | v] when learn_sigma, Co = 2C). Writes
+  // dout = grad_scale * d mean_N(loss) / d out (out's shape and dtype) and terms (N, 3) fp32 =
+  // per-sample (loss, mse, vb), vb in bits per dim (0 without learn_sigma).
+  virtual void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
+                              const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                              float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
+
   // ---- optimizer over flat ranges -----------------------------------------------------------
   // AdamW on fp32 master params with fp32 moments; grad may be any float dtype.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                           const Tensor& exp_avg_sq, const math::AdamWParams& h) = 0;
   // ema = decay * ema + (1 - decay) * param
   virtual void ema_step(const Tensor& ema, const Tensor& param, float decay) = 0;
+  // One pass: AdamW on the fp32 master, then the EMA towards it, then (when `param` has data) the
+  // storage copy of the master in param's dtype.
+  virtual void adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                              const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                              const math::AdamWParams& h, float decay) = 0;
+  // sum over the rows [begin, end) of `ranges` (R, 2) int32 of x[i]^2, accumulated in double and
+  // returned on the host (a sync point): the global norm's one reduction per step.
+  virtual double sum_squares_ranges(const Tensor& x, const Tensor& ranges) = 0;
+
+  // ---- synchronization ------------------------------------------------------------------------
+  // Times the host has waited for this backend: synchronize(), results returned to the host
+  // (sum_squares*) and copies from backend memory into host memory. The CPU backend counts the
+  // same points, so a test on the CPU bounds a GPU step's waits.
+  virtual std::uint64_t host_syncs() const { return host_syncs_; }
+
+ protected:
+  void count_sync() { ++host_syncs_; }
+
+ private:
+  std::uint64_t host_syncs_ = 0;
 };
 
 // The backends this build has: "cpu" always, "cuda" when compiled in and a GPU is visible.

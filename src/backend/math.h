@@ -102,4 +102,82 @@ DIT_HD void adamw_update(float& p, float g, float& m, float& v, const AdamWParam
 // Exponential moving average: ema = decay * ema + (1 - decay) * p
 DIT_HD float ema_update(float ema, float p, float decay) { return decay * ema + (1.f - decay) * p; }
 
+// ---- the DiT training loss, per element (diffusion/losses.cpp is the float64 reference with the
+// derivations; this is the same math for the backends' loss kernels, in double) -------------------
+
+// One row of the schedule table a loss kernel reads at the sample's schedule index t.
+enum LossCoef : int {
+  kSqrtAlphasCumprod = 0,   // sqrt(abar_t)
+  kSqrtOneMinusAlphasCumprod,  // sqrt(1 - abar_t)
+  kSqrtRecipAlphasCumprod,  // 1 / sqrt(abar_t)
+  kSqrtRecipm1AlphasCumprod,  // sqrt(1 / abar_t - 1)
+  kPosteriorMeanCoef1,      // of x_0
+  kPosteriorMeanCoef2,      // of x_t
+  kLogBeta,                 // log beta_t: the learned range's top
+  kPosteriorLogVarClipped,  // its bottom, and the true posterior's log variance
+  kIsFirstStep,             // 1 at t = 0 (the decoder likelihood), else 0
+  kNumLossCoefs
+};
+
+struct LossElement {
+  double mse, vb;      // (noise - eps)^2 and the VB term in nats, of this element
+  double d_eps, d_v;   // d mse / d eps and d vb / d v (v: the raw variance output)
+};
+
+DIT_HD double approx_cdf(double x) {
+  return 0.5 * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+DIT_HD double approx_pdf(double x) {
+  const double th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// -log p(x0 | x1) of the discretized Gaussian decoder and its derivative in log_scale.
+DIT_HD void decoder_nll(double x, double mean, double log_scale, double& nll, double& d_log_scale) {
+  const double floor = 1e-12, half_bin = 1.0 / 255.0;
+  const double inv = exp(-log_scale);
+  const double plus = inv * (x - mean + half_bin), minus = inv * (x - mean - half_bin);
+  const double cdf_plus = approx_cdf(plus), cdf_minus = approx_cdf(minus);
+  double prob, dprob;  // the bin's probability and d prob / d log_scale
+  if (x < -0.999) {
+    prob = cdf_plus, dprob = -approx_pdf(plus) * plus;
+  } else if (x > 0.999) {
+    prob = 1.0 - cdf_minus, dprob = approx_pdf(minus) * minus;
+  } else {
+    prob = cdf_plus - cdf_minus, dprob = approx_pdf(minus) * minus - approx_pdf(plus) * plus;
+  }
+  nll = -log(prob > floor ? prob : floor);
+  d_log_scale = prob < floor ? 0.0 : -dprob / prob;
+}
+
+// The loss terms of one element: eps and v the model's outputs, x0 the data, noise the epsilon,
+// c the schedule row. Without a learned variance only mse and d_eps are meaningful.
+DIT_HD LossElement loss_element(double eps, double v, double x0, double noise, const float* c,
+                                bool learn_sigma) {
+  LossElement e{};
+  const double d = noise - eps;
+  e.mse = d * d;
+  e.d_eps = -2.0 * d;
+  if (!learn_sigma) return e;
+  const double x_t = c[kSqrtAlphasCumprod] * x0 + c[kSqrtOneMinusAlphasCumprod] * noise;
+  const double x0_pred = c[kSqrtRecipAlphasCumprod] * x_t - c[kSqrtRecipm1AlphasCumprod] * eps;
+  const double model_mean = c[kPosteriorMeanCoef1] * x0_pred + c[kPosteriorMeanCoef2] * x_t;
+  const double max_log = c[kLogBeta], min_log = c[kPosteriorLogVarClipped];
+  const double frac = (v + 1.0) / 2.0;
+  const double lv = frac * max_log + (1.0 - frac) * min_log;
+  double dterm_dlv;
+  if (c[kIsFirstStep] != 0.f) {
+    double d_log_scale;
+    decoder_nll(x0, model_mean, 0.5 * lv, e.vb, d_log_scale);
+    dterm_dlv = 0.5 * d_log_scale;
+  } else {  // KL(q(x_{t-1} | x_t, x_0) || p(x_{t-1} | x_t)), the true log variance min_log
+    const double true_mean = c[kPosteriorMeanCoef1] * x0 + c[kPosteriorMeanCoef2] * x_t;
+    const double dm = true_mean - model_mean;
+    e.vb = 0.5 * (-1.0 + lv - min_log + exp(min_log - lv) + dm * dm * exp(-lv));
+    dterm_dlv = 0.5 * (1.0 - exp(min_log - lv) - dm * dm * exp(-lv));
+  }
+  e.d_v = dterm_dlv * (max_log - min_log) / 2.0;
+  return e;
+}
+
 }  // namespace dit::math

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "backend/math.h"
 #include "core/error.h"
 
 namespace dit::diffusion {
@@ -198,6 +199,24 @@ LossTerms training_losses(const Schedule& schedule, const ImageShape& shape, con
     }
   }
   return out;
+}
+
+std::vector<float> loss_coef_table(const Schedule& sc) {
+  const std::size_t k = math::kNumLossCoefs;
+  std::vector<float> table(static_cast<std::size_t>(sc.num_timesteps) * k);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(sc.num_timesteps); ++t) {
+    float* row = table.data() + t * k;
+    row[math::kSqrtAlphasCumprod] = static_cast<float>(sc.sqrt_alphas_cumprod[t]);
+    row[math::kSqrtOneMinusAlphasCumprod] = static_cast<float>(sc.sqrt_one_minus_alphas_cumprod[t]);
+    row[math::kSqrtRecipAlphasCumprod] = static_cast<float>(sc.sqrt_recip_alphas_cumprod[t]);
+    row[math::kSqrtRecipm1AlphasCumprod] = static_cast<float>(sc.sqrt_recipm1_alphas_cumprod[t]);
+    row[math::kPosteriorMeanCoef1] = static_cast<float>(sc.posterior_mean_coef1[t]);
+    row[math::kPosteriorMeanCoef2] = static_cast<float>(sc.posterior_mean_coef2[t]);
+    row[math::kLogBeta] = static_cast<float>(std::log(sc.betas[t]));
+    row[math::kPosteriorLogVarClipped] = static_cast<float>(sc.posterior_log_variance_clipped[t]);
+    row[math::kIsFirstStep] = t == 0 ? 1.f : 0.f;
+  }
+  return table;
 }
 
 }  // namespace dit::diffusion

@@ -57,4 +57,8 @@ struct LossTerms {
 // true posterior to p(x_{t-1} | x_t)) averaged over dims / log 2, with the mean from detached eps.
 LossTerms training_losses(const Schedule& schedule, const ImageShape& shape, const LossInputs& in);
 
+// The schedule as the backends' loss kernels read it: (num_timesteps, math::kNumLossCoefs) fp32,
+// row t holding math.h's LossCoef values at schedule index t.
+std::vector<float> loss_coef_table(const Schedule& schedule);
+
 }  // namespace dit::diffusion

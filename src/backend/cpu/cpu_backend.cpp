@@ -46,12 +46,25 @@ float* chunk_row(const ModChunk& m, std::int64_t n, std::int64_t d) {
 void* CpuBackend::allocate(std::size_t bytes) {
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!p) throw Error("CPU backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+  blocks_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
   return p;
 }
-void CpuBackend::deallocate(void* p) { std::free(p); }
+void CpuBackend::deallocate(void* p) {
+  blocks_.erase(reinterpret_cast<std::uintptr_t>(p));
+  std::free(p);
+}
+
+bool CpuBackend::owns(const void* p) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = blocks_.upper_bound(a);
+  if (it == blocks_.begin()) return false;
+  --it;
+  return a < it->first + it->second;
+}
 
 void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   same_numel(dst, src, "copy");
+  if (dst.numel() > 0 && owns(src.data) && !owns(dst.data)) count_sync();  // a download
   DIT_CHECK(dst.device == Device::Host && src.device == Device::Host,
             "copy: the CPU backend moves host memory only");
   const std::int64_t n = dst.numel();
@@ -129,6 +142,7 @@ void CpuBackend::scale(const Tensor& x, float alpha) {
 }
 
 double CpuBackend::sum_squares(const Tensor& x) {
+  count_sync();  // a result on the host
   const float* p = host_f32(x, "sum_squares");
   const std::int64_t n = x.numel();
   double s = 0;

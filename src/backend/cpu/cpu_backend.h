@@ -2,6 +2,8 @@
 // It is the reference every other backend is tested against.
 #pragma once
 
+#include <map>
+
 #include "backend/backend.h"
 
 namespace dit {
@@ -13,7 +15,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Host; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p) override;
-  void synchronize() override {}
+  void synchronize() override { count_sync(); }
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& t, float value) override;
@@ -54,6 +56,25 @@ class CpuBackend final : public Backend {
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const math::AdamWParams& h) override;
   void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
+  void adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                      const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                      const math::AdamWParams& h, float decay) override;
+  double sum_squares_ranges(const Tensor& x, const Tensor& ranges) override;
+
+  void philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                     std::uint64_t first, const Tensor& noise) override;
+  void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
+                const Tensor& x_t) override;
+  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
+                      const Tensor& coefs, bool learn_sigma, float grad_scale, const Tensor& dout,
+                      const Tensor& terms) override;
+
+  // Whether p lies in memory this backend allocated (a copy from it into other host memory is a
+  // download: a sync point on a GPU, counted here the same way).
+  bool owns(const void* p) const;
+
+ private:
+  std::map<std::uintptr_t, std::size_t> blocks_;  // start -> bytes of each live allocation
 };
 
 // Threads of the CPU backend (OpenMP loops and Eigen products) in this process.

@@ -226,4 +226,42 @@ void CpuStorageBackend::ema_step(const Tensor& ema, const Tensor& param, float d
   w.commit();
 }
 
+void CpuStorageBackend::adamw_ema_step(const Tensor& master, const Tensor& grad,
+                                       const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                                       const Tensor& ema, const Tensor& param,
+                                       const math::AdamWParams& h, float decay) {
+  Widened w;
+  fp32_.adamw_ema_step(w.out(master), w.in(grad), w.out(exp_avg), w.out(exp_avg_sq), w.out(ema),
+                       param.data ? w.out(param) : param, h, decay);
+  w.commit();
+}
+
+double CpuStorageBackend::sum_squares_ranges(const Tensor& x, const Tensor& ranges) {
+  Widened w;
+  return fp32_.sum_squares_ranges(w.in(x), ranges);
+}
+
+void CpuStorageBackend::philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                                      std::uint64_t first, const Tensor& noise) {
+  Widened w;
+  fp32_.philox_normal(seed, purpose, step, first, w.out(noise));
+  w.commit();
+}
+
+void CpuStorageBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
+                                 const Tensor& coefs, const Tensor& x_t) {
+  Widened w;
+  fp32_.q_sample(w.in(x0), w.in(noise), t, w.in(coefs), w.out(x_t));
+  w.commit();
+}
+
+void CpuStorageBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
+                                       const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                       float grad_scale, const Tensor& dout, const Tensor& terms) {
+  Widened w;
+  fp32_.diffusion_loss(w.in(out), w.in(x0), w.in(noise), t, w.in(coefs), learn_sigma, grad_scale,
+                       w.out(dout), w.out(terms));
+  w.commit();
+}
+
 }  // namespace dit

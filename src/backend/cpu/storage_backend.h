@@ -20,7 +20,8 @@ class CpuStorageBackend final : public Backend {
   Device device() const override { return Device::Host; }
   void* allocate(std::size_t bytes) override { return fp32_.allocate(bytes); }
   void deallocate(void* p) override { fp32_.deallocate(p); }
-  void synchronize() override {}
+  void synchronize() override { fp32_.synchronize(); }
+  std::uint64_t host_syncs() const override { return fp32_.host_syncs(); }
 
   void copy(const Tensor& dst, const Tensor& src) override { fp32_.copy(dst, src); }
   void fill(const Tensor& t, float value) override;
@@ -61,6 +62,18 @@ class CpuStorageBackend final : public Backend {
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const math::AdamWParams& h) override;
   void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
+  void adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                      const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                      const math::AdamWParams& h, float decay) override;
+  double sum_squares_ranges(const Tensor& x, const Tensor& ranges) override;
+
+  void philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                     std::uint64_t first, const Tensor& noise) override;
+  void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
+                const Tensor& x_t) override;
+  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
+                      const Tensor& coefs, bool learn_sigma, float grad_scale, const Tensor& dout,
+                      const Tensor& terms) override;
 
  private:
   DType storage_;

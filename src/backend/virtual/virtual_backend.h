@@ -57,6 +57,14 @@ class VirtualBackend final : public Backend {
   void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                   const math::AdamWParams&) override {}
   void ema_step(const Tensor&, const Tensor&, float) override {}
+  void adamw_ema_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                      const Tensor&, const math::AdamWParams&, float) override {}
+  double sum_squares_ranges(const Tensor&, const Tensor&) override { return 0; }
+  void philox_normal(std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t,
+                     const Tensor&) override {}
+  void q_sample(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void diffusion_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
+                      float, const Tensor&, const Tensor&) override {}
 
  private:
   DType dtype_;

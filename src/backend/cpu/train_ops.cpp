@@ -1,0 +1,144 @@
+// CPU backend: the training step's own primitives: keyed noise, q_sample and the diffusion loss
+// over a microbatch (math.h's per-element functors), and the optimizer's one-pass norm and fused
+// AdamW + EMA over a flat shard.
+#include <cmath>
+#include <numbers>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/philox.h"
+
+namespace dit {
+
+namespace {
+
+const float* f32(const Tensor& t, const char* what) {
+  DIT_CHECK(t.device == Device::Host && t.dtype == DType::F32, what,
+            ": the CPU backend needs an fp32 host tensor, got ", dtype_name(t.dtype));
+  return static_cast<const float*>(t.data);
+}
+float* f32_out(const Tensor& t, const char* what) { return const_cast<float*>(f32(t, what)); }
+
+// The schedule rows of a microbatch's samples, checked against the table.
+struct LossRows {
+  const float* table;
+  const std::int32_t* t;
+  std::int64_t steps;
+  const float* row(std::int64_t i) const {
+    DIT_CHECK(t[i] >= 0 && t[i] < steps, "diffusion: timestep ", t[i], " outside the schedule's ",
+              steps, " steps");
+    return table + static_cast<std::int64_t>(t[i]) * math::kNumLossCoefs;
+  }
+};
+
+LossRows loss_rows(const Tensor& t, const Tensor& coefs, std::int64_t n) {
+  DIT_CHECK(t.dtype == DType::I32 && t.numel() == n, "diffusion: t must be (", n,
+            ") int32 schedule indices, got ", t.shape.str(), " ", dtype_name(t.dtype));
+  DIT_CHECK(coefs.shape.rank == 2 && coefs.dim(1) == math::kNumLossCoefs, "diffusion: coefs ",
+            coefs.shape.str(), " is not a (T, ", int(math::kNumLossCoefs), ") schedule table");
+  return {f32(coefs, "diffusion coefs"), static_cast<const std::int32_t*>(t.data), coefs.dim(0)};
+}
+
+}  // namespace
+
+void CpuBackend::philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                               std::uint64_t first, const Tensor& noise) {
+  float* out = f32_out(noise, "philox_normal");
+  const std::int64_t n = noise.dim(0), p = noise.numel() / std::max<std::int64_t>(n, 1);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    Philox rng(seed, static_cast<RngPurpose>(purpose), step, first + static_cast<std::uint64_t>(i));
+    for (std::int64_t j = 0; j < p; ++j) out[i * p + j] = rng.normal();
+  }
+}
+
+void CpuBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
+                          const Tensor& coefs, const Tensor& x_t) {
+  const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
+  DIT_CHECK(noise.numel() == x0.numel() && x_t.numel() == x0.numel(), "q_sample: x0 ",
+            x0.shape.str(), ", noise ", noise.shape.str(), " and x_t ", x_t.shape.str(), " differ");
+  const LossRows rows = loss_rows(t, coefs, n);
+  const float *a = f32(x0, "q_sample x0"), *e = f32(noise, "q_sample noise");
+  float* out = f32_out(x_t, "q_sample x_t");
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* c = rows.row(i);
+    for (std::int64_t j = i * p; j < (i + 1) * p; ++j)
+      out[j] = static_cast<float>(static_cast<double>(c[math::kSqrtAlphasCumprod]) * a[j] +
+                                  static_cast<double>(c[math::kSqrtOneMinusAlphasCumprod]) * e[j]);
+  }
+}
+
+void CpuBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
+                                const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                float grad_scale, const Tensor& dout, const Tensor& terms) {
+  const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
+  const std::int64_t per_out = (learn_sigma ? 2 : 1) * p;
+  DIT_CHECK(out.numel() == n * per_out && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
+                terms.numel() == 3 * n,
+            "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", noise ",
+            noise.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(),
+            " do not fit (learned variance: ", learn_sigma, ")");
+  const LossRows rows = loss_rows(t, coefs, n);
+  const float *o = f32(out, "loss out"), *a = f32(x0, "loss x0"), *e = f32(noise, "loss noise");
+  float *g = f32_out(dout, "loss dout"), *tr = f32_out(terms, "loss terms");
+  const double inv = 1.0 / (static_cast<double>(p) * static_cast<double>(n));
+  const double vb_scale = 1.0 / std::numbers::ln2;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* c = rows.row(i);
+    const float* eps = o + i * per_out;
+    double mse = 0, vb = 0;
+    for (std::int64_t j = 0; j < p; ++j) {
+      const math::LossElement le = math::loss_element(eps[j], learn_sigma ? eps[p + j] : 0.0,
+                                                      a[i * p + j], e[i * p + j], c, learn_sigma);
+      mse += le.mse;
+      vb += le.vb;
+      g[i * per_out + j] = static_cast<float>(grad_scale * le.d_eps * inv);
+      if (learn_sigma) g[i * per_out + p + j] = static_cast<float>(grad_scale * le.d_v * inv * vb_scale);
+    }
+    tr[3 * i + 1] = static_cast<float>(mse / static_cast<double>(p));
+    tr[3 * i + 2] = static_cast<float>(learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0);
+    tr[3 * i] = static_cast<float>(mse / static_cast<double>(p) +
+                                   (learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0));
+  }
+}
+
+void CpuBackend::adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                                const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                                const math::AdamWParams& h, float decay) {
+  const std::int64_t n = master.numel();
+  DIT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n && ema.numel() == n &&
+                (!param.data || param.numel() == n),
+            "adamw_ema_step: shard sizes differ");
+  float* p = f32_out(master, "adamw master");
+  const float* g = f32(grad, "adamw grad");
+  float *m = f32_out(exp_avg, "adamw exp_avg"), *v = f32_out(exp_avg_sq, "adamw exp_avg_sq");
+  float* e = f32_out(ema, "ema");
+  float* out = param.data && param.data != master.data ? f32_out(param, "adamw param") : nullptr;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) {
+    math::adamw_update(p[i], g[i], m[i], v[i], h);
+    e[i] = math::ema_update(e[i], p[i], decay);
+    if (out) out[i] = p[i];
+  }
+}
+
+double CpuBackend::sum_squares_ranges(const Tensor& x, const Tensor& ranges) {
+  count_sync();  // a result on the host
+  const float* p = f32(x, "sum_squares_ranges");
+  DIT_CHECK(ranges.dtype == DType::I32 && ranges.shape.rank == 2 && ranges.dim(1) == 2,
+            "sum_squares_ranges: ranges must be (R, 2) int32, got ", ranges.shape.str());
+  const auto* r = static_cast<const std::int32_t*>(ranges.data);
+  double s = 0;
+  for (std::int64_t k = 0; k < ranges.dim(0); ++k) {
+    DIT_CHECK(0 <= r[2 * k] && r[2 * k] <= r[2 * k + 1] && r[2 * k + 1] <= x.numel(),
+              "sum_squares_ranges: range [", r[2 * k], ", ", r[2 * k + 1], ") outside ", x.numel());
+    double part = 0;
+    const std::int64_t b = r[2 * k], e = r[2 * k + 1];
+#pragma omp parallel for schedule(static) reduction(+ : part) if (e - b > 65536)
+    for (std::int64_t i = b; i < e; ++i) part += static_cast<double>(p[i]) * p[i];
+    s += part;
+  }
+  return s;
+}
+
+}  // namespace dit

@@ -1,0 +1,179 @@
+// Backend conformance for the training step's own primitives against the host: keyed noise equals
+// the host Philox stream, q_sample and the diffusion loss follow the float64 reference
+// (diffusion/losses.h) by the tolerance rule, and the one-pass optimizer primitives equal the
+// separate ones. Every backend of the build; "cuda*" skip, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "backend/backend.h"
+#include "core/philox.h"
+#include "diffusion/losses.h"
+#include "reference_ops.h"
+
+namespace dit {
+namespace {
+
+using Vec = std::vector<double>;
+
+class TrainOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!backend_available(GetParam(), &why))
+      GTEST_SKIP() << "backend '" << GetParam() << "' is not available: " << why;
+    be_ = make_backend(GetParam());
+    arena_ = std::make_unique<Arena>(*be_);
+  }
+  Backend& be() { return *be_; }
+  DType dt() const { return be_->compute_dtype(); }
+  Tensor upload(const std::vector<float>& v, Shape s, DType t) {
+    Tensor x = arena_->tensor(s, t);
+    be().copy(x, Tensor{const_cast<float*>(v.data()), DType::F32, s, Device::Host});
+    return x;
+  }
+  Tensor upload_ints(const std::vector<std::int32_t>& v) {
+    const Shape s{static_cast<std::int64_t>(v.size())};
+    Tensor x = arena_->tensor(s, DType::I32);
+    be().copy(x, Tensor{const_cast<std::int32_t*>(v.data()), DType::I32, s, Device::Host});
+    return x;
+  }
+  std::vector<float> download(const Tensor& t) {
+    std::vector<float> h(static_cast<std::size_t>(t.numel()));
+    be().copy(Tensor{h.data(), DType::F32, t.shape, Device::Host}, t);
+    be().synchronize();
+    return h;
+  }
+  Tensor alloc(Shape s, DType t) { return arena_->tensor(s, t); }
+
+ private:
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Arena> arena_;
+};
+
+std::vector<float> normals(std::size_t n, std::uint64_t stream, double scale = 1.0) {
+  Philox rng(5, RngPurpose::Test, 0, stream);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(scale * rng.normal());
+  return v;
+}
+
+// Row i of the noise is the host's Philox stream (seed, Noise, step, first + i), number for number.
+TEST_P(TrainOps, PhiloxNormalIsTheHostStream) {
+  const std::int64_t n = 3, p = 77;  // odd: a Box-Muller pair split across rows is not allowed
+  const std::uint64_t first = (std::uint64_t{1} << 33) + 5, step = 7;
+  Tensor noise = alloc({n, p}, DType::F32);
+  be().philox_normal(11, static_cast<std::uint32_t>(RngPurpose::Noise), step, first, noise);
+  const std::vector<float> got = download(noise);
+  for (std::int64_t i = 0; i < n; ++i) {
+    Philox rng(11, RngPurpose::Noise, step, first + i);
+    for (std::int64_t j = 0; j < p; ++j) {
+      const float want = rng.normal();
+      ASSERT_EQ(got[i * p + j], want) << "row " << i << " element " << j;
+      ASSERT_EQ(philox_normal_at(11, static_cast<std::uint32_t>(RngPurpose::Noise), step, first + i, j), want);
+    }
+  }
+}
+
+// The loss, its per-sample terms and d mean(loss) / d out against diffusion::training_losses in
+// float64, at schedule indices including 0 (the decoder likelihood) and data at the +-1 edges.
+TEST_P(TrainOps, DiffusionLossFollowsTheFloat64Reference) {
+  for (bool learn_sigma : {true, false}) {
+    const auto sched = diffusion::create_diffusion({"", learn_sigma, 1000});
+    const std::int64_t n = 5, c = 2, h = 4, w = 4, p = c * h * w, co = learn_sigma ? 2 * c : c;
+    std::vector<float> x0 = normals(n * p, 1, 0.6), noise = normals(n * p, 2), out = normals(n * co * h * w, 3);
+    for (std::int64_t j = 0; j < 6; ++j) x0[j] = j % 2 ? 1.f : -1.f;  // the open tail bins
+    const std::vector<std::int32_t> t = {0, 1, 500, 999, 0};
+    const float scale = 3.f;
+    const auto table = diffusion::loss_coef_table(sched);
+    Tensor tt = upload_ints(t), coefs = upload(table, {1000, math::kNumLossCoefs}, DType::F32);
+    Tensor tx0 = upload(x0, {n, c, h, w}, DType::F32), tnoise = upload(noise, {n, c, h, w}, DType::F32);
+    Tensor tout = upload(out, {n, co, h, w}, dt());
+    const std::vector<float> held = download(tout);  // the output as the backend holds it
+    Tensor dout = alloc({n, co, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
+    be().diffusion_loss(tout, tx0, tnoise, tt, coefs, learn_sigma, scale, dout, terms);
+    const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
+    const std::vector<std::int64_t> t64(t.begin(), t.end());
+    const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
+    const std::vector<float> got = download(terms), g = download(dout);
+    Vec loss, mse, vb, grad;
+    for (std::int64_t i = 0; i < n; ++i) {
+      loss.push_back(got[3 * i]), mse.push_back(got[3 * i + 1]), vb.push_back(got[3 * i + 2]);
+    }
+    for (float v : g) grad.push_back(v / scale);
+    const double tol = ref::tolerance(dt());
+    const std::string what = learn_sigma ? " (learned variance)" : " (fixed variance)";
+    EXPECT_LE(ref::rel_l2(loss, ref.loss), tol) << "loss" << what;
+    EXPECT_LE(ref::rel_l2(mse, ref.mse), tol) << "mse" << what;
+    if (learn_sigma) EXPECT_LE(ref::rel_l2(vb, ref.vb), tol) << "vb" << what;
+    EXPECT_LE(ref::rel_l2(grad, ref.grad_model_output), tol) << "grad" << what;
+    std::printf("    diffusion loss%s: loss %.2e, grad %.2e (tol %.0e)\n", what.c_str(),
+                ref::rel_l2(loss, ref.loss), ref::rel_l2(grad, ref.grad_model_output), tol);
+  }
+}
+
+TEST_P(TrainOps, QSampleFollowsTheFloat64Reference) {
+  const auto sched = diffusion::create_diffusion({"", true, 1000});
+  const std::int64_t n = 4, p = 24;
+  const std::vector<float> x0 = normals(n * p, 4), noise = normals(n * p, 5);
+  const std::vector<std::int32_t> t = {0, 17, 640, 999};
+  Tensor xt = alloc({n, p}, dt());
+  be().q_sample(upload(x0, {n, p}, DType::F32), upload(noise, {n, p}, DType::F32), upload_ints(t),
+                upload(diffusion::loss_coef_table(sched), {1000, math::kNumLossCoefs}, DType::F32), xt);
+  const auto want = diffusion::q_sample(sched, Vec(x0.begin(), x0.end()),
+                                        std::vector<std::int64_t>(t.begin(), t.end()),
+                                        Vec(noise.begin(), noise.end()));
+  const std::vector<float> got = download(xt);
+  EXPECT_LE(ref::rel_l2(Vec(got.begin(), got.end()), want), ref::tolerance(dt()));
+}
+
+// The fused AdamW + EMA (+ storage copy) pass equals AdamW then EMA then the copy, and the ranged
+// sum of squares equals the sums of its ranges.
+TEST_P(TrainOps, FusedOptimizerPassEqualsTheSeparateSteps) {
+  const std::int64_t n = 1000;
+  const std::vector<float> p0 = normals(n, 6), g = normals(n, 7), e0 = normals(n, 8);
+  math::AdamWParams h{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 0.5f};
+  auto fresh = [&](Tensor& master, Tensor& m, Tensor& v, Tensor& ema) {
+    master = upload(p0, {n}, DType::F32), ema = upload(e0, {n}, DType::F32);
+    m = upload(std::vector<float>(n, 0.1f), {n}, DType::F32);
+    v = upload(std::vector<float>(n, 0.2f), {n}, DType::F32);
+  };
+  Tensor m1, m2, v1, v2, ma1, ma2, e1, e2;
+  fresh(ma1, m1, v1, e1);
+  fresh(ma2, m2, v2, e2);
+  Tensor grad = upload(g, {n}, DType::F32), param = alloc({n}, dt());
+  be().adamw_step(ma1, grad, m1, v1, h);
+  be().ema_step(e1, ma1, 0.99f);
+  be().adamw_ema_step(ma2, grad, m2, v2, e2, dt() == DType::F32 ? Tensor{} : param, h, 0.99f);
+  EXPECT_EQ(download(ma2), download(ma1));
+  EXPECT_EQ(download(m2), download(m1));
+  EXPECT_EQ(download(v2), download(v1));
+  EXPECT_EQ(download(e2), download(e1));
+  if (dt() != DType::F32) {
+    Tensor want = alloc({n}, dt());
+    be().copy(want, ma1);
+    EXPECT_EQ(download(param), download(want));
+  }
+  const std::vector<std::int32_t> ranges = {3, 10, 10, 400, 700, 1000};
+  Tensor tr = upload_ints(ranges);
+  const double got = be().sum_squares_ranges(grad, tr.view({3, 2}));
+  double want = 0;
+  for (std::size_t k = 0; k < ranges.size(); k += 2)
+    for (std::int32_t i = ranges[k]; i < ranges[k + 1]; ++i) want += double(g[i]) * g[i];
+  EXPECT_NEAR(got, want, 1e-6 * want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TrainOps,
+                         ::testing::Values(std::string("cpu"), std::string("cpu:bf16"),
+                                           std::string("cpu:fp16"), std::string("cuda"),
+                                           std::string("cuda:bf16"), std::string("cuda:fp16")),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace dit
