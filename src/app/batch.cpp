@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "diffusion/losses.h"
 
 namespace dit {
 
@@ -53,30 +52,21 @@ std::int64_t BatchSource::dataset_index(std::int64_t position) const {
 Microbatch BatchSource::get(std::int64_t step, int dp_rank, int mb) const {
   DIT_CHECK(dp_rank >= 0 && dp_rank < plan_.dp && mb >= 0 && mb < plan_.microbatches,
             "microbatch ", mb, " of dp rank ", dp_rank, " outside the plan");
-  const SampleShape s = data_->shape();
-  const std::int64_t per = s.numel();
+  const std::int64_t per = data_->shape().numel();
   Microbatch b;
   b.n = plan_.micro_batch;
+  b.first = step * plan_.global_batch + (std::int64_t(dp_rank) * plan_.microbatches + mb) * plan_.micro_batch;
   b.x_start.resize(static_cast<std::size_t>(b.n * per));
-  b.noise.resize(b.x_start.size());
-  std::vector<float> img(static_cast<std::size_t>(per));
-  const std::int64_t first = step * plan_.global_batch +
-                             (std::int64_t(dp_rank) * plan_.microbatches + mb) * plan_.micro_batch;
   for (std::int64_t i = 0; i < b.n; ++i) {
-    const std::int64_t pos = first + i;
-    b.positions.push_back(pos);
-    int label = data_->get(dataset_index(pos), img.data());
-    std::copy(img.begin(), img.end(), b.x_start.begin() + i * per);
+    const std::int64_t pos = b.first + i;
+    int label = data_->get(dataset_index(pos), b.x_start.data() + i * per);
     const auto key_step = static_cast<std::uint64_t>(step), key = static_cast<std::uint64_t>(pos);
-    Philox noise(seed_, RngPurpose::Noise, key_step, key);
-    for (std::int64_t j = 0; j < per; ++j) b.noise[i * per + j] = noise.normal();
     Philox tr(seed_, RngPurpose::Timestep, key_step, key);
-    b.t.push_back(tr.below(static_cast<std::uint32_t>(schedule_->num_timesteps)));
+    b.t.push_back(static_cast<std::int32_t>(tr.below(static_cast<std::uint32_t>(schedule_->num_timesteps))));
     Philox drop(seed_, RngPurpose::LabelDrop, key_step, key);
     if (label_dropout_ > 0 && drop.uniform_f64() < label_dropout_) label = num_classes_;
     b.y.push_back(label);
   }
-  b.x_t = diffusion::q_sample(*schedule_, b.x_start, b.t, b.noise);
   return b;
 }
 

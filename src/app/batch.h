@@ -1,7 +1,9 @@
 // Training batches as a pure function of (seed, step, dp rank, microbatch): which samples, their
-// timesteps, noise and label dropout. Every rank that needs a microbatch (pipeline stage 0 for the
-// model input, the last stage for the loss) derives the same numbers without communication, the
-// numbers do not depend on the layout, and a resumed run continues bit for bit.
+// timesteps and label dropout here; their noise on the backend from the same keys
+// (Backend::philox_normal with RngPurpose::Noise, step, sample position). Every rank that needs a
+// microbatch (pipeline stage 0 for the model input, the last stage for the loss) derives the same
+// numbers without communication, the numbers do not depend on the layout, and a resumed run
+// continues bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +24,14 @@ struct BatchPlan {
   static BatchPlan make(std::int64_t global_batch, int dp, int micro_batch);  // validates
 };
 
+// The host part of a microbatch. Sample i sits at position first + i of the training stream; its
+// noise is stream (seed, Noise, step, first + i).
 struct Microbatch {
   std::int64_t n = 0;
-  std::vector<std::int64_t> positions;  // (n) position of each sample in the training stream
-  std::vector<double> x_start;          // (n, C, H, W)
-  std::vector<double> noise;            // (n, C, H, W)
-  std::vector<std::int64_t> t;          // (n) diffusion timesteps
-  std::vector<std::int32_t> y;          // (n) labels after CFG dropout (num_classes = null)
-  std::vector<double> x_t;              // (n, C, H, W) = q_sample(x_start, t, noise)
+  std::int64_t first = 0;
+  std::vector<float> x_start;     // (n, C, H, W)
+  std::vector<std::int32_t> t;    // (n) diffusion timesteps (schedule indices)
+  std::vector<std::int32_t> y;    // (n) labels after CFG dropout (num_classes = null)
 };
 
 class BatchSource {

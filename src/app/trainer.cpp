@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "app/gather.h"
+#include "core/philox.h"
 #include "diffusion/losses.h"
 
 namespace dit {
@@ -35,6 +36,12 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
                                            train.seed, cfg_.class_dropout_prob, cfg_.num_classes);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
+  const std::vector<float> table = diffusion::loss_coef_table(schedule_);
+  coefs_ = Buffer(be, table.size() * sizeof(float));
+  upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(),
+         DType::F32);
+  const BatchPlan& plan = batches_->plan();
+  terms_ = Buffer(be, static_cast<std::size_t>(plan.microbatches) * plan.micro_batch * 3 * sizeof(float));
 }
 
 StageState Trainer::state() {
@@ -92,6 +99,23 @@ const Microbatch& Trainer::microbatch(int mb) {
   return it->second;
 }
 
+const Trainer::DeviceBatch& Trainer::device_batch(int mb, Arena& arena) {
+  auto it = device_cache_.find(mb);
+  if (it != device_cache_.end()) return it->second;
+  const Microbatch& b = microbatch(mb);
+  const std::int64_t n = b.n;
+  DeviceBatch d;
+  d.x0 = arena.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, DType::F32);
+  upload(d.x0, b.x_start.data(), DType::F32);
+  d.t = arena.tensor({n}, DType::I32);
+  upload(d.t, b.t.data(), DType::I32);
+  d.noise = arena.tensor(d.x0.shape, DType::F32);
+  be_->philox_normal(train_.seed, static_cast<std::uint32_t>(RngPurpose::Noise),
+                     static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(b.first),
+                     d.noise.view({n, d.x0.numel() / n}));
+  return device_cache_.emplace(mb, d).first->second;
+}
+
 void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
   be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
 }
@@ -102,49 +126,39 @@ StepStats Trainer::step() {
   const BatchPlan& plan = batches_->plan();
   const std::int64_t n = plan.micro_batch;
   const DType dt = be.compute_dtype();
-  const diffusion::ImageShape shape{n, cfg_.in_channels, cfg_.input_size, cfg_.input_size};
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
                       dp0 = ctx_->dp->stats().bytes;
   StepStats st;
   st.step = step_;
-  double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
   cache_.clear();
+  device_cache_.clear();
   model_->params().zero_grads();
+  const Tensor coefs = coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32);
+  const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
   DiTPipelineHooks hooks;
   hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
     const Microbatch& b = microbatch(mb);
-    std::vector<float> x(b.x_t.begin(), b.x_t.end());
-    const auto model_t = schedule_.model_timesteps(b.t);
+    const DeviceBatch& d = device_batch(mb, arena);
+    in.images = arena.tensor(d.x0.shape, dt);
+    be.q_sample(d.x0, d.noise, d.t, coefs, in.images);
+    const std::vector<std::int64_t> t64(b.t.begin(), b.t.end());
+    const auto model_t = schedule_.model_timesteps(t64);
     std::vector<float> t(model_t.begin(), model_t.end());
-    in.images = arena.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, dt);
-    upload(in.images, x.data(), DType::F32);
     in.t = arena.tensor({n}, DType::F32);  // timesteps stay fp32 (bf16 would round 999 to 1000)
     upload(in.t, t.data(), DType::F32);
     in.ids = arena.tensor({n}, DType::I32);
     upload(in.ids, b.y.data(), DType::I32);
   };
   hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
-    const Microbatch& b = microbatch(mb);
-    std::vector<float> o(static_cast<std::size_t>(out.numel()));
-    be.copy(Tensor{o.data(), DType::F32, out.shape, Device::Host}, out);
-    const std::vector<double> o64(o.begin(), o.end());
-    const auto terms = diffusion::training_losses(schedule_, shape, {o64, b.x_start, b.noise, b.t});
-    for (std::int64_t i = 0; i < n; ++i) {
-      sums[0] += terms.loss[i];
-      sums[1] += terms.mse[i];
-      if (!terms.vb.empty()) sums[2] += terms.vb[i];
-    }
-    // terms.grad_model_output is d(mean over this microbatch); the step's loss is the mean over
-    // the microbatches (and, through the ZeRO reduction, over dp).
-    // Under fp16 loss scaling the backward pass carries d(S x loss); the optimizer divides by S.
-    const double seed = scaler_.scale() / plan.microbatches;
-    std::vector<float> dout(terms.grad_model_output.size());
-    for (std::size_t i = 0; i < dout.size(); ++i)
-      dout[i] = static_cast<float>(terms.grad_model_output[i] * seed);
-    Tensor d = arena.tensor(out.shape, dt);
-    upload(d, dout.data(), DType::F32);
-    return d;
+    const DeviceBatch& d = device_batch(mb, arena);
+    // d(mean over this microbatch) scaled to the step's mean over its microbatches (and, through
+    // the ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
+    const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
+    Tensor dout = arena.tensor(out.shape, dt);
+    be.diffusion_loss(out, d.x0, d.noise, d.t, coefs, cfg_.learn_sigma, seed, dout,
+                      terms.rows(mb * n, n));
+    return dout;
   };
   DiTPipelineStage stage(be, *model_, n, hooks);
   const PipelineTiming timing = executor_->run(
@@ -165,8 +179,14 @@ StepStats Trainer::step() {
   st.skipped = !r.applied;
   st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
-  // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes.
-  if (!(ctx_->last_stage() && ctx_->tp->rank() == 0)) sums[0] = sums[1] = sums[2] = 0;
+  // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes,
+  // from one download of the step's per-sample terms.
+  double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
+  if (ctx_->last_stage() && ctx_->tp->rank() == 0) {
+    std::vector<float> host(static_cast<std::size_t>(terms.numel()));
+    be.copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
+    for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];
+  }
   const bool bad = !std::isfinite(sums[0] + sums[1] + sums[2]);
   const double bad_rank = ctx_->world->all_reduce_max(bad ? -double(ctx_->world_rank) : -1e9);
   st.nonfinite_rank = bad_rank > -1e9 ? static_cast<int>(-bad_rank) : -1;

@@ -1,8 +1,11 @@
 // The training step as the official DiT train.py defines it, split over the rank grid: per
-// microbatch, sample t and noise (keyed RNG), drop labels for guidance, forward through the
-// pipeline, hybrid loss (MSE + VB) on the last stage, backward; then ZeRO-1: reduce-scatter the
-// grads over dp, clip the global norm, AdamW and EMA on the shard, all-gather. The loss and its
-// gradients are means over the global batch, so every layout trains the same model.
+// microbatch, sample t (keyed RNG) and drop labels for guidance on the host, draw the noise and
+// form x_t on the backend, forward through the pipeline, hybrid loss (MSE + VB) and its gradient
+// on the backend of the last stage, backward; then ZeRO-1: reduce-scatter the grads over dp, clip
+// the global norm, AdamW and EMA on the shard, all-gather. The loss and its gradients are means
+// over the global batch, so every layout trains the same model. The host waits for the backend
+// twice a step, whatever the microbatches and tensors: the norm's one reduction and, on the loss
+// ranks, the per-sample loss terms at the end (Backend::host_syncs counts them).
 #pragma once
 
 #include <map>
@@ -98,7 +101,12 @@ class Trainer {
   MemoryAccount memory() const;
 
  private:
+  // What both ends of the pipeline need of a microbatch, on the backend (in its arena).
+  struct DeviceBatch {
+    Tensor x0, noise, t;  // (N, C, H, W) fp32, the same, (N) int32 schedule indices
+  };
   const Microbatch& microbatch(int mb);
+  const DeviceBatch& device_batch(int mb, Arena& arena);
   void upload(const Tensor& dst, const void* host, DType host_dtype);
 
   Backend* be_;
@@ -114,6 +122,9 @@ class Trainer {
   std::size_t workspace_peak_ = 0;
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
+  std::map<int, DeviceBatch> device_cache_;
+  Buffer coefs_;  // (T, math::kNumLossCoefs) fp32: the schedule as the loss kernels read it
+  Buffer terms_;  // (microbatches x micro_batch, 3) fp32: this step's per-sample loss terms
 };
 
 }  // namespace dit

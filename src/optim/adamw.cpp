@@ -32,7 +32,7 @@ Tensor Optimizer::params() const {
 }
 
 void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Tensor& grads,
-                     double grad_scale) {
+                     double grad_scale, double ema_decay) {
   DIT_CHECK(t >= 1, "AdamW step numbers count from 1, got ", t);
   math::AdamWParams h;
   h.lr = static_cast<float>(lr);
@@ -43,11 +43,10 @@ void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Te
   h.bc1 = static_cast<float>(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
   h.bc2 = static_cast<float>(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
   h.grad_scale = static_cast<float>(grad_scale);
-  be_->adamw_step(master_, grads, exp_avg(), exp_avg_sq(), h);
-  if (master_.data != params().data) be_->copy(params(), master_);
+  const Tensor storage = master_.data != params().data ? params() : Tensor{};
+  be_->adamw_ema_step(master_, grads, exp_avg(), exp_avg_sq(), ema(), storage, h,
+                      static_cast<float>(ema_decay));
 }
-
-void Optimizer::update_ema(double decay) { be_->ema_step(ema(), master_, static_cast<float>(decay)); }
 
 void Optimizer::reset_ema() { be_->copy(ema(), master_); }
 

@@ -36,12 +36,11 @@ class Optimizer {
   Tensor params() const;
 
   // One AdamW step (step_number counts from 1) on the range with its gradients `grads` (the
-  // range's reduced and clipped gradients, end - begin elements), writing the new values into the
-  // compute-dtype params of the range. grad_scale multiplies every gradient as AdamW reads it.
+  // range's reduced gradients, end - begin elements), then ema = decay * ema + (1 - decay) *
+  // master, and the new values into the compute-dtype params of the range: one fused pass.
+  // grad_scale multiplies every gradient as AdamW reads it (unscaling and clipping).
   void step(const AdamWConfig& cfg, double lr, std::int64_t step_number, const Tensor& grads,
-            double grad_scale = 1.0);
-  // ema = decay * ema + (1 - decay) * master
-  void update_ema(double decay);
+            double grad_scale, double ema_decay);
   // Resets the EMA to the current master weights (start of training).
   void reset_ema();
 

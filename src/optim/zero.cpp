@@ -23,12 +23,23 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DT
   }
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
+  DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "
+            "the norm; use more data-parallel ranks or pipeline stages");
+  std::vector<std::int32_t> ranges;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
     if (s.split == Split::Replicated && ctx.tp->rank() != 0) continue;
     const std::int64_t a = std::max(begin_, ps.offset(static_cast<int>(i)));
     const std::int64_t b = std::min(end_, ps.offset(static_cast<int>(i)) + s.local(ps.tp()).numel());
-    if (a < b) counted_.push_back({a - begin_, b - begin_});
+    if (a >= b) continue;
+    ranges.push_back(static_cast<std::int32_t>(a - begin_));
+    ranges.push_back(static_cast<std::int32_t>(b - begin_));
+  }
+  counted_ranges_ = static_cast<std::int64_t>(ranges.size() / 2);
+  if (counted_ranges_ > 0) {
+    counted_ = Buffer(be, ranges.size() * sizeof(std::int32_t));
+    be.copy(counted_.tensor({counted_ranges_, 2}, DType::I32),
+            Tensor{ranges.data(), DType::I32, {counted_ranges_, 2}, Device::Host});
   }
 }
 
@@ -58,8 +69,8 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
     }
   }
   const double unscale = 1.0 / (static_cast<double>(dp) * loss_scale);
-  double sumsq = 0;
-  for (const auto& [a, b] : counted_) sumsq += be.sum_squares(grads.rows(a, b - a));
+  double sumsq =
+      counted_ranges_ > 0 ? be.sum_squares_ranges(grads, counted_.tensor({counted_ranges_, 2}, DType::I32)) : 0.0;
   ctx_->world->all_reduce_sum(&sumsq, 1);
   Result r;
   r.grad_norm = std::sqrt(sumsq) * unscale;
@@ -68,8 +79,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
     return r;
   }
   const double factor = clip_factor(r.grad_norm, max_norm);
-  opt_->step(cfg, lr, step_number, grads, factor * unscale);
-  opt_->update_ema(ema_decay);
+  opt_->step(cfg, lr, step_number, grads, factor * unscale, ema_decay);
   if (dp > 1) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
   return r;
 }

@@ -2,12 +2,12 @@
 // keeps the fp32 master weights, Adam moments and EMA of that shard only. A step:
 //   1. reduce-scatter the flat fp32 grads over dp (sum): in fp32, or, when asked (reduce_dtype
 //      BF16), through bf16 copies that halve the bytes sent, the shard widened back to fp32;
-//   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: sum of
-//      squares over the shard, counting tensors replicated over tp only on tp rank 0, summed over
-//      dp, tp and pp; the clipping factor;
-//   3. AdamW and EMA on the shard, AdamW reading each gradient times 1/(dp x loss scale) x clip
-//      (the 16-bit gradients are never rescaled in place); with fp16 loss scaling a non-finite
-//      norm skips this step on every rank;
+//   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: one sum of
+//      squares over the shard's counted ranges (tensors replicated over tp count on tp rank 0
+//      only), summed over dp, tp and pp; the clipping factor;
+//   3. AdamW and EMA on the shard in one fused pass (which also refreshes 16-bit parameters from
+//      the fp32 masters), AdamW reading each gradient times 1/(dp x loss scale) x clip; with fp16
+//      loss scaling a non-finite norm skips this step on every rank;
 //   4. all-gather the updated parameters over dp.
 #pragma once
 
@@ -53,7 +53,8 @@ class ZeroOptimizer {
   Buffer shard_grads_;  // dp > 1: the reduce-scatter output
   Buffer reduce_full_, reduce_shard_;  // dp > 1 and a bf16 reduction: its input and output
   std::unique_ptr<Optimizer> opt_;
-  std::vector<std::pair<std::int64_t, std::int64_t>> counted_;  // shard-relative ranges in the norm
+  Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
+  std::int64_t counted_ranges_ = 0;
 };
 
 }  // namespace dit

@@ -7,6 +7,7 @@
 
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
+#include "io/dataset.h"
 #include "tiny_model.h"
 
 namespace dit {
@@ -47,6 +48,42 @@ TEST(Trainer, SameRunTwiceIsBitIdentical) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   EXPECT_NE(a.front(), a.back());
+}
+
+}  // namespace dit
+
+namespace dit {
+
+// The host waits for the backend a fixed number of times per step, however many microbatches and
+// parameter tensors: the norm's one reduction and the loss terms' one download. A download per
+// microbatch (the loss on the host) or a reduction per tensor (the norm) would make the counts
+// differ below. The CPU backend counts the sync points a GPU has.
+TEST(Trainer, HostWaitsTwicePerStepWhateverTheMicrobatchesAndTensors) {
+  SyntheticDataset data({1, 8, 8}, 4, 256, 7);
+  auto syncs = [&](int depth, int micro, DType dt) {
+    auto be = make_backend("cpu", dt);
+    ParallelContext ctx = make_single_context();
+    TrainConfig tc;
+    tc.global_batch = 8;
+    tc.micro_batch = micro;
+    tc.seed = 2;
+    Trainer t(*be, ctx, tiny_dit(1, depth, 2, 4), tc, data);
+    t.step();  // the first step may set things up
+    std::vector<std::uint64_t> per_step;
+    for (int i = 0; i < 2; ++i) {
+      const std::uint64_t before = be->host_syncs();
+      t.step();
+      per_step.push_back(be->host_syncs() - before);
+    }
+    EXPECT_EQ(per_step[0], per_step[1]);
+    return per_step[0];
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::uint64_t base = syncs(2, 8, dt);
+    EXPECT_EQ(base, 2u) << dtype_name(dt);
+    EXPECT_EQ(syncs(2, 1, dt), base) << "8 microbatches instead of 1, " << dtype_name(dt);
+    EXPECT_EQ(syncs(4, 2, dt), base) << "twice the blocks and 4 microbatches, " << dtype_name(dt);
+  }
 }
 
 }  // namespace dit

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 
 typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
 
 namespace dit {
 
@@ -82,6 +83,18 @@ class CudaBackend final : public Backend {
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const math::AdamWParams& h) override;
   void ema_step(const Tensor& ema, const Tensor& param, float decay) override;
+  void adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                      const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                      const math::AdamWParams& h, float decay) override;
+  double sum_squares_ranges(const Tensor& x, const Tensor& ranges) override;
+
+  void philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                     std::uint64_t first, const Tensor& noise) override;
+  void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
+                const Tensor& x_t) override;
+  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
+                      const Tensor& coefs, bool learn_sigma, float grad_scale, const Tensor& dout,
+                      const Tensor& terms) override;
 
  private:
   // Device scratch for one primitive at a time (staging of converting copies, reduction
@@ -89,6 +102,10 @@ class CudaBackend final : public Backend {
   // by the next primitive safe. Valid until the next call of scratch().
   void* scratch(std::size_t bytes);
   void check_fault_flag();
+  // Host bytes copied into the pinned upload ring, from where a copy to the device is
+  // asynchronous; waits (a counted sync) only when the ring must be reused before the GPU has
+  // read it. Record pinned_done_ after issuing the copy.
+  void* stage_upload(const void* src, std::size_t bytes);
 
   DType compute_;
   int device_ = 0;
@@ -103,6 +120,9 @@ class CudaBackend final : public Backend {
   int* fault_dev_ = nullptr;
   double* result_host_ = nullptr;
   double* result_dev_ = nullptr;
+  char* pinned_ = nullptr;  // the upload ring (page-locked host memory)
+  std::size_t pinned_bytes_ = 0, pinned_off_ = 0;
+  cudaEvent_t pinned_done_ = nullptr;  // the last copy out of the ring
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // its cuDNN handle comes on first use
 };

@@ -1,7 +1,7 @@
 // CUDA backend: construction, device memory, the scratch area, copies (any direction, with dtype
 // conversion on the device), fill, transpose_01 and the deterministic sum of squares.
-// Copies that touch host memory synchronize, so the host side is free to use on return, as on
-// the CPU backend (they happen a few times per step: inputs, losses, checkpoints).
+// Downloads (device to host) synchronize, so the host reads the data on return, as on the CPU
+// backend; uploads go through a pinned ring and return at once (the host's source is copied).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -120,6 +120,7 @@ CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
                                cudaHostAllocMapped));
   DIT_CUDA_CHECK(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&result_dev_), result_host_, 0));
+  DIT_CUDA_CHECK(cudaEventCreateWithFlags(&pinned_done_, cudaEventDisableTiming));
   gemm_ = std::make_unique<cuda::GemmContext>(stream_);
   cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_, attention_path);
   // 16-bit attention goes through cuDNN: make its handle now rather than inside the first step.
@@ -134,6 +135,8 @@ CudaBackend::~CudaBackend() {
   if (scratch_) cudaFree(scratch_);
   if (fault_host_) cudaFreeHost(fault_host_);
   if (result_host_) cudaFreeHost(result_host_);
+  if (pinned_) cudaFreeHost(pinned_);
+  if (pinned_done_) cudaEventDestroy(pinned_done_);
   if (stream_) cudaStreamDestroy(stream_);
   if (rc != cudaSuccess)
     std::fprintf(stderr, "CUDA backend teardown: %s\n", cudaGetErrorString(rc));
@@ -184,12 +187,36 @@ void CudaBackend::check_fault_flag() {
   if (f == 0) return;
   *static_cast<volatile int*>(fault_host_) = 0;
   DIT_FAIL("CUDA backend: a kernel rejected its input (code ", f,
-           f == 1 ? ": an embedding id outside the table" : "", ")");
+           f == 1 ? ": an embedding id outside the table" : f == 2 ? ": a timestep outside the schedule" : "",
+           ")");
 }
 
 void CudaBackend::synchronize() {
+  count_sync();
   DIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   check_fault_flag();
+}
+
+void* CudaBackend::stage_upload(const void* src, std::size_t bytes) {
+  const std::size_t need = (bytes + 255) / 256 * 256;
+  if (need > pinned_bytes_ - pinned_off_ || !pinned_) {
+    // Every earlier upload must have left the ring before it is reused or replaced.
+    if (pinned_ && cudaEventQuery(pinned_done_) == cudaErrorNotReady) {
+      count_sync();
+      DIT_CUDA_CHECK(cudaEventSynchronize(pinned_done_));
+    }
+    cudaGetLastError();  // a not-ready query is not an error
+    if (need > pinned_bytes_) {
+      if (pinned_) DIT_CUDA_CHECK(cudaFreeHost(pinned_));
+      pinned_bytes_ = std::max({need, 2 * pinned_bytes_, std::size_t{16} << 20});
+      DIT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned_), pinned_bytes_, cudaHostAllocDefault));
+    }
+    pinned_off_ = 0;
+  }
+  char* at = pinned_ + pinned_off_;
+  std::memcpy(at, src, bytes);
+  pinned_off_ += need;
+  return at;
 }
 
 void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
@@ -210,22 +237,25 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     }
     return;
   }
+  if (src_host) {  // an upload: through the pinned ring, asynchronous
+    const void* pinned = stage_upload(src.data, src.bytes());
+    void* to = dst.dtype == src.dtype ? dst.data : scratch(src.bytes());
+    DIT_CUDA_CHECK(cudaMemcpyAsync(to, pinned, src.bytes(), cudaMemcpyHostToDevice, stream_));
+    DIT_CUDA_CHECK(cudaEventRecord(pinned_done_, stream_));
+    if (dst.dtype != src.dtype) convert_on_device(dst.data, dst.dtype, to, src.dtype, n, stream_);
+    return;
+  }
   if (dst.dtype == src.dtype) {
     DIT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, stream_));
   } else if (!dst_host && !src_host) {
     convert_on_device(dst.data, dst.dtype, src.data, src.dtype, n, stream_);
-  } else if (src_host) {  // stage the host bytes on the device, convert there
-    void* stage = scratch(src.bytes());
-    DIT_CUDA_CHECK(
-        cudaMemcpyAsync(stage, src.data, src.bytes(), cudaMemcpyHostToDevice, stream_));
-    convert_on_device(dst.data, dst.dtype, stage, src.dtype, n, stream_);
   } else {  // convert on the device, then move the converted bytes
     void* stage = scratch(dst.bytes());
     convert_on_device(stage, dst.dtype, src.data, src.dtype, n, stream_);
     DIT_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, stage, dst.bytes(), cudaMemcpyDeviceToHost, stream_));
   }
-  if (dst_host || src_host) synchronize();
+  if (dst_host) synchronize();  // a download: the host reads it on return
 }
 
 void CudaBackend::fill(const Tensor& t, float value) {

@@ -1,0 +1,252 @@
+// CUDA backend: the training step's own primitives (see backend.h): keyed noise, q_sample and the
+// diffusion loss of a microbatch (math.h's per-element functor, one block per sample), the fused
+// AdamW + EMA pass and the global norm's single reduction over the counted ranges of a shard.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "core/philox.h"
+
+namespace dit {
+
+using cuda::from_f32;
+using cuda::i64;
+using cuda::to_f32;
+
+namespace {
+
+constexpr int kFaultBadTimestep = 2;
+constexpr double kLn2 = 0.6931471805599453;
+
+__global__ void philox_normal_kernel(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                                     std::uint64_t first, i64 p, i64 n, float* out) {
+  for (i64 k = cuda::global_thread(); k < n; k += cuda::grid_stride())
+    out[k] = philox_normal_at(seed, purpose, step, first + static_cast<std::uint64_t>(k / p),
+                              static_cast<std::uint64_t>(k % p));
+}
+
+// The schedule row of sample i, or null (and a fault) for an index outside the table.
+__device__ const float* loss_row(const float* coefs, const std::int32_t* t, i64 i, i64 steps,
+                                 int* fault) {
+  const std::int32_t s = t[i];
+  if (s < 0 || s >= steps) {
+    *fault = kFaultBadTimestep;
+    return nullptr;
+  }
+  return coefs + static_cast<i64>(s) * math::kNumLossCoefs;
+}
+
+template <typename T>
+__global__ void q_sample_kernel(const float* x0, const float* noise, const std::int32_t* t,
+                                const float* coefs, i64 steps, i64 p, i64 n, T* x_t, int* fault) {
+  for (i64 k = cuda::global_thread(); k < n; k += cuda::grid_stride()) {
+    const float* c = loss_row(coefs, t, k / p, steps, fault);
+    if (!c) return;
+    x_t[k] = from_f32<T>(static_cast<float>(static_cast<double>(c[math::kSqrtAlphasCumprod]) * x0[k] +
+                                            static_cast<double>(c[math::kSqrtOneMinusAlphasCumprod]) * noise[k]));
+  }
+}
+
+// One block per sample: every element's terms and gradient, then the sample's sums.
+template <typename T>
+__global__ void diffusion_loss_kernel(const T* out, const float* x0, const float* noise,
+                                      const std::int32_t* t, const float* coefs, i64 steps, i64 p,
+                                      bool learn_sigma, double grad_inv, T* dout, float* terms,
+                                      int* fault) {
+  __shared__ double part[2][cuda::kThreads / 32];
+  const i64 i = blockIdx.x, per_out = (learn_sigma ? 2 : 1) * p;
+  const float* c = loss_row(coefs, t, i, steps, fault);
+  if (!c) return;
+  double mse = 0, vb = 0;
+  for (i64 j = threadIdx.x; j < p; j += blockDim.x) {
+    const T* o = out + i * per_out;
+    const math::LossElement e =
+        math::loss_element(to_f32(o[j]), learn_sigma ? to_f32(o[p + j]) : 0.f, x0[i * p + j],
+                           noise[i * p + j], c, learn_sigma);
+    mse += e.mse;
+    vb += e.vb;
+    dout[i * per_out + j] = from_f32<T>(static_cast<float>(e.d_eps * grad_inv));
+    if (learn_sigma) dout[i * per_out + p + j] = from_f32<T>(static_cast<float>(e.d_v * grad_inv / kLn2));
+  }
+  mse = cuda::warp_sum(mse);
+  vb = cuda::warp_sum(vb);
+  if (threadIdx.x % 32 == 0) part[0][threadIdx.x / 32] = mse, part[1][threadIdx.x / 32] = vb;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double m = 0, v = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) m += part[0][w], v += part[1][w];
+  m /= static_cast<double>(p);
+  v = learn_sigma ? v / static_cast<double>(p) / kLn2 : 0.0;
+  terms[3 * i] = static_cast<float>(m + v);
+  terms[3 * i + 1] = static_cast<float>(m);
+  terms[3 * i + 2] = static_cast<float>(v);
+}
+
+template <typename G, typename P>
+struct AdamWEma {
+  float* master;
+  const G* grad;
+  float* m;
+  float* v;
+  float* ema;
+  P* param;  // null: no storage copy (fp32 runs, where the master is the parameter)
+  math::AdamWParams h;
+  float decay;
+  __device__ void operator()(i64 i) const {
+    float p = master[i], mi = m[i], vi = v[i];
+    math::adamw_update(p, to_f32(grad[i]), mi, vi, h);
+    master[i] = p, m[i] = mi, v[i] = vi;
+    ema[i] = math::ema_update(ema[i], p, decay);
+    if (param) param[i] = from_f32<P>(p);
+  }
+};
+
+template <typename Op>
+__global__ void for_each_kernel(i64 n, Op op) {
+  for (i64 i = cuda::global_thread(); i < n; i += cuda::grid_stride()) op(i);
+}
+
+// Partial sums of x^2 over the elements inside the sorted ranges (binary search per element).
+__global__ void ranged_squares_partial(const float* x, i64 n, const std::int32_t* ranges, int r,
+                                       double* partial) {
+  __shared__ double warp_part[cuda::kThreads / 32];
+  double s = 0;
+  for (i64 i = cuda::global_thread(); i < n; i += cuda::grid_stride()) {
+    int lo = 0, hi = r;  // the last range starting at or before i
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      (ranges[2 * mid] <= i ? lo : hi) = mid;
+    }
+    if (r > 0 && ranges[2 * lo] <= i && i < ranges[2 * lo + 1]) s += static_cast<double>(x[i]) * x[i];
+  }
+  s = cuda::warp_sum(s);
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < cuda::kThreads / 32; ++w) t += warp_part[w];
+    partial[blockIdx.x] = t;
+  }
+}
+
+__global__ void sum_block_partials(const double* partial, int count, double* out) {
+  __shared__ double warp_part[32];
+  double s = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  s = cuda::warp_sum(s);
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += warp_part[w];
+    *out = t;
+  }
+}
+
+void check_table(const Tensor& t, const Tensor& coefs, i64 n) {
+  DIT_CHECK(t.dtype == DType::I32 && t.numel() == n, "diffusion: t must be (", n,
+            ") int32 schedule indices, got ", t.shape.str());
+  DIT_CHECK(coefs.shape.rank == 2 && coefs.dim(1) == math::kNumLossCoefs, "diffusion: coefs ",
+            coefs.shape.str(), " is not a schedule table");
+  cuda::check_f32(coefs, "diffusion coefs");
+  cuda::check_on_device(t, "diffusion t");
+  cuda::check_on_device(coefs, "diffusion coefs");
+}
+
+}  // namespace
+
+void CudaBackend::philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
+                                std::uint64_t first, const Tensor& noise) {
+  cuda::check_f32(noise, "philox_normal");
+  cuda::check_on_device(noise, "philox_normal");
+  const i64 n = noise.numel(), rows = noise.dim(0);
+  if (n == 0) return;
+  philox_normal_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(seed, purpose, step, first,
+                                                                           n / rows, n, noise.as<float>());
+  DIT_CUDA_LAUNCH_CHECK();
+}
+
+void CudaBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
+                           const Tensor& coefs, const Tensor& x_t) {
+  const i64 n = x0.numel(), rows = x0.dim(0);
+  cuda::same_numel(x0, noise, "q_sample noise");
+  cuda::same_numel(x0, x_t, "q_sample x_t");
+  cuda::check_f32(x0, "q_sample x0");
+  cuda::check_f32(noise, "q_sample noise");
+  cuda::check_on_device(x_t, "q_sample x_t");
+  check_table(t, coefs, rows);
+  if (n == 0) return;
+  cuda::dispatch_float(x_t.dtype, "q_sample x_t", [&](auto tag) {
+    using T = decltype(tag);
+    q_sample_kernel<T><<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+        x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(), coefs.dim(0),
+        n / rows, n, x_t.as<T>(), fault_dev_);
+    DIT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void CudaBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
+                                 const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                 float grad_scale, const Tensor& dout, const Tensor& terms) {
+  const i64 n = x0.dim(0), p = x0.numel() / std::max<i64>(n, 1);
+  DIT_CHECK(out.numel() == n * (learn_sigma ? 2 : 1) * p && dout.numel() == out.numel() &&
+                noise.numel() == x0.numel() && terms.numel() == 3 * n,
+            "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", dout ",
+            dout.shape.str(), ", terms ", terms.shape.str(), " do not fit");
+  cuda::same_dtype(out, dout, "diffusion_loss out and dout");
+  cuda::check_f32(x0, "loss x0");
+  cuda::check_f32(noise, "loss noise");
+  cuda::check_f32(terms, "loss terms");
+  for (const Tensor* x : {&out, &dout}) cuda::check_on_device(*x, "diffusion_loss");
+  check_table(t, coefs, n);
+  if (n == 0) return;
+  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
+  cuda::dispatch_float(out.dtype, "diffusion_loss out", [&](auto tag) {
+    using T = decltype(tag);
+    diffusion_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+        out.as<T>(), x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(),
+        coefs.dim(0), p, learn_sigma, grad_inv, dout.as<T>(), terms.as<float>(), fault_dev_);
+    DIT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void CudaBackend::adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, const Tensor& ema, const Tensor& param,
+                                 const math::AdamWParams& h, float decay) {
+  for (const Tensor* x : {&grad, &exp_avg, &exp_avg_sq, &ema}) cuda::same_numel(master, *x, "adamw_ema_step");
+  for (const Tensor* x : {&master, &exp_avg, &exp_avg_sq, &ema}) cuda::check_f32(*x, "adamw_ema_step state");
+  cuda::check_on_device(grad, "adamw_ema_step grad");
+  const bool copy = param.data && param.data != master.data;
+  if (copy) cuda::same_numel(master, param, "adamw_ema_step param");
+  const i64 n = master.numel();
+  if (n == 0) return;
+  cuda::dispatch_float(grad.dtype, "adamw grad", [&](auto gtag) {
+    using G = decltype(gtag);
+    cuda::dispatch_float(copy ? param.dtype : DType::F32, "adamw param", [&](auto ptag) {
+      using P = decltype(ptag);
+      const AdamWEma<G, P> op{master.as<float>(), grad.as<G>(), exp_avg.as<float>(), exp_avg_sq.as<float>(),
+                              ema.as<float>(), copy ? param.as<P>() : nullptr, h, decay};
+      for_each_kernel<<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(n, op);
+      DIT_CUDA_LAUNCH_CHECK();
+    });
+  });
+}
+
+double CudaBackend::sum_squares_ranges(const Tensor& x, const Tensor& ranges) {
+  cuda::check_f32(x, "sum_squares_ranges");
+  cuda::check_on_device(x, "sum_squares_ranges");
+  cuda::check_on_device(ranges, "sum_squares_ranges ranges");
+  DIT_CHECK(ranges.dtype == DType::I32 && ranges.shape.rank == 2 && ranges.dim(1) == 2,
+            "sum_squares_ranges: ranges must be (R, 2) int32, got ", ranges.shape.str());
+  const i64 n = x.numel();
+  if (n == 0) return 0.0;
+  const int blocks = std::min(1024, cuda::grid_for(n));
+  auto* partial = static_cast<double*>(scratch(blocks * sizeof(double)));
+  ranged_squares_partial<<<blocks, cuda::kThreads, 0, stream_>>>(
+      x.as<float>(), n, ranges.as<std::int32_t>(), static_cast<int>(ranges.dim(0)), partial);
+  DIT_CUDA_LAUNCH_CHECK();
+  sum_block_partials<<<1, 1024, 0, stream_>>>(partial, blocks, result_dev_);
+  DIT_CUDA_LAUNCH_CHECK();
+  synchronize();
+  return *static_cast<volatile double*>(result_host_);
+}
+
+}  // namespace dit
