@@ -239,7 +239,38 @@ void verify_schedule(const GoldenFile& g, Report& rep) {
   }
 }
 
-// Training loss terms and the parameter gradients of mean(loss).
+// The training loss as training computes it, on the backend (Backend::diffusion_loss), for
+// samples [first, first + count) of a batch of n: their per-sample terms (loss, mse, vb) and
+// d mean_n(loss) / d out.
+struct BackendLossResult {
+  std::vector<float> dout, terms;
+};
+BackendLossResult backend_loss(Backend& be, const diffusion::Schedule& sched, const DiTConfig& cfg,
+                               const std::vector<float>& out, const std::vector<double>& x_start,
+                               const std::vector<double>& noise, const std::vector<std::int64_t>& t,
+                               std::int64_t first, std::int64_t count, std::int64_t n) {
+  const std::int64_t per = x_start.size() / t.size(), c = cfg.in_channels, hw = cfg.input_size;
+  Arena arena(be);
+  auto put = [&](const void* host, DType host_dt, Shape s, DType dt) {
+    Tensor x = arena.tensor(s, dt);
+    be.copy(x, Tensor{const_cast<void*>(host), host_dt, s, Device::Host});
+    return x;
+  };
+  const std::vector<float> x0(x_start.begin() + first * per, x_start.begin() + (first + count) * per);
+  const std::vector<float> eps(noise.begin() + first * per, noise.begin() + (first + count) * per);
+  const std::vector<std::int32_t> ti(t.begin() + first, t.begin() + first + count);
+  const std::vector<float> table = diffusion::loss_coef_table(sched);
+  const Shape img{count, c, hw, hw}, out_shape{count, cfg.out_channels(), hw, hw};
+  const Tensor tout = put(out.data(), DType::F32, out_shape, be.compute_dtype());
+  const Tensor dout = arena.tensor(out_shape, be.compute_dtype()), terms = arena.tensor({count, 3}, DType::F32);
+  be.diffusion_loss(tout, put(x0.data(), DType::F32, img, DType::F32), put(eps.data(), DType::F32, img, DType::F32),
+                    put(ti.data(), DType::I32, {count}, DType::I32),
+                    put(table.data(), DType::F32, {sched.num_timesteps, math::kNumLossCoefs}, DType::F32),
+                    cfg.learn_sigma, static_cast<float>(double(count) / double(n)), dout, terms);
+  return {host_copy(be, dout), host_copy(be, terms)};
+}
+
+// Training loss terms and the parameter gradients of mean(loss), with the loss on the backend.
 void verify_loss(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep) {
   const DiTConfig& cfg = g.config();
   const auto sched = diffusion::create_diffusion({"", cfg.learn_sigma, 1000});
@@ -250,31 +281,23 @@ void verify_loss(Backend& be, ParallelContext& ctx, const GoldenFile& g, const V
   const auto t = g.h5().read_ints("/loss/t");
   DIT_CHECK(static_cast<std::int64_t>(t.size()) == n, g.path(), ": /loss/t must have ", n, " entries");
   for (auto v : t) sched.check_timestep(v, "/loss/t");
-  const std::int64_t per = in_shape.numel() / n;
 
   Runner run(be, ctx, g, opt);
   const auto x_t = diffusion::q_sample(sched, x_start, t, noise);
   const auto model_t = sched.model_timesteps(t);
   // Per microbatch: the loss gradient of its samples, scaled from its mean to the batch mean.
   auto dout = [&](std::int64_t f, std::int64_t count, const std::vector<float>& out) {
-    const diffusion::ImageShape shape{count, cfg.in_channels, cfg.input_size, cfg.input_size};
-    auto span_of = [&](const std::vector<double>& v) {
-      return std::span<const double>(v.data() + f * per, static_cast<std::size_t>(count * per));
-    };
-    const auto o64 = to_f64(out);
-    const auto terms = diffusion::training_losses(
-        sched, shape, {o64, span_of(x_start), span_of(noise), std::span<const std::int64_t>(t.data() + f, count)});
-    std::vector<float> d(terms.grad_model_output.size());
-    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<float>(terms.grad_model_output[i] * count / n);
-    return d;
+    return backend_loss(be, sched, cfg, out, x_start, noise, t, f, count, n).dout;
   };
-  const auto out = to_f64(run.run(to_f32(x_t), std::vector<float>(model_t.begin(), model_t.end()),
-                                  g.read_labels("/loss/y", n), dout, nullptr, opt.microbatches));
-  const diffusion::ImageShape shape{n, cfg.in_channels, cfg.input_size, cfg.input_size};
-  const auto terms = diffusion::training_losses(sched, shape, {out, x_start, noise, t});
-  rep.full("loss/loss", terms.loss, g.read("/loss/loss", {n}));
-  rep.full("loss/mse", terms.mse, g.read("/loss/mse", {n}));
-  if (cfg.learn_sigma) rep.full("loss/vb", terms.vb, g.read("/loss/vb", {n}));
+  const auto out = run.run(to_f32(x_t), std::vector<float>(model_t.begin(), model_t.end()),
+                           g.read_labels("/loss/y", n), dout, nullptr, opt.microbatches);
+  const std::vector<float> terms = backend_loss(be, sched, cfg, out, x_start, noise, t, 0, n, n).terms;
+  std::vector<float> loss, mse, vb;
+  for (std::int64_t i = 0; i < n; ++i)
+    loss.push_back(terms[3 * i]), mse.push_back(terms[3 * i + 1]), vb.push_back(terms[3 * i + 2]);
+  rep.full("loss/loss", loss, g.read("/loss/loss", {n}));
+  rep.full("loss/mse", mse, g.read("/loss/mse", {n}));
+  if (cfg.learn_sigma) rep.full("loss/vb", vb, g.read("/loss/vb", {n}));
   compare_params(rep, g, "loss/grads/", run.grads(), "/loss/grads/");
 }
 
