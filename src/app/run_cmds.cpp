@@ -282,6 +282,7 @@ int run_train(const RunConfig& cfg) {
 
   std::unique_ptr<Backend> be;
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
+  be->set_deterministic(cfg.train.deterministic);
   ParallelContext ctx = make_mpi_context(layout);
   const std::string comms = attach_backend_comms(ctx, *be);
   const TrainConfig tc = train_config(cfg);

@@ -47,6 +47,9 @@ class Backend : public Allocator {
  public:
   ~Backend() override = default;
   virtual std::string name() const = 0;
+  // Only kernels whose results do not vary run to run (train.deterministic). The CPU backend always
+  // is; the CUDA backend otherwise lets cuDNN pick engines that sum with atomics.
+  virtual void set_deterministic(bool) {}
   virtual DType compute_dtype() const = 0;  // dtype of activations and params in layer code
   virtual void synchronize() = 0;
 

@@ -55,7 +55,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
         {"recompute", &t.recompute}, {"recompute_blocks", &t.recompute_blocks},
-        {"grad_reduce", &t.grad_reduce}}},
+        {"grad_reduce", &t.grad_reduce}, {"deterministic", &t.deterministic}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
         {"sequence_parallel", &p.sequence_parallel}}},

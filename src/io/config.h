@@ -49,6 +49,7 @@ struct TrainSection {
   std::string recompute = "none";  // none | selective | full: activation recomputation
   int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
   std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of the dp gradient reduction
+  bool deterministic = false;      // GPU: only kernels whose results do not vary run to run
   bool operator==(const TrainSection&) const = default;
 };
 

@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   // Which implementation attention_fwd/bwd use; the default comes from DIT_ATTENTION (see
   // cudnn_attention.h). For tests and benchmarks that compare the two.
   void set_attention_path(cuda::AttentionPath path);
+  void set_deterministic(bool d) override;
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& t, float value) override;

@@ -238,10 +238,11 @@ bool nondeterministic(const Desc& cfg) {
   return std::find(notes, notes + count, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes + count;
 }
 
-// Operation, graph, heuristics, and the first deterministic engine config that finalizes into an
-// execution plan. Throws CudnnError on a failed call; dit::Error naming kNoEngine when no config
-// can be planned.
-std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p) {
+// Operation, graph, heuristics, and the first engine config (deterministic ones only when asked)
+// that finalizes into an execution plan. Throws CudnnError on a failed call, including a config
+// that fails to finalize for another reason than "not supported" (a malformed graph, not a
+// limit of cuDNN); dit::Error naming kNoEngine when no config can be planned.
+std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p, bool deterministic) {
   auto plan = std::make_unique<SdpaPlan>();
   plan->problem = p;
   plan->scale = 1.f / std::sqrt(static_cast<float>(p.e));  // as the plain kernels
@@ -262,7 +263,7 @@ std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p)
     std::vector<Desc> cfgs = engine_configs(g, mode, why);
     offered += cfgs.size();
     for (Desc& cfg : cfgs) {
-      if (nondeterministic(cfg)) {
+      if (deterministic && nondeterministic(cfg)) {
         ++skipped_nondeterministic;
         continue;
       }
@@ -271,6 +272,8 @@ std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p)
       DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
       DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
       const cudnnStatus_t rc = cudnnBackendFinalize(exec.get());  // checked: configs may decline
+      if (rc != CUDNN_STATUS_SUCCESS && CUDNN_STATUS_CATEGORY(rc) != CUDNN_STATUS_NOT_SUPPORTED)
+        DIT_CUDNN_CHECK(rc);  // not a declining config: an error
       if (rc != CUDNN_STATUS_SUCCESS) {
         char detail[256] = {};
         cudnnGetLastErrorString(detail, sizeof detail);
@@ -357,11 +360,12 @@ const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& p
     e.why = ineligible(p, all_aligned);
     if (e.why.empty() && !handle_error_.empty()) e.why = handle_error_;
     if (e.why.empty()) {
+      // A CudnnError (a failed call: a malformed graph or descriptor) propagates as an error;
+      // only "no engine for this problem" falls back to the plain kernels.
       try {
-        e.plan = build_plan(handle(), p);
-      } catch (const CudnnError& err) {
-        e.why = err.not_supported() ? detail::concat(kNoEngine, " (", err.what(), ")")
-                                    : std::string(err.what());
+        e.plan = build_plan(handle(), p, deterministic_);
+      } catch (const CudnnError&) {
+        throw;
       } catch (const Error& err) {
         e.why = err.what();
       }

@@ -78,6 +78,12 @@ class CudnnAttention {
   // as the reason every problem then takes the kernels (an error under AttentionPath::Cudnn).
   void prepare();
   void set_path(AttentionPath path) { path_ = path; }
+  // Deterministic engines only (train.deterministic): cuDNN's fastest SDPA backward may use
+  // atomics, whose sums differ run to run. Plans made so far are dropped.
+  void set_deterministic(bool d) {
+    if (d != deterministic_) entries_.clear();
+    deterministic_ = d;
+  }
 
   // The plan for p with these pointers, built on first use and cached; nullptr when the call
   // takes the plain kernels. Under AttentionPath::Cudnn a problem cuDNN cannot take throws.
@@ -100,6 +106,7 @@ class CudnnAttention {
 
   cudaStream_t stream_;
   AttentionPath path_;
+  bool deterministic_ = false;
   cudnnHandle_t handle_ = nullptr;
   std::map<Key, Entry> entries_;
 };

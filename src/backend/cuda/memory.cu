@@ -143,6 +143,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::set_attention_path(cuda::AttentionPath path) { cudnn_attention_->set_path(path); }
+void CudaBackend::set_deterministic(bool d) { cudnn_attention_->set_deterministic(d); }
 
 void* CudaBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
