@@ -93,6 +93,7 @@ class Trainer {
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
+  bool stepped_ = false;  // this process has taken a step (the first one is slow)
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
 };

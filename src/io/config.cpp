@@ -55,7 +55,8 @@ std::vector<Section> sections(RunConfig& c) {
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window}}},
       {"parallel",
-       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers}}},
+       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
+        {"timeout_s", &p.timeout_s}}},
       {"data",
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
         {"latent_scale", &c.data.latent_scale}}},
@@ -544,6 +545,8 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
   require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
   require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
   require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe"});
+  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
+          "seconds >= 0 (0: no watchdog)");
   // Tensor parallelism splits whole heads and the MLP width (DESIGN.md, TP split).
   require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of model.num_heads = " + show(m.num_heads));
