@@ -112,10 +112,10 @@ void MpiComm::timed_out(const Wait& w, double waited) const {
   if (w.peer >= 0) {
     const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
     DIT_FAIL("communication timeout: waited ", limit, " for the ", w.op, " (tag ", w.tag, ") ",
-             std::string(w.op) == "send" ? "to" : "from", " world rank ", peer, " over ", group(), " at ",
+             std::string(w.op) == "send" ? "to" : "from", " world rank ", peer, " over ", group(), " during ",
              watch_->where(), "; rank ", peer, " stopped making progress (stopped, hung, or cut off from this one)");
   }
-  DIT_FAIL("communication timeout: waited ", limit, " in ", w.op, " over ", group(), " at ", watch_->where(),
+  DIT_FAIL("communication timeout: waited ", limit, " in ", w.op, " over ", group(), " during ", watch_->where(),
            "; a rank of that group stopped making progress (stopped, hung, or cut off)");
 }
 

@@ -7,7 +7,7 @@ namespace dit {
 
 std::string CommWatch::where() const {
   std::string s = phase;
-  if (step >= 0) s += ", step " + std::to_string(step);
+  if (step >= 0) s += " at step " + std::to_string(step);
   if (microbatch >= 0) s += ", microbatch " + std::to_string(microbatch) + (*action ? " (" + std::string(action) + ")" : "");
   return s;
 }

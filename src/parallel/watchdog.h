@@ -19,13 +19,13 @@ struct CommWatch {
 
   double timeout_s = kDefaultTimeout;  // 0 = off (wait forever)
   double factor = kSlowPhaseFactor;    // multiplier of the current phase (start-up is slow)
-  std::string phase = "start-up";      // what the run is doing: "step", "checkpoint save", ...
+  std::string phase = "start-up";      // what the run is doing: "training", "checkpoint save", ...
   std::int64_t step = -1;              // the step being taken (from 1), -1 outside steps
   int microbatch = -1;                 // the microbatch whose message is awaited, or -1
   const char* action = "";             // the pipeline's current action ("forward", "backward")
 
   double limit_s() const { return timeout_s * factor; }
-  // "step 7, microbatch 2 (backward)" / "checkpoint save" ... for the timeout message.
+  // "training at step 7, microbatch 2 (backward)", "checkpoint save at step 8" ...
   std::string where() const;
 };
 
