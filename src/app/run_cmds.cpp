@@ -272,6 +272,7 @@ int run_train(const RunConfig& cfg) {
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
   ParallelContext ctx = make_mpi_context(layout);
   ctx.watch->timeout_s = cfg.parallel.timeout_s;
+  ctx.watch->stop_signal = stop_signal_flag();
   const std::string comms = attach_backend_comms(ctx, *be);
   const std::string device =
       cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
@@ -320,6 +321,7 @@ int run_train(const RunConfig& cfg) {
   };
   auto checkpoint = [&] {
     WatchPhase watch(ctx.watch.get(), "checkpoint save", CommWatch::kSlowPhaseFactor);
+    ctx.watch->stop_grace = false;  // saving may take long; parallel.timeout_s still bounds each wait
     const double t = now_s();
     CheckpointMeta meta;
     meta.step = trainer.next_step();
@@ -337,6 +339,7 @@ int run_train(const RunConfig& cfg) {
       std::snprintf(took, sizeof took, "%.2f s", now_s() - t);
       console.line("saved checkpoint " + dir + " in " + took);
     }
+    ctx.watch->stop_grace = true;
   };
   std::int64_t steps_run = 0;
   for (std::int64_t s = trainer.next_step(); s < tc.steps; ++s) {

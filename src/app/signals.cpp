@@ -25,6 +25,7 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+const volatile std::sig_atomic_t* stop_signal_flag() { return &g_first_signal; }
 int stop_signal() { return g_first_signal; }
 int stop_signal_count() { return g_signals; }
 

@@ -5,6 +5,7 @@
 // exit with kExitPreempted, which launch/dit_mp.sbatch answers by requeueing the job.
 #pragma once
 
+#include <csignal>
 #include <string>
 
 #include "parallel/comm.h"
@@ -17,6 +18,8 @@ constexpr int kExitPreempted = 75;
 // Installs the handlers for SIGUSR1 and SIGTERM on this process (they set a flag; later signals,
 // e.g. a second one during the checkpoint, only count).
 void install_stop_handlers();
+// The flag the handler sets (for the communication watchdog, which shortens waits once it is set).
+const volatile std::sig_atomic_t* stop_signal_flag();
 // The first stop signal this process received, 0 if none, and how many it received in all.
 int stop_signal();
 int stop_signal_count();

@@ -78,7 +78,7 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, st
 
 void MpiComm::complete(MPI_Request& r, const Wait& what) {
   const double limit = watch_->timeout_s > 0 ? watch_->limit_s() : 0;
-  if (limit <= 0 && !yield_) {
+  if (limit <= 0 && !yield_ && !watch_->stop_signal) {
     DIT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
     return;
   }
@@ -90,9 +90,10 @@ void MpiComm::complete(MPI_Request& r, const Wait& what) {
     DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (yield_) std::this_thread::yield();
-    if (limit > 0 && polls % 256 == 0) {  // reading the clock on every poll would cost more than the poll
+    if (polls % 256 == 0) {  // reading the clock on every poll would cost more than the poll
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > limit) timed_out(what, waited);
+      if ((limit > 0 && waited > limit) || (watch_->stopping() && waited > CommWatch::kStopGrace))
+        timed_out(what, waited);
     }
   }
 }
@@ -107,6 +108,7 @@ void MpiComm::timed_out(const Wait& w, double waited) const {
   char secs[64];
   std::snprintf(secs, sizeof secs, "%.1f s (parallel.timeout_s = %g", waited, watch_->timeout_s);
   std::string limit = secs;
+  if (watch_->stopping()) limit += ", or " + std::to_string(int(CommWatch::kStopGrace)) + " s after a stop signal";
   if (watch_->factor != 1) limit += ", x" + std::to_string(int(watch_->factor)) + " during " + watch_->phase;
   limit += ")";
   if (w.peer >= 0) {
