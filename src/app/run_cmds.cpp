@@ -11,6 +11,7 @@
 #include "app/collective.h"
 #include "app/gather.h"
 #include "app/metrics.h"
+#include "app/plots.h"
 #include "app/rank_map.h"
 #include "app/run_lock.h"
 #include "app/sampler.h"
@@ -425,8 +426,11 @@ int run_train(const RunConfig& cfg) {
     save_weights((paths.dir / "ema.h5").string(), model, ema_w);
   }
   sample_grid("samples.png");
-  if (ctx.world_rank == 0)
+  if (ctx.world_rank == 0) {
     console.line("done in " + format_duration(now_s() - t0) + "; samples: " + (paths.dir / "samples.png").string());
+    const std::string plots = write_run_plots(paths.dir.string());
+    if (!plots.empty()) console.line(plots);
+  }
   return 0;
 }
 
