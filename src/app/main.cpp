@@ -55,12 +55,14 @@ struct TrainFlags {
   std::vector<std::string> sets;
   std::vector<std::pair<std::string, std::string>> flags;  // (key, value text)
   bool overwrite = false;
+  bool dry_run = false;
 };
 
 void add_train_options(CLI::App* cmd, TrainFlags& f) {
   cmd->add_option("--config", f.config, "TOML config file (default: the Fashion-MNIST demo, configs/fashion_mnist.toml)");
   cmd->add_option("--set", f.sets, "Override any config key: --set train.lr=3e-4 (repeatable)");
   cmd->add_flag("--overwrite", f.overwrite, "Replace an existing run folder");
+  cmd->add_flag("--dry-run", f.dry_run, "Check the inputs, print the layout and the rank map, and stop");
   struct Flag {
     const char* name;
     const char* key;
@@ -201,7 +203,7 @@ int run(int argc, char** argv) {
   if (*train) {
     dit::RunConfig cfg;
     collective_check([&] { cfg = resolve_config(tflags); });
-    return dit::run_train(cfg);
+    return dit::run_train(cfg, tflags.dry_run ? dit::TrainMode::DryRun : dit::TrainMode::Train);
   }
   if (*sample) {
     collective_check([&] { sopt.classes = parse_ints(classes, "--classes"); });

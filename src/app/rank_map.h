@@ -6,10 +6,20 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "parallel/grid.h"
 
 namespace dit {
+
+struct RankPlace {
+  std::string host;   // the node's hostname
+  std::string where;  // "cuda:3" or "cores 0-7"
+};
+
+// The table for places gathered from every rank (index = world rank): one line per rank, then a
+// warning per tp group that spans nodes and, with GPUs, a note per GPU that several ranks share.
+std::string format_rank_map(const Layout& layout, const std::vector<RankPlace>& places, bool gpus);
 
 // Collective over ctx.world. `device` is this rank's GPU ("cuda:0") or "" on the CPU backend (then
 // the cores it may run on are shown). Returns the table on rank 0 (one line per rank, then a

@@ -215,7 +215,21 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, std::size_
 
 }  // namespace
 
-int run_train(const RunConfig& cfg) {
+// --dry-run: the layout and where every rank runs, without touching data or the run folder.
+int dry_run(const RunConfig& cfg, const Layout& layout) {
+  std::unique_ptr<Backend> be = make_rank_backend(cfg.train.backend, cfg.train.precision);
+  ParallelContext ctx = make_mpi_context(layout);
+  const std::string device =
+      cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
+  const std::string map = rank_map(ctx, device);
+  if (ctx.world_rank == 0)
+    std::printf("dit_mp train --dry-run: %s, %s backend, model %lld parameters, run folder %s (not touched)\n%s",
+                layout.str().c_str(), be->name().c_str(), static_cast<long long>(cfg.model.dit.num_params()),
+                cfg.run.dir.c_str(), map.c_str());
+  return 0;
+}
+
+int run_train(const RunConfig& cfg, TrainMode mode) {
   const DiTConfig& model = cfg.model.dit;
   Layout layout;
   RunPaths paths{fs::path(cfg.run.dir)};
@@ -231,6 +245,7 @@ int run_train(const RunConfig& cfg) {
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
               cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
+    if (mode == TrainMode::DryRun) return;
     if (world_rank() == 0) {  // before the folder is looked at, overwritten or resumed
       std::string note;
       lock = RunLock::acquire(paths.dir.string(), &note);
@@ -243,6 +258,7 @@ int run_train(const RunConfig& cfg) {
     DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
               "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
   });
+  if (mode == TrainMode::DryRun) return dry_run(cfg, layout);
   // Data: the demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
   collective_check([&] {
     if (world_rank() == 0 && !fs::exists(cfg.data.path)) {

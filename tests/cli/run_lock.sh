@@ -75,4 +75,10 @@ grep -q "in use by another run (host othernode, pid 1234, SLURM job 4321" "$SCRA
 SLURM_JOB_ID=4321 SLURM_RESTART_COUNT=1 $MPIRUN -n 2 -x SLURM_JOB_ID -x SLURM_RESTART_COUNT "$DIT_MP" --run-dir "$D" \
   "${R[@]}" --steps 5 --resume auto > "$SCRATCH/requeued.log" 2>&1 || { cat "$SCRATCH/requeued.log"; fail "requeued job refused"; }
 grep -q "an earlier run of this SLURM job" "$SCRATCH/requeued.log" || fail "no note about the requeued job's lock"
+# --dry-run: the layout and the rank map, tp fastest, and nothing written.
+$MPIRUN -n 8 "$DIT_MP" --dry-run --tp 2 --pp 2 --run-dir "$SCRATCH/dry" > "$SCRATCH/dry.log" 2>&1 ||
+  { cat "$SCRATCH/dry.log"; fail "--dry-run failed"; }
+[[ ! -e $SCRATCH/dry && ! -e $SCRATCH/dry.lock ]] || fail "--dry-run touched the run folder"
+grep -Eq "^  rank   5  node $(hostname) +cores [0-9,-]+ +tp 1 pp 1 dp 0$" "$SCRATCH/dry.log" ||
+  { cat "$SCRATCH/dry.log"; fail "--dry-run's rank map lacks rank 5 at tp 1 pp 1 dp 0"; }
 echo ok
