@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # No hang, ever: (1) a rank stopped with SIGSTOP (a stuck or cut-off peer) is caught by the
-# watchdog: the ranks waiting on it abort within parallel.timeout_s (2 s here) with a message naming
+# watchdog: the ranks waiting on it abort about parallel.timeout_s (2 s here) later with a message naming
 # the operation, the peer or its group, the step and the microbatch, and every rank is gone soon
 # after; (2) a rank killed with SIGKILL takes the whole job down in well under 30 s, and mpirun
 # names the rank. Prints both measured times.
@@ -68,7 +68,7 @@ grep "communication timeout" "$SCRATCH/stopped.log" | grep -q "during training a
   fail "stopped: the message names no step"
 echo "watchdog: rank 5 stopped -> every rank gone in $took s (timeout 2 s); first message:"
 grep -m1 "communication timeout" "$SCRATCH/stopped.log"
-python3 -c "import sys; t=float(sys.argv[1]); assert 2 <= t < 15, t" "$took" || fail "stopped: took $took s"
+python3 -c "import sys; t=float(sys.argv[1]); assert 1 <= t < 15, t" "$took" || fail "stopped: took $took s"
 
 # (2) SIGKILL of rank 3 (default timeout: the watchdog is not what ends this).
 start killed
