@@ -43,6 +43,10 @@ per_class = 2
 TOML
 # The launch README's command, with the tiny config. 8 ranks share 2 cores here: OpenMPI must yield.
 EXPORTS="ALL,DIT_MP=$DIT_MP,CONFIG=$SCRATCH/tiny.toml,TP=2,PP=2,OMP_NUM_THREADS=1,OMPI_MCA_mpi_yield_when_idle=1"
+if ! srun --mpi=list 2>&1 | grep -qw pmix; then  # the script's default launcher needs SLURM's PMIx plugin
+  echo "NOTE: this SLURM has no PMIx plugin (srun --mpi=list): the jobs launch with LAUNCHER=mpirun instead"
+  EXPORTS="$EXPORTS,LAUNCHER=mpirun"
+fi
 submit() {  # submit NAME [SBATCH OPTIONS]: prints the job id
   local name=$1
   shift
@@ -144,7 +148,7 @@ echo "3. time limit: job $c warned by USR1, stopped after step $k, requeued, res
 d=$(submit killed --export="$EXPORTS,OVERRIDES=--steps 100000")
 wait_rows runs/killed 5 60
 victim=$(for p in $(pgrep -f "dit_mp train .*runs/killed"); do
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx SLURM_PROCID=3 && echo "$p"; done; true)
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -Eqx "(SLURM_PROCID|OMPI_COMM_WORLD_RANK)=3" && echo "$p"; done; true)
 [[ -n $victim ]] || fail "no rank 3 found"
 t0=$(date +%s.%N)
 kill -9 "$victim"
