@@ -45,7 +45,7 @@ TOML
 EXPORTS="ALL,DIT_MP=$DIT_MP,CONFIG=$SCRATCH/tiny.toml,TP=2,PP=2,OMP_NUM_THREADS=1,OMPI_MCA_mpi_yield_when_idle=1"
 if ! srun --mpi=list 2>&1 | grep -qw pmix; then  # the script's default launcher needs SLURM's PMIx plugin
   echo "NOTE: this SLURM has no PMIx plugin (srun --mpi=list): the jobs launch with LAUNCHER=mpirun instead"
-  EXPORTS="$EXPORTS,LAUNCHER=mpirun"
+  EXPORTS="$EXPORTS,LAUNCHER=mpirun,MPIRUN_BIND=none,OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
 fi
 submit() {  # submit NAME [SBATCH OPTIONS]: prints the job id
   local name=$1
