@@ -12,7 +12,8 @@ now() { date +%s.%N; }
 rank_pid() {  # rank_pid MPIRUN_PID RANK: the pid of that world rank
   local p
   for p in $(pgrep -P "$1" -f dit_mp); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+    # (a here-string, not a pipe: under pipefail, grep -q leaving early would fail the pipe)
+    grep -qx "OMPI_COMM_WORLD_RANK=$2" <<< "$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null)" && { echo "$p"; return; }
   done
 }
 alive() {  # alive PID...: prints the pids that still run (zombies count as gone)

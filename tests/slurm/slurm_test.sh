@@ -147,9 +147,12 @@ echo "3. time limit: job $c warned by USR1, stopped after step $k, requeued, res
 # 4. kill -9 of one rank of a job step.
 d=$(submit killed --export="$EXPORTS,OVERRIDES=--steps 100000")
 wait_rows runs/killed 5 60
-victim=$(for p in $(pgrep -f "dit_mp train .*runs/killed"); do
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -Eqx "(SLURM_PROCID|OMPI_COMM_WORLD_RANK)=3" && echo "$p"; done; true)
-[[ -n $victim ]] || fail "no rank 3 found"
+victim=""
+for p in $(pgrep -f "dit_mp train .*runs/killed" || true); do
+  env_of=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null || true)
+  grep -Eqx "(SLURM_PROCID|OMPI_COMM_WORLD_RANK)=3" <<< "$env_of" && victim=$p
+done
+[[ -n $victim ]] || { pgrep -af "dit_mp train" || true; fail "no rank 3 found"; }
 t0=$(date +%s.%N)
 kill -9 "$victim"
 wait_state "$d" "FAILED" 30
