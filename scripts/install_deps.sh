@@ -11,11 +11,13 @@ PACKAGES=(
   libbenchmark-dev libgtest-dev
   libstb-dev libpng-dev libopenblas-dev
   dataset-fashion-mnist
+  slurm-wlm  # the SLURM test (tests/slurm) runs a real single-machine cluster; brings munge
 )
 # Python side: tools/dit_checkpoint.py (official .pt weights in and out), the PyTorch reference
-# DiT and its tests. DIT_WITH_PYTHON=0 skips them (those tests then print why they skip).
+# DiT and its tests, and tools/plot_run.py (matplotlib). DIT_WITH_PYTHON=0 skips them (those tests
+# then print why they skip).
 if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
-  PACKAGES+=(python3-torch python3-h5py python3-numpy)
+  PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib)
 fi
 
 missing=()

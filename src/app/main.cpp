@@ -56,6 +56,7 @@ struct TrainFlags {
   std::vector<std::string> sets;
   std::vector<std::pair<std::string, std::string>> flags;  // (key, value text)
   bool overwrite = false;
+  bool dry_run = false;
 };
 
 void add_train_options(CLI::App* cmd, TrainFlags& f) {
@@ -150,6 +151,7 @@ int run(int argc, char** argv) {
   TrainFlags tflags;
   auto* train = app.add_subcommand("train", "Train a DiT (the default subcommand)");
   add_train_options(train, tflags);
+  train->add_flag("--dry-run", tflags.dry_run, "Check the inputs, print the layout and the rank map, and stop");
 
   dit::SampleOptions sopt;
   std::string classes;
@@ -236,7 +238,7 @@ int run(int argc, char** argv) {
   if (*train) {
     dit::RunConfig cfg;
     collective_check([&] { cfg = resolve_config(tflags); });
-    return dit::run_train(cfg);
+    return dit::run_train(cfg, tflags.dry_run ? dit::TrainMode::DryRun : dit::TrainMode::Train);
   }
   if (*sample) {
     collective_check([&] { sopt.classes = parse_ints(classes, "--classes"); });

@@ -11,7 +11,11 @@
 #include "app/collective.h"
 #include "app/gather.h"
 #include "app/metrics.h"
+#include "app/plots.h"
+#include "app/rank_map.h"
+#include "app/run_lock.h"
 #include "app/sampler.h"
+#include "app/signals.h"
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
@@ -21,6 +25,7 @@
 #include "io/sample_file.h"
 #include "io/weights.h"
 #include "parallel/backend_comms.h"
+#include "parallel/device_placement.h"
 
 namespace dit {
 
@@ -233,10 +238,26 @@ TrainConfig train_config(const RunConfig& c) {
   return t;
 }
 
-int run_train(const RunConfig& cfg) {
+// --dry-run: the layout and where every rank runs, without touching data or the run folder.
+int dry_run(const RunConfig& cfg, const Layout& layout) {
+  std::unique_ptr<Backend> be = make_rank_backend(cfg.train.backend, cfg.train.precision);
+  ParallelContext ctx = make_mpi_context(layout);
+  const std::string device =
+      cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
+  const std::string map = rank_map(ctx, device);
+  if (ctx.world_rank == 0)
+    std::printf("dit_mp train --dry-run: %s, %s backend, model %lld parameters, run folder %s (not touched)\n%s",
+                layout.str().c_str(), be->name().c_str(), static_cast<long long>(cfg.model.dit.num_params()),
+                cfg.run.dir.c_str(), map.c_str());
+  return 0;
+}
+
+int run_train(const RunConfig& cfg, TrainMode mode) {
   const DiTConfig& model = cfg.model.dit;
   Layout layout;
   RunPaths paths{fs::path(cfg.run.dir)};
+  install_stop_handlers();
+  RunLock lock;  // rank 0 holds the run folder's lock until this function returns
   collective_check([&] {
     layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
@@ -247,6 +268,12 @@ int run_train(const RunConfig& cfg) {
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
               cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
+    if (mode == TrainMode::DryRun) return;
+    if (world_rank() == 0) {  // before the folder is looked at, overwritten or resumed
+      std::string note;
+      lock = RunLock::acquire(paths.dir.string(), &note);
+      if (!note.empty()) std::printf("note: %s\n", note.c_str());
+    }
     if (world_rank() == 0 && fs::exists(paths.dir) && !cfg.run.overwrite && cfg.run.resume.empty())
       DIT_FAIL("run folder ", paths.dir.string(),
                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
@@ -254,6 +281,7 @@ int run_train(const RunConfig& cfg) {
     DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
               "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
   });
+  if (mode == TrainMode::DryRun) return dry_run(cfg, layout);
   // Data: the demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
   collective_check([&] {
     if (world_rank() == 0 && !fs::exists(cfg.data.path)) {
@@ -284,7 +312,12 @@ int run_train(const RunConfig& cfg) {
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
   be->set_deterministic(cfg.train.deterministic);
   ParallelContext ctx = make_mpi_context(layout);
+  ctx.watch->timeout_s = cfg.parallel.timeout_s;
+  ctx.watch->stop_signal = stop_signal_flag();
   const std::string comms = attach_backend_comms(ctx, *be);
+  const std::string device =
+      cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
+  const std::string map = rank_map(ctx, device);
   const TrainConfig tc = train_config(cfg);
   Trainer trainer(*be, ctx, model, tc, *data);
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
@@ -299,9 +332,11 @@ int run_train(const RunConfig& cfg) {
        << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data "
        << data->describe() << "\nglobal batch " << tc.global_batch << " = dp " << layout.dp << " x micro "
        << tc.micro_batch << " x " << trainer.plan().microbatches << " microbatches, " << tc.steps
-       << " steps, run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml();
+       << " steps, run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml() << map;
     console.line(os.str());
   }
+  ctx.watch->phase = "training";  // start-up's allowance ends; each step sets its own phase
+  ctx.watch->factor = 1;
   const double flops_per_image = 3.0 * model.forward_flops();
   // The peak is per GPU on the CUDA backend and per machine on the CPU backend (ranks on one
   // machine share its cores).
@@ -311,6 +346,7 @@ int run_train(const RunConfig& cfg) {
   std::int64_t window_steps = 0;
   StepStats st;
   auto sample_grid = [&](const std::string& name) {
+    WatchPhase watch(ctx.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
     auto ema = ema_stage(*be, ctx, trainer);
     SampleRequest req;
     req.labels = grid_labels(cfg.sample.classes, model.num_classes, cfg.sample.per_class);
@@ -325,6 +361,8 @@ int run_train(const RunConfig& cfg) {
     if (ctx.world_rank == 0) console.line("wrote " + wrote);
   };
   auto checkpoint = [&] {
+    WatchPhase watch(ctx.watch.get(), "checkpoint save", CommWatch::kSlowPhaseFactor);
+    ctx.watch->stop_grace = false;  // saving may take long; parallel.timeout_s still bounds each wait
     const double t = now_s();
     CheckpointMeta meta;
     meta.step = trainer.next_step();
@@ -342,6 +380,7 @@ int run_train(const RunConfig& cfg) {
       std::snprintf(took, sizeof took, "%.2f s", now_s() - t);
       console.line("saved checkpoint " + dir + " in " + took);
     }
+    ctx.watch->stop_grace = true;
   };
   std::int64_t steps_run = 0;
   for (std::int64_t s = trainer.next_step(); s < tc.steps; ++s) {
@@ -389,14 +428,31 @@ int run_train(const RunConfig& cfg) {
                         .c_str());
       return 1;
     }
-    if (cfg.train.checkpoint_every > 0 && (s + 1) % cfg.train.checkpoint_every == 0 && s + 1 < tc.steps)
-      checkpoint();
+    const bool saved = cfg.train.checkpoint_every > 0 && (s + 1) % cfg.train.checkpoint_every == 0 && s + 1 < tc.steps;
+    if (saved) checkpoint();
     if (cfg.train.sample_every > 0 && (s + 1) % cfg.train.sample_every == 0 && s + 1 < tc.steps) {
       char name[64];
       std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(s + 1));
       sample_grid(name);
     }
+    // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
+    if (s + 1 < tc.steps) {
+      if (const int sig = agree_stop(*ctx.world)) {
+        if (!saved) checkpoint();
+        const int more = stop_signal_count() - 1;  // later signals (e.g. during the save) only count
+        if (ctx.world_rank == 0)
+          console.line("stopping after step " + std::to_string(s + 1) + " of " + std::to_string(tc.steps) +
+                       ": received " + signal_name(sig) + " (preemption, time limit or scancel" +
+                       (more > 0 ? "; " + std::to_string(more) + " more signal(s) on rank 0 ignored" : "") +
+                       "); the checkpoint of step " +
+                       std::to_string(s + 1) + " is saved; exit code " + std::to_string(kExitPreempted) +
+                       ": run again with --resume auto to continue");
+        return kExitPreempted;
+      }
+    }
   }
+  ctx.watch->factor = CommWatch::kSlowPhaseFactor;  // the final save, weights and samples
+  ctx.watch->phase = "finishing";
   checkpoint();
   if (steps_run > 0)
     report_accounting(ctx, st.acct, trainer.memory(), paths.dir / "accounting.json");
@@ -410,8 +466,11 @@ int run_train(const RunConfig& cfg) {
     save_weights((paths.dir / "ema.h5").string(), model, ema_w);
   }
   sample_grid("samples.png");
-  if (ctx.world_rank == 0)
+  if (ctx.world_rank == 0) {
     console.line("done in " + format_duration(now_s() - t0) + "; samples: " + (paths.dir / "samples.png").string());
+    const std::string plots = write_run_plots(paths.dir.string());
+    if (!plots.empty()) console.line(plots);
+  }
   return 0;
 }
 

@@ -13,8 +13,13 @@ struct TrainConfig;
 // The Trainer's settings from a run configuration.
 TrainConfig train_config(const RunConfig& c);
 
-// Trains as `cfg` says at tp x pp x (world / tp / pp). Returns the exit code.
-int run_train(const RunConfig& cfg);
+// DryRun checks the inputs and prints the layout and the rank map (node, cores or GPU, tp/pp/dp
+// of every rank), then stops: nothing is written, the run folder is not touched.
+enum class TrainMode { Train, DryRun };
+
+// Trains as `cfg` says at tp x pp x (world / tp / pp). Returns the exit code: 0, 1 on an error,
+// kExitPreempted (75, app/signals.h) when stopped by a signal after a checkpoint.
+int run_train(const RunConfig& cfg, TrainMode mode = TrainMode::Train);
 
 struct SampleOptions {
   std::string run_dir;     // a training run folder (config.toml + ema.h5), or

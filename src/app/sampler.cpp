@@ -47,7 +47,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
   }
   const int m = forward_microbatches(rows, ctx.layout.pp);
   const std::int64_t mb_rows = rows / m;
-  PipelineExecutor executor(*ctx.pp, be);
+  PipelineExecutor executor(*ctx.pp, be, ctx.watch.get());
   std::vector<float> out(static_cast<std::size_t>(rows * per_out));
   std::vector<float> xin(static_cast<std::size_t>(rows * per));
   std::vector<float> tin(static_cast<std::size_t>(rows));

@@ -35,7 +35,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train.grad_reduce);
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
                                            train.seed, cfg_.class_dropout_prob, cfg_.num_classes);
-  executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
+  executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be, ctx.watch.get());
   const std::vector<float> table = diffusion::loss_coef_table(schedule_);
   coefs_ = Buffer(be, table.size() * sizeof(float));
   upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(),
@@ -128,6 +128,13 @@ StepStats Trainer::step() {
   const DType dt = be.compute_dtype();
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
                       dp0 = ctx_->dp->stats().bytes;
+  // The watchdog names the step in its message; this process's first step builds plans and
+  // touches all memory, so its waits get the slow-phase allowance.
+  const bool first = !stepped_;
+  stepped_ = true;
+  WatchPhase phase(ctx_->watch.get(), first ? "the first step" : "training",
+                   first ? CommWatch::kSlowPhaseFactor : 1.0);
+  ctx_->watch->step = step_ + 1;
   StepStats st;
   st.step = step_;
   cache_.clear();

@@ -120,6 +120,7 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
   std::size_t workspace_peak_ = 0;
+  bool stepped_ = false;  // this process has taken a step (the first one is slow)
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
   std::map<int, DeviceBatch> device_cache_;

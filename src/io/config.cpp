@@ -58,7 +58,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"grad_reduce", &t.grad_reduce}, {"deterministic", &t.deterministic}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
-        {"sequence_parallel", &p.sequence_parallel}}},
+        {"sequence_parallel", &p.sequence_parallel}, {"timeout_s", &p.timeout_s}}},
       {"data",
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
         {"latent_scale", &c.data.latent_scale}}},
@@ -561,6 +561,8 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
   require(!p.sequence_parallel || m.num_patches() % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of the " + show(m.num_patches()) +
               " tokens per image with parallel.sequence_parallel (each tp rank keeps an equal share)");
+  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
+          "seconds >= 0 (0: no watchdog)");
   // Tensor parallelism splits whole heads and the MLP width (DESIGN.md, TP split).
   require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of model.num_heads = " + show(m.num_heads));

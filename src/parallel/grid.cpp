@@ -33,13 +33,15 @@ ParallelContext make_single_context() {
 }
 
 ParallelContext make_mpi_context(const Layout& layout) {
-  return make_mpi_context(layout, MpiComm::world());
+  auto watch = std::make_shared<CommWatch>();
+  return make_mpi_context(layout, MpiComm::world(watch));
 }
 
 ParallelContext make_mpi_context(const Layout& layout, std::unique_ptr<Comm> world) {
   ParallelContext ctx;
   ctx.layout = layout;
   ctx.world = std::move(world);
+  if (auto* mpi = dynamic_cast<MpiComm*>(ctx.world.get())) ctx.watch = mpi->watch();
   const int n = ctx.world->size();
   DIT_CHECK(layout.tp > 0 && layout.pp > 0 && layout.dp > 0, "layout ", layout.str(),
             ": every size must be positive");
@@ -52,9 +54,9 @@ ParallelContext make_mpi_context(const Layout& layout, std::unique_ptr<Comm> wor
   ctx.coord = grid_coord(layout, ctx.world_rank);
   const GridCoord c = ctx.coord;
   // Colors identify the group; keys order ranks inside it by their coordinate on that axis.
-  ctx.tp = MpiComm::split(*ctx.world, c.dp + layout.dp * c.pp, c.tp);
-  ctx.dp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.pp, c.dp);
-  ctx.pp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.dp, c.pp);
+  ctx.tp = MpiComm::split(*ctx.world, c.dp + layout.dp * c.pp, c.tp, "tp");
+  ctx.dp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.pp, c.dp, "dp");
+  ctx.pp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.dp, c.pp, "pp");
   return ctx;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "parallel/comm.h"
+#include "parallel/watchdog.h"
 
 namespace dit {
 
@@ -37,6 +38,8 @@ struct ParallelContext {
   GridCoord coord;
   int world_rank = 0;
   std::unique_ptr<Comm> world, tp, pp, dp;
+  // The watchdog's timeout and the run's position, shared by the MPI communicators (never null).
+  std::shared_ptr<CommWatch> watch = std::make_shared<CommWatch>();
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == layout.pp - 1; }

@@ -1,9 +1,11 @@
-// MPI implementation of Comm: collectives on host tensors, counted in CommStats.
+// MPI implementation of Comm: collectives on host tensors, counted in CommStats. Collectives use
+// the non-blocking MPI calls and every wait polls with the watchdog's deadline (watchdog.h).
 #include "parallel/mpi_comm.h"
 
 #include "parallel/grid.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -57,39 +59,82 @@ int node_count() {
   return leaders;
 }
 
-MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+MpiComm::MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, std::string name)
+    : comm_(comm), owned_(owned), watch_(std::move(watch)), name_(std::move(name)) {
   DIT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   DIT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   yield_ = yield_while_waiting();
+  if (!watch_) watch_ = std::make_shared<CommWatch>();
+  MPI_Group mine, world;
+  DIT_MPI_CHECK(MPI_Comm_group(comm_, &mine));
+  DIT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> local(static_cast<std::size_t>(size_));
+  for (int i = 0; i < size_; ++i) local[static_cast<std::size_t>(i)] = i;
+  world_ranks_.resize(local.size());
+  DIT_MPI_CHECK(MPI_Group_translate_ranks(mine, size_, local.data(), world, world_ranks_.data()));
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
 }
 
-void MpiComm::complete(MPI_Request& r) {
-  if (!yield_) {
+void MpiComm::complete(MPI_Request& r, const Wait& what) {
+  const double limit = watch_->timeout_s > 0 ? watch_->limit_s() : 0;
+  if (limit <= 0 && !yield_ && !watch_->stop_signal) {
     DIT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
     return;
   }
   int done = 0;
-  while (true) {
+  DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+  if (done) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned polls = 1;; ++polls) {
     DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    std::this_thread::yield();
+    if (yield_) std::this_thread::yield();
+    if (polls % 256 == 0) {  // reading the clock on every poll would cost more than the poll
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if ((limit > 0 && waited > limit) || (watch_->stopping() && waited > CommWatch::kStopGrace))
+        timed_out(what, waited);
+    }
   }
+}
+
+std::string MpiComm::group() const {
+  std::string s = (name_.empty() ? "a group" : "the " + name_ + " group") + " (world ranks ";
+  for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(world_ranks_[static_cast<std::size_t>(i)]);
+  return s + ")";
+}
+
+void MpiComm::timed_out(const Wait& w, double waited) const {
+  char secs[64];
+  std::snprintf(secs, sizeof secs, "%.1f s (parallel.timeout_s = %g", waited, watch_->timeout_s);
+  std::string limit = secs;
+  if (watch_->stopping()) limit += ", or " + std::to_string(int(CommWatch::kStopGrace)) + " s after a stop signal";
+  if (watch_->factor != 1) limit += ", x" + std::to_string(int(watch_->factor)) + " during " + watch_->phase;
+  limit += ")";
+  if (w.peer >= 0) {
+    const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
+    DIT_FAIL("communication timeout: waited ", limit, " for the ", w.op, " (tag ", w.tag, ") ",
+             std::string(w.op) == "send" ? "to" : "from", " world rank ", peer, " over ", group(), " during ",
+             watch_->where(), "; rank ", peer, " stopped making progress (stopped, hung, or cut off from this one)");
+  }
+  DIT_FAIL("communication timeout: waited ", limit, " in ", w.op, " over ", group(), " during ", watch_->where(),
+           "; a rank of that group stopped making progress (stopped, hung, or cut off)");
 }
 
 MpiComm::~MpiComm() {
   if (owned_) MPI_Comm_free(&comm_);
 }
 
-std::unique_ptr<MpiComm> MpiComm::world() {
-  return std::unique_ptr<MpiComm>(new MpiComm(MPI_COMM_WORLD, false));
+std::unique_ptr<MpiComm> MpiComm::world(std::shared_ptr<CommWatch> watch) {
+  return std::unique_ptr<MpiComm>(new MpiComm(MPI_COMM_WORLD, false, std::move(watch), "world"));
 }
 
-std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key) {
+std::unique_ptr<MpiComm> MpiComm::split(const Comm& parent, int color, int key, const std::string& name) {
   const auto* p = dynamic_cast<const MpiComm*>(&parent);
   DIT_CHECK(p, "MpiComm::split needs an MPI parent communicator");
   MPI_Comm c;
   DIT_MPI_CHECK(MPI_Comm_split(p->comm_, color, key, &c));
-  return std::unique_ptr<MpiComm>(new MpiComm(c, true));
+  return std::unique_ptr<MpiComm>(new MpiComm(c, true, p->watch_, name));
 }
 
 void MpiComm::all_reduce_sum(const Tensor& x) {
@@ -97,7 +142,7 @@ void MpiComm::all_reduce_sum(const Tensor& x) {
   CallTimer t(stats_, ring_all_reduce_bytes(x.bytes(), size_));
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data, count_of(x), mpi_type(x), MPI_SUM, comm_, &r));
-  complete(r);
+  complete(r, {"all-reduce"});
 }
 
 void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
@@ -112,7 +157,7 @@ void MpiComm::all_gather(const Tensor& in, const Tensor& out) {
   else
     DIT_MPI_CHECK(MPI_Iallgather(in.data, count_of(in), mpi_type(in), out.data, count_of(in),
                                  mpi_type(out), comm_, &r));
-  complete(r);
+  complete(r, {"all-gather"});
 }
 
 void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
@@ -122,33 +167,43 @@ void MpiComm::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count_of(out), mpi_type(in), MPI_SUM,
                                           comm_, &r));
-  complete(r);
+  complete(r, {"reduce-scatter"});
 }
 
 void MpiComm::broadcast(const Tensor& x, int root) {
   if (size_ == 1) return;
   CallTimer t(stats_, rank_ == root ? x.bytes() : 0);
-  DIT_MPI_CHECK(MPI_Bcast(x.data, count_of(x), mpi_type(x), root, comm_));
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Ibcast(x.data, count_of(x), mpi_type(x), root, comm_, &r));
+  complete(r, {"broadcast"});
 }
 
-void MpiComm::barrier() { DIT_MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiComm::barrier() {
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Ibarrier(comm_, &r));
+  complete(r, {"barrier"});
+}
 
 double MpiComm::all_reduce_max(double v) {
   double out = v;
-  DIT_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_));
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r));
+  complete(r, {"all-reduce (max)"});
   return out;
 }
 
 void MpiComm::all_reduce_sum(double* v, int n) {
   if (size_ == 1) return;
-  DIT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_));
+  MPI_Request r;
+  DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_, &r));
+  complete(r, {"all-reduce (host values)"});
 }
 
 Request MpiComm::isend(const Tensor& x, int peer, int tag) {
   CallTimer t(stats_, x.bytes());
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Isend(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
-  requests_[next_request_] = r;
+  requests_[next_request_] = Pending{r, {"send", peer, tag}};
   return Request{next_request_++};
 }
 
@@ -156,7 +211,7 @@ Request MpiComm::irecv(const Tensor& x, int peer, int tag) {
   CallTimer t(stats_, 0);
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Irecv(x.data, count_of(x), mpi_type(x), peer, tag, comm_, &r));
-  requests_[next_request_] = r;
+  requests_[next_request_] = Pending{r, {"message", peer, tag}};
   return Request{next_request_++};
 }
 
@@ -166,7 +221,7 @@ void MpiComm::wait(Request& req) {
   DIT_CHECK(it != requests_.end(), "wait on an unknown request ", req.id);
   CallTimer t(stats_, 0);
   --stats_.calls;
-  complete(it->second);
+  complete(it->second.request, it->second.what);
   requests_.erase(it);
   req.id = -1;
 }

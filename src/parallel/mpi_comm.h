@@ -1,12 +1,17 @@
 // Comm over MPI. Host memory only (the CUDA backend stages through the host or uses NCCL).
+// Every wait polls against the watchdog's deadline (parallel/watchdog.h), so no call blocks for
+// longer than parallel.timeout_s.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "parallel/comm.h"
+#include "parallel/watchdog.h"
 
 namespace dit {
 
@@ -15,14 +20,17 @@ bool mpi_running();
 
 class MpiComm final : public Comm {
  public:
-  // Wraps MPI_COMM_WORLD (not freed) or owns a communicator made by split().
-  static std::unique_ptr<MpiComm> world();
-  static std::unique_ptr<MpiComm> split(const Comm& parent, int color, int key);
+  // Wraps MPI_COMM_WORLD (not freed) or owns a communicator made by split(). `watch` (shared by
+  // every communicator split from this one) holds the timeout and where the run is; a fresh
+  // one with the default timeout when null. `name` ("tp", "pp", "dp") names the group in messages.
+  static std::unique_ptr<MpiComm> world(std::shared_ptr<CommWatch> watch = nullptr);
+  static std::unique_ptr<MpiComm> split(const Comm& parent, int color, int key, const std::string& name = "");
   ~MpiComm() override;
 
   int size() const override { return size_; }
   int rank() const override { return rank_; }
   MPI_Comm handle() const { return comm_; }
+  const std::shared_ptr<CommWatch>& watch() const { return watch_; }
 
   void all_reduce_sum(const Tensor& x) override;
   void all_gather(const Tensor& in, const Tensor& out) override;
@@ -36,16 +44,33 @@ class MpiComm final : public Comm {
   void wait(Request& r) override;
 
  private:
-  MpiComm(MPI_Comm comm, bool owned);
-  // Completes a request: MPI_Wait, or (DIT_MPI_WAIT=yield) MPI_Test polling that yields the core
-  // to other ranks while waiting.
-  void complete(MPI_Request& r);
+  MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, std::string name);
+  // What a wait is for, for the timeout message: a collective of the whole group (peer -1) or
+  // a message from/to one peer (a rank of this communicator).
+  struct Wait {
+    const char* op;
+    int peer = -1;
+    int tag = -1;
+  };
+  struct Pending {
+    MPI_Request request;
+    Wait what;
+  };
+  // Completes a request by MPI_Test polling against the watchdog's deadline (yielding the core
+  // between polls with DIT_MPI_WAIT=yield); throws naming the operation and peer when it runs
+  // out. With the watchdog off and no yielding, plain MPI_Wait.
+  void complete(MPI_Request& r, const Wait& what);
+  [[noreturn]] void timed_out(const Wait& what, double waited) const;
+  std::string group() const;  // "the tp group (world ranks 0, 1)"
   MPI_Comm comm_;
   bool owned_;
   int size_ = 1, rank_ = 0;
   bool yield_ = false;
+  std::shared_ptr<CommWatch> watch_;
+  std::string name_;
+  std::vector<int> world_ranks_;  // world rank of each rank of this communicator
   std::int64_t next_request_ = 0;
-  std::unordered_map<std::int64_t, MPI_Request> requests_;
+  std::unordered_map<std::int64_t, Pending> requests_;
 };
 
 }  // namespace dit

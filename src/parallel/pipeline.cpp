@@ -14,7 +14,8 @@ double now_s() {
 int tag(int mb, Op op) { return 2 * mb + (op == Op::Backward ? 1 : 0); }
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(Comm& pp, Allocator& alloc) : pp_(&pp), alloc_(&alloc) {}
+PipelineExecutor::PipelineExecutor(Comm& pp, Allocator& alloc, CommWatch* watch)
+    : pp_(&pp), alloc_(&alloc), watch_(watch) {}
 
 void PipelineExecutor::drain(Slot& s, PipelineTiming& t) {
   const double t0 = now_s();
@@ -66,6 +67,7 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
       std::vector<Tensor> in = stage.forward_inputs(mb, *s.arena);
       count_messages(s, in);
       const double t0 = now_s();
+      note(mb, "forward");
       std::vector<Request> recvs;
       for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me - 1, tag(mb, Op::Forward)));
       for (Request& r : recvs) pp_->wait(r);
@@ -81,6 +83,7 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
       std::vector<Tensor> in = stage.backward_inputs(mb, *s.arena);
       count_messages(s, in);
       const double t0 = now_s();
+      note(mb, "backward");
       std::vector<Request> recvs;
       for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me + 1, tag(mb, Op::Backward)));
       for (Request& r : recvs) pp_->wait(r);
@@ -94,6 +97,7 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
     }
   }
   // Every message must have left before returning.
+  note(-1, "");
   for (Slot& s : slots_) {
     drain(s, t);
     DIT_CHECK(s.microbatch < 0, "pipeline: microbatch ", s.microbatch, " never ran backward");

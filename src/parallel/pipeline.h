@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "parallel/comm.h"
 #include "parallel/schedule.h"
+#include "parallel/watchdog.h"
 
 namespace dit {
 
@@ -36,8 +37,9 @@ struct PipelineTiming {
 
 class PipelineExecutor {
  public:
-  // pp: the communicator of this rank's pipeline (rank = stage).
-  PipelineExecutor(Comm& pp, Allocator& alloc);
+  // pp: the communicator of this rank's pipeline (rank = stage). `watch` (optional) learns which
+  // microbatch and action each wait is for, for the watchdog's message.
+  PipelineExecutor(Comm& pp, Allocator& alloc, CommWatch* watch = nullptr);
   // Runs the actions for `microbatches` microbatches; returns when every message has completed.
   PipelineTiming run(const std::vector<Action>& actions, int microbatches, PipelineStage& stage);
   // Peak bytes held by the microbatch arenas (activation memory, message buffers included).
@@ -58,8 +60,13 @@ class PipelineExecutor {
   void count_messages(Slot& s, const std::vector<Tensor>& buffers);
   void drain(Slot& s, PipelineTiming& t);
 
+  void note(int mb, const char* action) {
+    if (watch_) watch_->microbatch = mb, watch_->action = action;
+  }
+
   Comm* pp_;
   Allocator* alloc_;
+  CommWatch* watch_;
   std::vector<Slot> slots_;
   std::size_t peak_messages_ = 0;
 };

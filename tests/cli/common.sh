@@ -4,6 +4,7 @@ set -euo pipefail
 DIT_MP=${DIT_MP:?set DIT_MP to the dit_mp binary}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
+export DIT_PLOTS=${DIT_PLOTS:-0}  # no plots at the end of every tiny run (plot_run.sh turns them on)
 SCRATCH=$(mktemp -d /tmp/dit_cli.XXXXXX)
 trap 'rm -rf "$SCRATCH"' EXIT
 MPIRUN="mpirun --oversubscribe --allow-run-as-root"
