@@ -101,6 +101,7 @@ BenchOptions parse(int argc, char** argv, int rank, bool& exit_now, int& exit_co
 
 struct Measured {
   std::vector<double> wall_s, compute_s, pp_wait_s, optimizer_s, trainer_s;
+  std::uint64_t host_syncs = 0;  // times one timed step made the host wait for the backend
   double last_loss = 0;
   bool finite = true;
   int skipped = 0;  // fp16 steps whose update was skipped for overflow (timed steps)
@@ -114,7 +115,9 @@ Measured measure(Trainer& trainer, Backend& be, ParallelContext& ctx, const Benc
   be.synchronize();
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     const double t0 = now_s();
+    const std::uint64_t syncs0 = be.host_syncs();
     const StepStats st = trainer.step();
+    const std::uint64_t step_syncs = be.host_syncs() - syncs0;
     be.synchronize();
     const double wall = ctx.world->all_reduce_max(now_s() - t0);
     m.finite = m.finite && std::isfinite(st.loss) && st.nonfinite_rank < 0;
@@ -124,6 +127,7 @@ Measured measure(Trainer& trainer, Backend& be, ParallelContext& ctx, const Benc
                   1e3 * wall, st.loss);
     if (i < o.warmup) continue;
     m.skipped += st.skipped ? 1 : 0;
+    m.host_syncs = step_syncs;
     m.wall_s.push_back(wall);
     m.compute_s.push_back(st.acct.compute_s);
     m.pp_wait_s.push_back(st.acct.pp_wait_s);
@@ -205,6 +209,7 @@ Report report(const BenchOptions& o, const DiTConfig& cfg, const Measured& m, in
   j.num("final_loss", m.last_loss).flag("loss_finite", m.finite).num("skipped_steps", m.skipped);
   j.num("activation_bytes", double(m.last.activation_bytes)).num("optimizer_state_bytes", double(optimizer_bytes));
   j.num("peak_rss_bytes", double(peak_rss_bytes())).str("comms", comms);
+  j.num("host_syncs_per_step", double(m.host_syncs));
   return Report{buf, j.text()};
 }
 

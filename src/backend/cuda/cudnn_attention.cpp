@@ -316,6 +316,11 @@ AttentionPath attention_path_from_env() {
 CudnnAttention::CudnnAttention(cudaStream_t stream, AttentionPath path)
     : stream_(stream), path_(path) {}
 
+void CudnnAttention::set_deterministic(bool d) {
+  if (d != deterministic_) entries_.clear();
+  deterministic_ = d;
+}
+
 CudnnAttention::~CudnnAttention() {
   entries_.clear();  // the plans before the handle they were built with
   if (handle_) cudnnDestroy(handle_);

@@ -80,10 +80,7 @@ class CudnnAttention {
   void set_path(AttentionPath path) { path_ = path; }
   // Deterministic engines only (train.deterministic): cuDNN's fastest SDPA backward may use
   // atomics, whose sums differ run to run. Plans made so far are dropped.
-  void set_deterministic(bool d) {
-    if (d != deterministic_) entries_.clear();
-    deterministic_ = d;
-  }
+  void set_deterministic(bool d);
 
   // The plan for p with these pointers, built on first use and cached; nullptr when the call
   // takes the plain kernels. Under AttentionPath::Cudnn a problem cuDNN cannot take throws.

@@ -1,0 +1,92 @@
+// bench_attention: TFLOP/s of the backend's fused attention forward and backward (a benchmark,
+// not a test) at DiT shapes, on any backend: on CUDA in bf16 it times cuDNN's fused SDPA where it
+// has an engine (the path training takes). FLOPs: forward 4 N H T^2 E (Q K^T and P V), backward
+// 2.5 x that (the FlashAttention convention: five products, one of them recomputed).
+//   bench_attention --backend cuda:bf16 --batch 32 --tokens 256 --heads 16 --head-dim 72 --json a.json
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/philox.h"
+
+namespace {
+
+using namespace dit;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median seconds of `reps` timed calls of fn after `warm` untimed ones.
+template <typename Fn>
+double median_s(Backend& be, int warm, int reps, Fn&& fn) {
+  for (int i = 0; i < warm; ++i) fn();
+  be.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now_s();
+    fn();
+    be.synchronize();
+    t.push_back(now_s() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string backend = "cpu", json;
+  std::int64_t n = 4, t = 64, h = 4, e = 64;
+  int warm = 3, reps = 10;
+  CLI::App app{"bench_attention: fused attention forward/backward TFLOP/s on a backend"};
+  app.add_option("--backend", backend, "cpu, cpu:bf16, cuda, cuda:bf16, ...")->capture_default_str();
+  app.add_option("--batch", n, "N")->capture_default_str();
+  app.add_option("--tokens", t, "T")->capture_default_str();
+  app.add_option("--heads", h, "H")->capture_default_str();
+  app.add_option("--head-dim", e, "E")->capture_default_str();
+  app.add_option("--warmup", warm, "untimed calls")->capture_default_str();
+  app.add_option("--reps", reps, "timed calls (the median is reported)")->capture_default_str();
+  app.add_option("--json", json, "write the results here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::string why;
+    if (!backend_available(backend, &why)) {
+      std::fprintf(stderr, "bench_attention: backend %s is not available: %s\n", backend.c_str(), why.c_str());
+      return 2;
+    }
+    auto be = make_backend(backend);
+    Arena arena(*be);
+    const DType dt = be->compute_dtype();
+    Tensor qkv = arena.tensor({n, t, 3 * h * e}, dt), out = arena.tensor({n, t, h * e}, dt);
+    Tensor lse = arena.tensor({n, h, t}, DType::F32), dout = arena.tensor({n, t, h * e}, dt);
+    Tensor dqkv = arena.tensor({n, t, 3 * h * e}, dt);
+    std::vector<float> host(static_cast<std::size_t>(qkv.numel()));
+    Philox rng(1, RngPurpose::Test, 0, 0);
+    for (auto& v : host) v = 0.5f * rng.normal();
+    be->copy(qkv, Tensor{host.data(), DType::F32, qkv.shape, Device::Host});
+    be->copy(dout, Tensor{host.data(), DType::F32, dout.shape, Device::Host});
+    const int heads = static_cast<int>(h);
+    const double fwd_s = median_s(*be, warm, reps, [&] { be->attention_fwd(qkv, heads, out, lse); });
+    const double bwd_s =
+        median_s(*be, warm, reps, [&] { be->attention_bwd(qkv, out, lse, dout, heads, dqkv); });
+    const double flops = 4.0 * double(n) * double(h) * double(t) * double(t) * double(e);
+    const double fwd_tf = flops / fwd_s / 1e12, bwd_tf = 2.5 * flops / bwd_s / 1e12;
+    std::printf("bench_attention %s N %lld T %lld H %lld E %lld: forward %.3f ms %.2f TFLOP/s, backward %.3f ms %.2f TFLOP/s\n",
+                backend.c_str(), (long long)n, (long long)t, (long long)h, (long long)e, 1e3 * fwd_s, fwd_tf,
+                1e3 * bwd_s, bwd_tf);
+    if (!json.empty())
+      std::ofstream(json) << "{\"backend\": \"" << backend << "\", \"n\": " << n << ", \"t\": " << t
+                          << ", \"h\": " << h << ", \"e\": " << e << ", \"forward_ms\": " << 1e3 * fwd_s
+                          << ", \"forward_tflops\": " << fwd_tf << ", \"backward_ms\": " << 1e3 * bwd_s
+                          << ", \"backward_tflops\": " << bwd_tf << "}\n";
+    return 0;
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "bench_attention: error: %s\n", ex.what());
+    return 1;
+  }
+}
