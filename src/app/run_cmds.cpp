@@ -53,6 +53,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.seed = c.train.seed;
   t.schedule = parse_schedule(c.parallel.schedule);
   t.pp_layers = c.parallel.pp_layers;
+  t.diffusion_steps = c.diffusion.steps;
   return t;
 }
 
@@ -382,8 +383,8 @@ int run_train(const RunConfig& cfg) {
   auto model_w = gather_global(trainer.model(), ctx, final_state.model);
   auto ema_w = gather_global(trainer.model(), ctx, final_state.ema);
   if (ctx.world_rank == 0) {
-    save_weights((paths.dir / "model.h5").string(), model, model_w);
-    save_weights((paths.dir / "ema.h5").string(), model, ema_w);
+    save_weights((paths.dir / "model.h5").string(), model, model_w, cfg.diffusion.steps);
+    save_weights((paths.dir / "ema.h5").string(), model, ema_w, cfg.diffusion.steps);
   }
   sample_grid("samples.png");
   if (ctx.world_rank == 0)
@@ -395,20 +396,23 @@ int run_sample(const SampleOptions& opt) {
   Layout layout;
   std::string weights = opt.weights;
   DiTConfig model;
+  int diffusion_steps = 1000;
   collective_check([&] {
     DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "sample: give exactly one of --run DIR or --weights FILE");
     if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
     DIT_CHECK(fs::exists(weights), weights, " does not exist",
               opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
     model = read_weights_config(weights);
+    diffusion_steps = read_weights_diffusion_steps(weights);
     layout = layout_for_world(opt.tp, opt.pp);
     partition_stages(model, layout.pp);
     DIT_CHECK(model.num_heads % layout.tp == 0, "--tp ", layout.tp, " does not divide the model's ",
               model.num_heads, " heads");
     for (int c : opt.classes)
       DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
-    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
-              "sample: --per-class >= 1, 2 <= --steps <= 1000 and --cfg-scale >= 1 are required");
+    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= diffusion_steps && opt.cfg_scale >= 1.0,
+              "sample: --per-class >= 1, 2 <= --steps <= ", diffusion_steps,
+              " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
     std::string why;
     DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
@@ -427,6 +431,7 @@ int run_sample(const SampleOptions& opt) {
   req.sampler = opt.sampler;
   req.cfg_scale = opt.cfg_scale;
   req.cfg_official = opt.cfg_official;
+  req.diffusion_steps = diffusion_steps;
   req.seed = opt.seed;
   const auto samples = sample_images(*be, ctx, stage, req);
   const std::string wrote = write_samples(model, samples, req.labels, opt.per_class, opt.out);

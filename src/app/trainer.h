@@ -35,6 +35,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   std::vector<int> pp_layers;  // blocks per stage; empty = balanced
+  int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
 };
 
 // Bytes this rank sent per kind of communication during one step, and where its time went.

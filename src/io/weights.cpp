@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "diffusion/schedule.h"
 #include "io/golden.h"
 #include "io/h5.h"
 #include "layers/dit_stage.h"
@@ -21,7 +22,7 @@ void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, 
 }  // namespace
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors) {
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
   h5::silence_errors();
   const std::string tmp = path + ".tmp";
   {
@@ -40,6 +41,7 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
     attr_double(c.get(), "class_dropout_prob", cfg.class_dropout_prob);
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
+    attr_int(c.get(), "diffusion_steps", diffusion_steps);
     h5::Handle w(H5Gcreate2(f.get(), "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     const auto specs = [&] {
       std::map<std::string, Shape> shapes;
@@ -62,6 +64,15 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
 }
 
 DiTConfig read_weights_config(const std::string& path) { return GoldenFile(path).config(); }
+
+int read_weights_diffusion_steps(const std::string& path) {
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("/config", "diffusion_steps")) return 1000;
+  const std::int64_t n = f.attr_int("/config", "diffusion_steps");
+  DIT_CHECK(n >= 1 && n <= diffusion::kMaxDiffusionSteps, path, ": /config diffusion_steps = ", n,
+            ": expected an integer in [1, ", diffusion::kMaxDiffusionSteps, "]");
+  return static_cast<int>(n);
+}
 
 void load_weights(const std::string& path, ParamSet& ps) { GoldenFile(path).load_params(ps, "/weights"); }
 

@@ -13,11 +13,14 @@
 
 namespace dit {
 
-// Writes atomically (temporary name, then rename).
+// Writes atomically (temporary name, then rename). `diffusion_steps` (the training schedule's
+// length) goes to /config so that sampling uses the schedule the model was trained on.
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors);
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000);
 // The model config stored in a weights (or golden) file.
 DiTConfig read_weights_config(const std::string& path);
+// The training schedule's length stored in a weights file (1000 when absent: files from before).
+int read_weights_diffusion_steps(const std::string& path);
 // Loads every parameter of `ps` from `/weights/<name>` (shapes checked).
 void load_weights(const std::string& path, ParamSet& ps);
 
