@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -403,6 +404,10 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
 }
 
 RunConfig RunConfig::from_file(const std::string& path) {
+  // An ifstream opens a folder and reads it as empty text: a run on the defaults. Refuse it.
+  std::error_code ec;
+  DIT_CHECK(!std::filesystem::is_directory(path, ec), "config file '", path,
+            "' is a directory: give a TOML file (e.g. configs/fashion_mnist.toml)");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in, "cannot open config file '", path, "'");
   std::ostringstream text;

@@ -18,6 +18,7 @@ expect_fail() {  # expect_fail REGEX ARGS...: mpirun -n 4 dit_mp ARGS must fail 
 }
 D=(--data "$SCRATCH/fm_test.h5")
 expect_fail "cannot open config file '/nonexistent/x.toml'" --config /nonexistent/x.toml --run-dir "$SCRATCH/r1"
+expect_fail "config file '$SCRATCH' is a directory" --config "$SCRATCH" --run-dir "$SCRATCH/r1"
 printf '[train]\nsteps = "ten"\n' > "$SCRATCH/bad.toml"
 expect_fail "train.steps: expected an integer" --config "$SCRATCH/bad.toml" --run-dir "$SCRATCH/r1"
 printf '[train\nsteps = 3\n' > "$SCRATCH/syntax.toml"

@@ -271,6 +271,13 @@ TEST(Config, SyntaxErrorNamesOriginAndLine) {
   EXPECT_HAS(missing, "cannot open config file '/nonexistent/x.toml'");
 }
 
+// A folder given as --config once read as an empty file: a run on the built-in defaults.
+TEST(Config, FolderAsConfigFileIsRefused) {
+  const std::string dir = ::testing::TempDir();
+  const std::string msg = error_of([&] { RunConfig::from_file(dir); });
+  EXPECT_HAS(msg, "config file '" + dir + "' is a directory");
+}
+
 TEST(Config, SetAppliesTomlValuesAndBareStrings) {
   RunConfig c = RunConfig::demo();
   c.set("train.lr=1e-4");
