@@ -559,7 +559,7 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
             "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
     return;
   }
-  int sum = 0;
+  std::int64_t sum = 0;  // entries are ints; their sum may not be
   for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
     require(p.pp_layers[i] >= 1, "parallel.pp_layers[" + show(i) + "]", p.pp_layers[i],
             "an integer >= 1 (every stage needs a block)");
