@@ -1,6 +1,7 @@
 // Agreed failures and world-size arithmetic (see collective.h).
 #include "app/collective.h"
 
+#include "app/memory_check.h"
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/device_placement.h"
 #include "parallel/mpi_comm.h"
@@ -39,7 +40,7 @@ void collective_check(const std::function<void()>& check) {
   try {
     check();
   } catch (const std::exception& e) {
-    msg = e.what();
+    msg = describe_exception(e);
   }
   int me = msg.empty() ? world_size() : world_rank(), first = me;
   MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/collective.h"
+#include "app/memory_check.h"
 #include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
   } catch (const AgreedFailure&) {
     rc = 1;
   } catch (const std::exception& e) {
-    dit::print_error(e.what());
+    dit::print_error(dit::describe_exception(e).c_str());
     if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     rc = 1;
   }

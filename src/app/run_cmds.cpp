@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "app/collective.h"
+#include "app/memory_check.h"
 #include "app/gather.h"
 #include "app/metrics.h"
 #include "app/sampler.h"
@@ -215,6 +216,7 @@ int run_train(const RunConfig& cfg) {
   const DiTConfig& model = cfg.model.dit;
   Layout layout;
   RunPaths paths{fs::path(cfg.run.dir)};
+  const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
     layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
@@ -222,6 +224,8 @@ int run_train(const RunConfig& cfg) {
               " and the MLP width ", model.mlp_hidden());
     partition_stages(model, layout.pp, cfg.parallel.pp_layers);
     BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_memory_fits(training_memory_need(cfg, layout), ranks_per_node,
+                      "the model.* sizes, train.micro_batch or sample.per_class");
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
               cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
@@ -263,7 +267,8 @@ int run_train(const RunConfig& cfg) {
   ParallelContext ctx = make_mpi_context(layout);
   const std::string comms = attach_backend_comms(ctx, *be);
   const TrainConfig tc = train_config(cfg);
-  Trainer trainer(*be, ctx, model, tc, *data);
+  Trainer trainer = allocating("building the model and its optimizer state (model.* sizes)",
+                               [&] { return Trainer(*be, ctx, model, tc, *data); });
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
   ConsoleLog console;
   const std::string ckpt_root = checkpoint_root(cfg);
@@ -297,7 +302,8 @@ int run_train(const RunConfig& cfg) {
     req.cfg_official = cfg.sample.cfg_official;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
-    const auto samples = sample_images(*be, ctx, *ema, req);
+    const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (sample.per_class)",
+                                    [&] { return sample_images(*be, ctx, *ema, req); });
     const std::string wrote = write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string());
     if (ctx.world_rank == 0) console.line("wrote " + wrote);
   };
@@ -397,6 +403,7 @@ int run_sample(const SampleOptions& opt) {
   std::string weights = opt.weights;
   DiTConfig model;
   int diffusion_steps = 1000;
+  const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
     DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "sample: give exactly one of --run DIR or --weights FILE");
     if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
@@ -414,6 +421,9 @@ int run_sample(const SampleOptions& opt) {
               "sample: --per-class >= 1, 2 <= --steps <= ", diffusion_steps,
               " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
+    check_memory_fits(sampling_memory_need(model, layout, std::int64_t(opt.per_class) *
+                                                              (opt.classes.empty() ? model.num_classes : opt.classes.size())),
+                      ranks_per_node, "--per-class or --classes");
     std::string why;
     DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
               " --precision ", opt.precision, ": ", why);
@@ -433,7 +443,8 @@ int run_sample(const SampleOptions& opt) {
   req.cfg_official = opt.cfg_official;
   req.diffusion_steps = diffusion_steps;
   req.seed = opt.seed;
-  const auto samples = sample_images(*be, ctx, stage, req);
+  const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class)",
+                                  [&] { return sample_images(*be, ctx, stage, req); });
   const std::string wrote = write_samples(model, samples, req.labels, opt.per_class, opt.out);
   if (ctx.world_rank == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;

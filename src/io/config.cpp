@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "diffusion/schedule.h"
 
 namespace dit {
 
@@ -590,7 +591,8 @@ void validate_sample(const SampleSection& s, int diffusion_steps, int num_classe
 void RunConfig::validate() const {
   validate_representable(*this);
   validate_model(model);
-  require(diffusion.steps >= 1, "diffusion.steps", diffusion.steps, "an integer >= 1");
+  require(diffusion.steps >= 1 && diffusion.steps <= diffusion::kMaxDiffusionSteps, "diffusion.steps",
+          diffusion.steps, "an integer in [1, " + show(diffusion::kMaxDiffusionSteps) + "]");
   validate_train(train);
   validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");

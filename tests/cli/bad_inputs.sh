@@ -36,6 +36,22 @@ mkdir -p "$SCRATCH/exists" && echo keep > "$SCRATCH/exists/notes.txt"
 expect_fail "run folder .*exists already exists" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/exists"
 [[ $(cat "$SCRATCH/exists/notes.txt") == keep ]] || fail "the existing run folder was touched"
 expect_fail "sample: give exactly one of --run DIR or --weights FILE" sample --out "$SCRATCH/x.png"
+# Sizes that cannot fit are refused at once, naming the setting, before anything is allocated.
+quick_fail() {  # quick_fail REGEX ARGS...: as expect_fail, and within 15 s
+  local t0=$SECONDS
+  expect_fail "$@"
+  ((SECONDS - t0 <= 15)) || fail "took $((SECONDS - t0)) s to refuse: ${*:2}"
+}
+T=("${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/r2")
+quick_fail "train.global_batch = 100000000 is 50000000 microbatches" "${T[@]}" --global-batch 100000000
+quick_fail "train.global_batch = 1000000000 is 500000000 microbatches" "${T[@]}" --global-batch 1000000000
+quick_fail "diffusion.steps = 100000000: expected an integer in \\[1, 100000\\]" "${T[@]}" --set diffusion.steps=100000000
+quick_fail "needs at least .* per rank .*training activations" "${T[@]}" --set train.micro_batch=1000000 \
+  --set train.global_batch=1000000
+quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB" "${T[@]}" \
+  --set model.hidden_size=65536 --set model.num_heads=64 --set model.depth=256
+quick_fail "needs at least .* per rank .*sampling" "${T[@]}" --set sample.per_class=100000000
+[[ ! -e "$SCRATCH/r2" ]] || fail "a refused start left a run folder behind"
 # A diverging run stops with the step and the rank, after writing its metrics.
 out=$(timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
   --lr 1e30 --set train.grad_clip=0 --run-dir "$SCRATCH/nan" 2>&1) && fail "a NaN run succeeded"
