@@ -141,7 +141,7 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
     const ParamSet& ps = trainer.model().params();
     CpuBackend host;
     ParamSet fp32(host, ps.specs(), ps.tp(), ps.tp_rank(), ps.padded_numel());
-    load_weights(path, fp32);
+    collective_check([&] { load_weights(path, fp32); });  // every rank reads it: one message
     state = trainer.state();
     state.model = host_copy(host, fp32.flat_values());
     state.ema = state.model;
@@ -434,7 +434,7 @@ int run_sample(const SampleOptions& opt) {
   attach_backend_comms(ctx, *be);
   const auto stages = partition_stages(model, layout.pp);
   DiTStage stage(*be, model, stages[ctx.coord.pp], *ctx.tp, layout.dp);
-  load_weights(weights, stage.params());
+  collective_check([&] { load_weights(weights, stage.params()); });  // every rank reads it: one message
   SampleRequest req;
   req.labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
   req.num_steps = opt.steps;

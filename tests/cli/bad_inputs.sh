@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Bad input to `train` and `sample`: one message naming the problem, a non-zero exit on every rank,
-# nothing half-written, and a NaN loss stops the run with the step and the rank after the metrics.
+# Bad input to `train` and `sample`: exactly one line on stderr naming the problem (before and after
+# start-up), a non-zero exit, no hang, nothing half-written, and a NaN loss stops the run with the
+# step and the rank after the metrics.
 source "$(dirname "$0")/common.sh"
+# mpirun's own banners on a non-zero exit ("Primary job terminated normally, but...", MPI_ABORT's
+# NOTE) are mpirun's, not dit_mp's; -q / orte_execute_quiet leaves dit_mp's one line (README).
+export OMPI_MCA_orte_execute_quiet=1
 prepare_fashion_test
 expect_fail() {  # expect_fail REGEX ARGS...: mpirun -n 4 dit_mp ARGS must fail saying REGEX
   local regex=$1
   shift
-  local out rc=0
-  out=$(timeout 120 $MPIRUN -n 4 "$DIT_MP" "$@" 2>&1) || rc=$?
+  local err rc=0
+  timeout 120 $MPIRUN -n 4 "$DIT_MP" "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
+  err=$(cat "$SCRATCH/err.txt")
   [[ $rc -ne 0 ]] || fail "expected a failure: $*"
   [[ $rc -ne 124 ]] || fail "hung: $*"
-  grep -Eq -- "$regex" <<<"$out" || fail "output of '$*' lacks /$regex/: $out"
+  grep -Eq -- "$regex" <<<"$err" || fail "stderr of '$*' lacks /$regex/: $err"
   local n
-  n=$(grep -c "error:" <<<"$out" || true)
-  [[ $n -eq 1 ]] || fail "expected one error message, got $n: $out"
+  n=$(wc -l < "$SCRATCH/err.txt")
+  [[ $n -eq 1 ]] || fail "expected exactly one line on stderr, got $n: $err"
   echo "ok: $regex"
 }
 D=(--data "$SCRATCH/fm_test.h5")
@@ -52,9 +57,29 @@ quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+
   --set model.hidden_size=65536 --set model.num_heads=64 --set model.depth=256
 quick_fail "needs at least .* per rank .*sampling" "${T[@]}" --set sample.per_class=100000000
 [[ ! -e "$SCRATCH/r2" ]] || fail "a refused start left a run folder behind"
+# Errors after start-up (ranks already in collectives): still one line, from the rank that knows.
+$MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/ok" > "$SCRATCH/ok.log" 2>&1 ||
+  { cat "$SCRATCH/ok.log"; fail "a good run failed"; }
+cp -r "$SCRATCH/ok" "$SCRATCH/bad_shard"
+shard=$(ls "$SCRATCH"/bad_shard/ckpt/step_00000001/shard_tp1_pp1_dp0.h5)
+/usr/bin/python3 - "$shard" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+for i in range(len(b) - 4096, len(b) - 64, 97):  # tensor data near the end of the shard
+    b[i] ^= 0x5A
+open(p, "wb").write(b)
+PY
+expect_fail "shard_tp1_pp1_dp0.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 2 --run-dir "$SCRATCH/bad_shard" \
+  --resume "$SCRATCH/bad_shard/ckpt/step_00000001"
+head -c 3000 "$SCRATCH/ok/model.h5" > "$SCRATCH/cut.h5"
+expect_fail "cut.h5" sample --weights "$SCRATCH/cut.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
+expect_fail "cut.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/r3" --init-from "$SCRATCH/cut.h5"
 # A diverging run stops with the step and the rank, after writing its metrics.
-out=$(timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
-  --lr 1e30 --set train.grad_clip=0 --run-dir "$SCRATCH/nan" 2>&1) && fail "a NaN run succeeded"
+timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
+  --lr 1e30 --set train.grad_clip=0 --run-dir "$SCRATCH/nan" > /dev/null 2> "$SCRATCH/err.txt" && fail "a NaN run succeeded"
+out=$(cat "$SCRATCH/err.txt")
 grep -Eq "NaN or Inf at step [0-9]+ on rank [0-9]+" <<<"$out" || fail "no NaN message: $out"
+[[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || fail "the NaN stop printed more than one line: $out"
 [[ -s "$SCRATCH/nan/metrics.jsonl" ]] || fail "the NaN run wrote no metrics"
 echo "ok: NaN stop"
