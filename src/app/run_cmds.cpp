@@ -16,6 +16,7 @@
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
+#include "io/file_safety.h"
 #include "io/h5_dataset.h"
 #include "io/png.h"
 #include "io/prepare.h"
@@ -257,10 +258,12 @@ int run_train(const RunConfig& cfg) {
               " classes but model.num_classes = ", model.num_classes);
     if (world_rank() == 0) {
       if (fs::exists(paths.dir) && cfg.run.resume.empty()) fs::remove_all(paths.dir);
-      fs::create_directories(paths.dir);
+      probe_writable(paths.dir.string(), "run.dir", "rank0");  // creates it
       std::ofstream(paths.dir / "config.toml") << cfg.to_toml();
     }
   });
+  // Every rank writes its shard of each checkpoint: find an unwritable folder now, not steps later.
+  collective_check([&] { probe_writable(checkpoint_root(cfg), "run.checkpoint_dir", "rank" + std::to_string(world_rank())); });
 
   std::unique_ptr<Backend> be;
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
