@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "diffusion/schedule.h"
+#include "io/file_safety.h"
 #include "io/golden.h"
 #include "io/h5.h"
 #include "layers/dit_stage.h"
@@ -19,16 +20,27 @@ void write_attr(hid_t obj, const char* name, hid_t type, const void* value) {
 }
 void attr_int(hid_t obj, const char* name, long long v) { write_attr(obj, name, H5T_NATIVE_LLONG, &v); }
 void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, H5T_NATIVE_DOUBLE, &v); }
-}  // namespace
 
-void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
-  h5::silence_errors();
-  const std::string tmp = path + ".tmp";
+void write_tensor(hid_t group, const std::string& name, const Shape& s, const std::vector<float>& values) {
+  hsize_t dims[kMaxDims];
+  for (int i = 0; i < s.rank; ++i) dims[i] = static_cast<hsize_t>(s.dims[i]);
+  h5::Handle space(H5Screate_simple(s.rank, dims, nullptr), H5Sclose);
+  h5::Handle d(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT),
+               H5Dclose);
+  DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
+            "cannot write ", name);
+}
+
+// Writes the file `tmp`; throws on the first failure (the caller removes `tmp`). The file is
+// closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
+void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
+                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+  h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  DIT_CHECK(bool(f), "cannot create the file");
   {
-    h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    DIT_CHECK(bool(f), tmp, ": cannot create");
     h5::Handle c(H5Gcreate2(f.get(), "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    DIT_CHECK(bool(c), "cannot create /config");
     attr_int(c.get(), "input_size", cfg.input_size);
     attr_int(c.get(), "patch_size", cfg.patch_size);
     attr_int(c.get(), "in_channels", cfg.in_channels);
@@ -43,24 +55,28 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
     h5::Handle w(H5Gcreate2(f.get(), "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    const auto specs = [&] {
-      std::map<std::string, Shape> shapes;
-      for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
-      return shapes;
-    }();
-    for (const auto& [name, values] : tensors) {
-      const Shape& s = specs.at(name);
-      hsize_t dims[kMaxDims];
-      for (int i = 0; i < s.rank; ++i) dims[i] = static_cast<hsize_t>(s.dims[i]);
-      h5::Handle space(H5Screate_simple(s.rank, dims, nullptr), H5Sclose);
-      h5::Handle d(H5Dcreate2(w.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT),
-                   H5Dclose);
-      DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
-                tmp, ": cannot write ", name);
-    }
+    DIT_CHECK(bool(w), "cannot create /weights");
+    std::map<std::string, Shape> shapes;
+    for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
+    for (const auto& [name, values] : tensors) write_tensor(w.get(), name, shapes.at(name), values);
   }
-  std::filesystem::rename(tmp, path);
+  DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
+}
+}  // namespace
+
+void save_weights(const std::string& path, const DiTConfig& cfg,
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+  h5::silence_errors();
+  const std::string tmp = path + ".tmp";
+  try {
+    write_weights_file(tmp, cfg, tensors, diffusion_steps);
+    std::filesystem::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
+    const std::string cause = write_failure_cause(path);
+    DIT_FAIL("cannot write ", path, ": ", cause.empty() ? std::string(e.what()) : cause);
+  }
 }
 
 DiTConfig read_weights_config(const std::string& path) { return GoldenFile(path).config(); }

@@ -34,3 +34,13 @@ timeout 120 $MPIRUN -n 4 "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/ro/ru
   fail "trained into a read-only run folder"
 one_line_failure "run.dir = $SCRATCH/ro/run.*read-only"
 echo "ok: a read-only run folder is refused at start"
+
+# A disk that fills up during the final weights: model.h5 (about 730 KB) fits, ema.h5 does not.
+mount -t tmpfs -o size=1100k tmpfs "$SCRATCH/full"
+timeout 120 $MPIRUN -n 4 "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/full/run" \
+  --checkpoint-dir "$SCRATCH/ckpt" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" && fail "wrote ema.h5 to a full disk"
+one_line_failure "ema.h5.*disk is full"
+leftovers=$(find "$SCRATCH/full" -name "*.tmp*")
+[[ -z $leftovers ]] || fail "a failed write left temporaries: $leftovers"
+[[ -s "$SCRATCH/full/run/model.h5" ]] || fail "model.h5 should have fitted"
+echo "ok: a full disk at the final ema.h5 leaves no temporary and says so in one line"
