@@ -1,6 +1,7 @@
 // Weights files (see weights.h).
 #include "io/weights.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -90,6 +91,27 @@ int read_weights_diffusion_steps(const std::string& path) {
   return static_cast<int>(n);
 }
 
-void load_weights(const std::string& path, ParamSet& ps) { GoldenFile(path).load_params(ps, "/weights"); }
+// "[3, 5]": the index of flat element `i` of a tensor of shape `s`.
+std::string index_text(const Shape& s, std::int64_t i) {
+  std::string out;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    out = std::to_string(i % s.dims[d]) + (out.empty() ? "" : ", ") + out;
+    i /= s.dims[d];
+  }
+  return "[" + out + "]";
+}
+
+void load_weights(const std::string& path, ParamSet& ps) {
+  const GoldenFile file(path);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const ParamSpec& s = ps.specs()[i];
+    const std::vector<float> values = file.read_f32("/weights/" + s.name, s.global);
+    // A non-finite weight would surface much later as a NaN image or loss; name it here.
+    for (std::size_t k = 0; k < values.size(); ++k)
+      DIT_CHECK(std::isfinite(values[k]), path, ": tensor '", s.name, "' holds ", std::isnan(values[k]) ? "NaN" : "Inf", " at ",
+                index_text(s.global, std::int64_t(k)), ": the weights file is damaged or from a diverged run");
+    ps.set_global(static_cast<int>(i), values);
+  }
+}
 
 }  // namespace dit

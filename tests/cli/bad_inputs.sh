@@ -75,6 +75,20 @@ expect_fail "shard_tp1_pp1_dp0.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 
 head -c 3000 "$SCRATCH/ok/model.h5" > "$SCRATCH/cut.h5"
 expect_fail "cut.h5" sample --weights "$SCRATCH/cut.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
 expect_fail "cut.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/r3" --init-from "$SCRATCH/cut.h5"
+# A weights file holding a NaN names the file and the tensor (not "make_grid: image 0 holds NaN").
+if /usr/bin/python3 -c "import h5py" 2>/dev/null; then
+  cp "$SCRATCH/ok/ema.h5" "$SCRATCH/nan.h5"
+  /usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['weights/blocks.1.mlp.fc2.weight']; v = d[...]; v[3, 5] = float('nan'); d[...] = v
+" "$SCRATCH/nan.h5"
+  expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN at \\[3, 5\\]" sample --weights "$SCRATCH/nan.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
+  expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 \
+    --run-dir "$SCRATCH/r4" --init-from "$SCRATCH/nan.h5"
+else
+  echo "SKIP: NaN weights case (needs h5py for /usr/bin/python3: install python3-h5py)"
+fi
 # A diverging run stops with the step and the rank, after writing its metrics.
 timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
   --lr 1e30 --set train.grad_clip=0 --run-dir "$SCRATCH/nan" > /dev/null 2> "$SCRATCH/err.txt" && fail "a NaN run succeeded"
