@@ -65,7 +65,8 @@ def cmd_import(a):
         for name, t in state.items():
             if name == "pos_embed":  # fixed, recomputed by dit_mp
                 continue
-            w.create_dataset(name, data=t.detach().to(torch.float32).numpy())
+            # chunked with Fletcher32 checksums: dit_mp verifies every tensor on load
+            w.create_dataset(name, data=t.detach().to(torch.float32).numpy(), fletcher32=True)
     os.replace(tmp, a.out)
     print(f"wrote {a.out}: {len(state) - ('pos_embed' in state)} tensors, config {cfg}")
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "diffusion/schedule.h"
+#include "io/checkpoint_format.h"
 #include "io/file_safety.h"
 #include "io/golden.h"
 #include "io/h5.h"
@@ -22,15 +23,36 @@ void write_attr(hid_t obj, const char* name, hid_t type, const void* value) {
 void attr_int(hid_t obj, const char* name, long long v) { write_attr(obj, name, H5T_NATIVE_LLONG, &v); }
 void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, H5T_NATIVE_DOUBLE, &v); }
 
-void write_tensor(hid_t group, const std::string& name, const Shape& s, const std::vector<float>& values) {
-  hsize_t dims[kMaxDims];
-  for (int i = 0; i < s.rank; ++i) dims[i] = static_cast<hsize_t>(s.dims[i]);
-  h5::Handle space(H5Screate_simple(s.rank, dims, nullptr), H5Sclose);
-  h5::Handle d(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                          H5P_DEFAULT),
-               H5Dclose);
-  DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
-            "cannot write ", name);
+bool has_fletcher32(hid_t dataset) {
+  h5::Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  const int n = dcpl ? H5Pget_nfilters(dcpl.get()) : 0;
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t nvals = 0;
+    if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvals, nullptr, 0, nullptr, &config) ==
+        H5Z_FILTER_FLETCHER32)
+      return true;
+  }
+  return false;
+}
+
+// One tensor of /weights, its checksum verified by HDF5 while reading (a flipped bit fails the
+// read); a tensor stored without a checksum is refused, since nothing could verify it.
+std::vector<float> read_checked(const h5::File& f, const std::string& name, const Shape& expected) {
+  const std::string ds = "/weights/" + name;
+  DIT_CHECK(f.exists(ds), f.path(), ": tensor '", name, "' is missing (a weights file holds /weights/<name>)");
+  const Shape s = f.shape(ds);
+  DIT_CHECK(s == expected, f.path(), ": tensor '", name, "' has shape ", s.str(), ", expected ", expected.str());
+  h5::Handle d(H5Dopen2(f.id(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  DIT_CHECK(bool(d), f.path(), ": cannot open tensor '", name, "' (", ckpt::h5_error_text(), ")");
+  DIT_CHECK(has_fletcher32(d.get()), f.path(), ": tensor '", name,
+            "' has no checksum, so it cannot be verified; add Fletcher32 checksums with "
+            "h5repack -f FLET IN OUT (or re-import it with tools/dit_checkpoint.py)");
+  std::vector<float> values(static_cast<std::size_t>(s.numel()));
+  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    DIT_FAIL(f.path(), ": tensor '", name, "' fails its checksum (", ckpt::h5_error_text(),
+             "): the weights file is damaged");
+  return values;
 }
 
 // Writes the file `tmp`; throws on the first failure (the caller removes `tmp`). The file is
@@ -59,7 +81,8 @@ void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
     DIT_CHECK(bool(w), "cannot create /weights");
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
-    for (const auto& [name, values] : tensors) write_tensor(w.get(), name, shapes.at(name), values);
+    for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums
+      ckpt::write_tensor(w.get(), name, shapes.at(name), values.data(), tmp);
   }
   DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
 }
@@ -102,10 +125,12 @@ std::string index_text(const Shape& s, std::int64_t i) {
 }
 
 void load_weights(const std::string& path, ParamSet& ps) {
-  const GoldenFile file(path);
+  h5::silence_errors();
+  static_cast<void>(GoldenFile(path).config());  // the config must describe a model that can be built
+  const h5::File file = h5::File::open_read(path);
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
-    const std::vector<float> values = file.read_f32("/weights/" + s.name, s.global);
+    const std::vector<float> values = read_checked(file, s.name, s.global);
     // A non-finite weight would surface much later as a NaN image or loss; name it here.
     for (std::size_t k = 0; k < values.size(); ++k)
       DIT_CHECK(std::isfinite(values[k]), path, ": tensor '", s.name, "' holds ", std::isnan(values[k]) ? "NaN" : "Inf", " at ",

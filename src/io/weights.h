@@ -1,6 +1,6 @@
 // Model weights as an HDF5 file of global tensors under PyTorch names (`/weights/<name>`, float32,
-// the same layout as golden files), with the model config as attributes of `/config`. Written by
-// rank 0 from gathered tensors; read by every rank, each keeping its slice. Checkpoints with
+// chunked with Fletcher32 checksums), with the model config as attributes of `/config`. Written by
+// rank 0 from gathered tensors; read by every rank, each keeping its slice, every tensor verified. Checkpoints with
 // optimizer state are a separate format (sharded, see checkpoint.h).
 #pragma once
 
@@ -21,7 +21,8 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
 DiTConfig read_weights_config(const std::string& path);
 // The training schedule's length stored in a weights file (1000 when absent: files from before).
 int read_weights_diffusion_steps(const std::string& path);
-// Loads every parameter of `ps` from `/weights/<name>` (shapes checked).
+// Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
+// without one is refused), and every value finite; errors name the file and the tensor.
 void load_weights(const std::string& path, ParamSet& ps);
 
 }  // namespace dit

@@ -86,8 +86,29 @@ with h5py.File(sys.argv[1], 'r+') as f:
   expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN at \\[3, 5\\]" sample --weights "$SCRATCH/nan.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
   expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 \
     --run-dir "$SCRATCH/r4" --init-from "$SCRATCH/nan.h5"
+  # One exponent bit flipped on disk (a weight becomes ~1e37, still finite): the checksum names it.
+  cp "$SCRATCH/ok/ema.h5" "$SCRATCH/flip.h5"
+  /usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r') as f:
+    d = f['weights/blocks.0.attn.qkv.weight']
+    off = d.id.get_chunk_info(0).byte_offset if d.chunks else d.id.get_offset()
+b = bytearray(open(sys.argv[1], 'rb').read())
+b[off + 4 * 10 + 3] ^= 0x40  # byte 3 of weight 10 (little endian): the exponent's top bit
+open(sys.argv[1], 'wb').write(b)
+" "$SCRATCH/flip.h5"
+  expect_fail "flip.h5: tensor 'blocks.0.attn.qkv.weight' fails its checksum" sample --weights "$SCRATCH/flip.h5" \
+    --tp 2 --pp 2 --out "$SCRATCH/s.png"
+  # A weights file without checksums cannot be verified: refused, saying how to add them.
+  h5repack -f NONE "$SCRATCH/ok/ema.h5" "$SCRATCH/plain.h5"
+  expect_fail "plain.h5: tensor '.*' has no checksum.*h5repack -f FLET" sample --weights "$SCRATCH/plain.h5" \
+    --tp 2 --pp 2 --out "$SCRATCH/s.png"
+  h5repack -f FLET "$SCRATCH/plain.h5" "$SCRATCH/flet.h5"
+  $MPIRUN -n 4 "$DIT_MP" sample --weights "$SCRATCH/flet.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png" > /dev/null ||
+    fail "the h5repack'ed weights file does not load"
+  echo "ok: h5repack -f FLET adds the checksums"
 else
-  echo "SKIP: NaN weights case (needs h5py for /usr/bin/python3: install python3-h5py)"
+  echo "SKIP: NaN and bit-flip weights cases (need h5py for /usr/bin/python3: install python3-h5py)"
 fi
 # A diverging run stops with the step and the rank, after writing its metrics.
 timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
