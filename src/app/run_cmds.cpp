@@ -148,6 +148,11 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
     state.ema = state.model;
     std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
     std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+  } else if (cfg.run.resume == "auto") {  // the newest checkpoint that verifies
+    std::vector<std::string> skipped;
+    meta = load_newest_checkpoint(root, model, stage.params(), ctx, state, skipped);
+    for (const std::string& s : skipped)
+      if (ctx.world_rank == 0) console.line("skipped checkpoint " + s);
   } else {
     meta = load_checkpoint(path, model, stage.params(), ctx, state);
     if (!resume) {  // weights only
