@@ -16,6 +16,7 @@ Needs PyTorch, h5py and numpy (Debian: python3-torch python3-h5py python3-numpy)
 import argparse
 import math
 import os
+import pickle
 import sys
 
 import h5py
@@ -51,8 +52,21 @@ def config_from_state(state, num_heads, input_size, dropout):
     }
 
 
+def load_tensors(path):
+    """A .pt file's tensors only. torch.load(weights_only=True) unpickles nothing but tensors and
+    plain containers, so a crafted checkpoint cannot run code on this machine; anything else is
+    refused with one line."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        why = str(e).rsplit("WeightsUnpickler error:", 1)[-1].strip().replace("\n", " ")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {path}: refused: it holds more than tensors "
+                 f"({why}), and unpickling it could run code; load only files you trust, and convert "
+                 f"them to a plain state dict first")
+
+
 def cmd_import(a):
-    state = torch.load(a.source, map_location="cpu")
+    state = load_tensors(a.source)
     if isinstance(state, dict) and a.kind in state and isinstance(state[a.kind], dict):
         state = state[a.kind]
     cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob)
