@@ -6,6 +6,9 @@
       and "ema"; --kind picks one) -> a dit_mp weights file: /weights/<PyTorch name> float32 and
       the model config as attributes of /config. `dit_mp sample --weights OUT.h5` and
       `dit_mp train --init-from OUT.h5` load it at any layout.
+  dit_checkpoint.py seal FILE.h5 [OUT.h5]
+      Writes the seal (size and CRC-32 in a 512-byte user block) that dit_mp checks before it reads
+      a weights file: after editing one with h5py, or for a file from before seals.
   dit_checkpoint.py export SOURCE OUT.pt [--kind model|ema]
       A dit_mp weights file or checkpoint (step folder, its root, or index.h5; its virtual
       datasets read as full tensors) -> a state dict that the official models.py loads
@@ -18,6 +21,7 @@ import math
 import os
 import pickle
 import sys
+import zlib
 
 import h5py
 import numpy as np
@@ -65,13 +69,48 @@ def load_tensors(path):
                  f"them to a plain state dict first")
 
 
+SEAL_BYTES = 512  # the HDF5 user block holding the seal (dit_mp's src/io/sealed_h5.h)
+
+
+def seal(path):
+    """Writes dit_mp's seal: the size and CRC-32 of the file after its 512-byte user block."""
+    with open(path, "r+b") as f:
+        f.seek(SEAL_BYTES)
+        crc, size = 0, 0
+        while chunk := f.read(1 << 20):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        f.seek(0)
+        f.write(f"dit_mp sealed hdf5 1\nsize {size}\ncrc32 {crc:08x}\n".encode().ljust(SEAL_BYTES, b"\0"))
+
+
+def cmd_seal(a):
+    """Copies a weights file into one with a user block and seals it (e.g. after editing it with
+    h5py, which leaves the seal stale, or for a file written before dit_mp sealed them)."""
+    out = a.out or a.source
+    with h5py.File(a.source, "r") as f:
+        in_place = out == a.source and f.userblock_size >= SEAL_BYTES
+    if in_place:  # the user block is there: only the seal is rewritten
+        seal(out)
+        print(f"sealed {out}")
+        return
+    tmp = out + ".tmp"
+    with h5py.File(a.source, "r") as s, h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as d:
+        for k, v in s.attrs.items():
+            d.attrs[k] = v
+        for k in s:
+            s.copy(s[k], d, name=k)
+    seal(tmp)
+    os.replace(tmp, out)
+    print(f"sealed {out}")
+
+
 def cmd_import(a):
     state = load_tensors(a.source)
     if isinstance(state, dict) and a.kind in state and isinstance(state[a.kind], dict):
         state = state[a.kind]
     cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob)
     tmp = a.out + ".tmp"
-    with h5py.File(tmp, "w") as f:
+    with h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as f:
         c = f.create_group("config")
         for k, v in cfg.items():
             c.attrs[k] = np.float64(v) if isinstance(v, float) else np.int64(v)
@@ -81,6 +120,7 @@ def cmd_import(a):
                 continue
             # chunked with Fletcher32 checksums: dit_mp verifies every tensor on load
             w.create_dataset(name, data=t.detach().to(torch.float32).numpy(), fletcher32=True)
+    seal(tmp)
     os.replace(tmp, a.out)
     print(f"wrote {a.out}: {len(state) - ('pos_embed' in state)} tensors, config {cfg}")
 
@@ -134,9 +174,12 @@ def main():
     e.add_argument("source")
     e.add_argument("out")
     e.add_argument("--kind", default="model", choices=["model", "ema"])
+    s = sub.add_parser("seal", help="(re)write a weights file's seal, the checksum dit_mp verifies first")
+    s.add_argument("source")
+    s.add_argument("out", nargs="?", help="default: replace SOURCE")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    (cmd_import if a.cmd == "import" else cmd_export)(a)
+    {"import": cmd_import, "export": cmd_export, "seal": cmd_seal}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -255,13 +255,15 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
                         local = ckpt::Box::whole(s.local(layout.tp));
         h5::Handle vspace(H5Screate_simple(whole.rank, whole.count, nullptr), H5Sclose);
         h5::Handle sspace(H5Screate_simple(local.rank, local.count, nullptr), H5Sclose);
-        for (const auto& [t, file] : files)
-          for (const ckpt::SlicePiece& piece : ckpt::slice_pieces(s, parts, t)) {
+        for (const auto& tp_file : files) {  // (not a structured binding: clang 14 cannot capture one)
+          const std::string& file = tp_file.second;
+          for (const ckpt::SlicePiece& piece : ckpt::slice_pieces(s, parts, tp_file.first)) {
             h5::Handle v = ckpt::select_box(vspace.get(), piece.global, name);
             h5::Handle src = ckpt::select_box(sspace.get(), piece.local, name);
             DIT_H5_CHECK(H5Pset_virtual(dcpl.get(), v.get(), file.c_str(), name.c_str(), src.get()),
                          path, " ", name);
           }
+        }
         h5::Handle d(H5Dcreate2(g.get(), s.name.c_str(), H5T_IEEE_F32LE, vspace.get(), H5P_DEFAULT,
                                 dcpl.get(), H5P_DEFAULT),
                      H5Dclose);

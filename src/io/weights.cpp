@@ -9,6 +9,7 @@
 #include "io/checkpoint_format.h"
 #include "io/file_safety.h"
 #include "io/golden.h"
+#include "io/sealed_h5.h"
 #include "io/h5.h"
 #include "layers/dit_stage.h"
 
@@ -47,7 +48,7 @@ std::vector<float> read_checked(const h5::File& f, const std::string& name, cons
   DIT_CHECK(bool(d), f.path(), ": cannot open tensor '", name, "' (", ckpt::h5_error_text(), ")");
   DIT_CHECK(has_fletcher32(d.get()), f.path(), ": tensor '", name,
             "' has no checksum, so it cannot be verified; add Fletcher32 checksums with "
-            "h5repack -f FLET IN OUT (or re-import it with tools/dit_checkpoint.py)");
+            "h5repack -f FLET IN OUT, then tools/dit_checkpoint.py seal OUT");
   std::vector<float> values(static_cast<std::size_t>(s.numel()));
   if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     DIT_FAIL(f.path(), ": tensor '", name, "' fails its checksum (", ckpt::h5_error_text(),
@@ -59,7 +60,11 @@ std::vector<float> read_checked(const h5::File& f, const std::string& name, cons
 // closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
 void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
                         const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
-  h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  // A user block for the seal (whole-file CRC-32); the 1.10 format checksums HDF5's metadata too.
+  h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);
+  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  DIT_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: file format 1.10");
+  h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   DIT_CHECK(bool(f), "cannot create the file");
   {
     h5::Handle c(H5Gcreate2(f.get(), "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -94,6 +99,7 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
   const std::string tmp = path + ".tmp";
   try {
     write_weights_file(tmp, cfg, tensors, diffusion_steps);
+    h5::seal_file(tmp);
     std::filesystem::rename(tmp, path);
   } catch (const std::exception& e) {
     std::error_code ec;
@@ -103,9 +109,19 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
   }
 }
 
-DiTConfig read_weights_config(const std::string& path) { return GoldenFile(path).config(); }
+// Weights files are sealed (sealed_h5.h): checked whole before HDF5 parses them.
+void verify_weights_seal(const std::string& path) {
+  h5::verify_seal(path, "re-import it with tools/dit_checkpoint.py import, or seal it with "
+                        "tools/dit_checkpoint.py seal FILE");
+}
+
+DiTConfig read_weights_config(const std::string& path) {
+  verify_weights_seal(path);
+  return GoldenFile(path).config();
+}
 
 int read_weights_diffusion_steps(const std::string& path) {
+  verify_weights_seal(path);
   const h5::File f = h5::File::open_read(path);
   if (!f.has_attr("/config", "diffusion_steps")) return 1000;
   const std::int64_t n = f.attr_int("/config", "diffusion_steps");
@@ -126,7 +142,7 @@ std::string index_text(const Shape& s, std::int64_t i) {
 
 void load_weights(const std::string& path, ParamSet& ps) {
   h5::silence_errors();
-  static_cast<void>(GoldenFile(path).config());  // the config must describe a model that can be built
+  static_cast<void>(read_weights_config(path));  // sealed, and a config that can be built
   const h5::File file = h5::File::open_read(path);
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];

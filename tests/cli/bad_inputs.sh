@@ -31,8 +31,8 @@ expect_fail "syntax.toml" --config "$SCRATCH/syntax.toml" --run-dir "$SCRATCH/r1
 expect_fail "unknown key train.lrr" "${D[@]}" --set train.lrr=1 --run-dir "$SCRATCH/r1"
 expect_fail "input_size = 32 is not divisible by model.patch_size = 5" "${D[@]}" --set model.patch_size=5 --tp 1 --pp 1 --run-dir "$SCRATCH/r1"
 expect_fail "does not exist" --data "$SCRATCH/none.h5" --set data.prepare=none --tp 1 --pp 1 --run-dir "$SCRATCH/r1"
-# A file of the wrong schema: a golden file has no 'images' dataset.
-expect_fail "dataset 'images' is missing" --data "$DIT_DATA/dit_tiny_golden.h5" --tp 1 --pp 1 --run-dir "$SCRATCH/r1"
+# A file that is not a dataset (a golden file): refused before HDF5 reads it (no seal).
+expect_fail "dit_tiny_golden.h5: no dit_mp seal" --data "$DIT_DATA/dit_tiny_golden.h5" --tp 1 --pp 1 --run-dir "$SCRATCH/r1"
 expect_fail "job has 4 ranks, which is not a multiple of tp x pp = 1 x 3 = 3" "${D[@]}" --tp 1 --pp 3 --run-dir "$SCRATCH/r1"
 expect_fail "global_batch = 18 is not divisible" "${D[@]}" --tp 1 --pp 1 --global-batch 18 --micro-batch 4 --run-dir "$SCRATCH/r1"
 [[ ! -e "$SCRATCH/r1" ]] || fail "a failed start left a run folder behind"
@@ -75,40 +75,57 @@ expect_fail "shard_tp1_pp1_dp0.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 
 head -c 3000 "$SCRATCH/ok/model.h5" > "$SCRATCH/cut.h5"
 expect_fail "cut.h5" sample --weights "$SCRATCH/cut.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
 expect_fail "cut.h5" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/r3" --init-from "$SCRATCH/cut.h5"
-# A weights file holding a NaN names the file and the tensor (not "make_grid: image 0 holds NaN").
-if /usr/bin/python3 -c "import h5py" 2>/dev/null; then
+# Weights files: sealed (whole-file CRC-32 checked before HDF5 reads them), Fletcher32 per tensor,
+# finite values; each failure names the file (and the tensor). Edits with h5py are re-sealed with
+# tools/dit_checkpoint.py seal, as a user would.
+PY=/usr/bin/python3
+TOOLS=$(cd "$(dirname "$0")/../../tools" && pwd)
+if $PY -c "import torch, h5py" 2>/dev/null; then
+  # A NaN (not "make_grid: image 0 holds NaN").
   cp "$SCRATCH/ok/ema.h5" "$SCRATCH/nan.h5"
-  /usr/bin/python3 -c "
+  $PY -c "
 import h5py, sys
 with h5py.File(sys.argv[1], 'r+') as f:
     d = f['weights/blocks.1.mlp.fc2.weight']; v = d[...]; v[3, 5] = float('nan'); d[...] = v
 " "$SCRATCH/nan.h5"
+  expect_fail "nan.h5: its contents do not match the CRC-32 in its seal" sample --weights "$SCRATCH/nan.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
+  $PY "$TOOLS/dit_checkpoint.py" seal "$SCRATCH/nan.h5" > /dev/null
   expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN at \\[3, 5\\]" sample --weights "$SCRATCH/nan.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png"
   expect_fail "nan.h5: tensor 'blocks.1.mlp.fc2.weight' holds NaN" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 \
     --run-dir "$SCRATCH/r4" --init-from "$SCRATCH/nan.h5"
-  # One exponent bit flipped on disk (a weight becomes ~1e37, still finite): the checksum names it.
+  # One exponent bit flipped on disk (a weight becomes ~1e37, still finite): the seal catches it,
+  # and with the seal rewritten over the damage, the tensor's Fletcher32 checksum does.
   cp "$SCRATCH/ok/ema.h5" "$SCRATCH/flip.h5"
-  /usr/bin/python3 -c "
+  $PY -c "
 import h5py, sys
 with h5py.File(sys.argv[1], 'r') as f:
     d = f['weights/blocks.0.attn.qkv.weight']
     off = d.id.get_chunk_info(0).byte_offset if d.chunks else d.id.get_offset()
+    off += f.userblock_size  # HDF5 addresses start after the user block (the seal)
 b = bytearray(open(sys.argv[1], 'rb').read())
 b[off + 4 * 10 + 3] ^= 0x40  # byte 3 of weight 10 (little endian): the exponent's top bit
 open(sys.argv[1], 'wb').write(b)
 " "$SCRATCH/flip.h5"
+  expect_fail "flip.h5: its contents do not match the CRC-32 in its seal" sample --weights "$SCRATCH/flip.h5" \
+    --tp 2 --pp 2 --out "$SCRATCH/s.png"
+  $PY "$TOOLS/dit_checkpoint.py" seal "$SCRATCH/flip.h5" > /dev/null
   expect_fail "flip.h5: tensor 'blocks.0.attn.qkv.weight' fails its checksum" sample --weights "$SCRATCH/flip.h5" \
     --tp 2 --pp 2 --out "$SCRATCH/s.png"
-  # A weights file without checksums cannot be verified: refused, saying how to add them.
+  # Without checksums a file cannot be verified: refused, saying how to add them (h5repack keeps
+  # the user block, whose seal no longer matches).
   h5repack -f NONE "$SCRATCH/ok/ema.h5" "$SCRATCH/plain.h5"
+  expect_fail "plain.h5: .*seal records" sample --weights "$SCRATCH/plain.h5" --tp 2 --pp 2 \
+    --out "$SCRATCH/s.png"
+  $PY "$TOOLS/dit_checkpoint.py" seal "$SCRATCH/plain.h5" > /dev/null
   expect_fail "plain.h5: tensor '.*' has no checksum.*h5repack -f FLET" sample --weights "$SCRATCH/plain.h5" \
     --tp 2 --pp 2 --out "$SCRATCH/s.png"
   h5repack -f FLET "$SCRATCH/plain.h5" "$SCRATCH/flet.h5"
+  $PY "$TOOLS/dit_checkpoint.py" seal "$SCRATCH/flet.h5" > /dev/null
   $MPIRUN -n 4 "$DIT_MP" sample --weights "$SCRATCH/flet.h5" --tp 2 --pp 2 --out "$SCRATCH/s.png" > /dev/null ||
-    fail "the h5repack'ed weights file does not load"
-  echo "ok: h5repack -f FLET adds the checksums"
+    fail "the h5repack'ed and sealed weights file does not load"
+  echo "ok: h5repack -f FLET and dit_checkpoint.py seal make an old file loadable"
 else
-  echo "SKIP: NaN and bit-flip weights cases (need h5py for /usr/bin/python3: install python3-h5py)"
+  echo "SKIP: the weights-file cases (need torch and h5py for $PY: install python3-torch python3-h5py)"
 fi
 # A diverging run stops with the step and the rank, after writing its metrics.
 timeout 120 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 30 --log-every 100 \
