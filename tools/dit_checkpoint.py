@@ -6,9 +6,10 @@
       and "ema"; --kind picks one) -> a dit_mp weights file: /weights/<PyTorch name> float32 and
       the model config as attributes of /config. `dit_mp sample --weights OUT.h5` and
       `dit_mp train --init-from OUT.h5` load it at any layout.
-  dit_checkpoint.py seal FILE.h5 [OUT.h5]
+  dit_checkpoint.py seal FILE.h5 [OUT.h5] | seal STEP_FOLDER
       Writes the seal (size and CRC-32 in a 512-byte user block) that dit_mp checks before it reads
-      a weights file: after editing one with h5py, or for a file from before seals.
+      a weights or dataset file: after editing one with h5py, or for a file from before seals. For
+      a checkpoint step folder from before dit_mp checksummed index.h5, records it in COMPLETE.
   dit_checkpoint.py export SOURCE OUT.pt [--kind model|ema]
       A dit_mp weights file or checkpoint (step folder, its root, or index.h5; its virtual
       datasets read as full tensors) -> a state dict that the official models.py loads
@@ -83,9 +84,28 @@ def seal(path):
         f.write(f"dit_mp sealed hdf5 1\nsize {size}\ncrc32 {crc:08x}\n".encode().ljust(SEAL_BYTES, b"\0"))
 
 
+def seal_checkpoint(step_dir):
+    """Records index.h5's size and CRC-32 in COMPLETE (a checkpoint from before dit_mp did)."""
+    index, complete = os.path.join(step_dir, "index.h5"), os.path.join(step_dir, "COMPLETE")
+    if not (os.path.isfile(index) and os.path.isfile(complete)):
+        sys.exit(f"seal: {step_dir} is not a complete checkpoint step folder (index.h5 and COMPLETE)")
+    crc, size = 0, 0
+    with open(index, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    lines = [l for l in open(complete).read().splitlines() if not l.startswith("index.h5 ")]
+    with open(complete + ".tmp", "w") as f:
+        f.write("\n".join(lines + [f"index.h5 size {size} crc32 {crc:08x}"]) + "\n")
+    os.replace(complete + ".tmp", complete)
+    print(f"recorded the checksum of {index} in {complete}")
+
+
 def cmd_seal(a):
-    """Copies a weights file into one with a user block and seals it (e.g. after editing it with
-    h5py, which leaves the seal stale, or for a file written before dit_mp sealed them)."""
+    """Copies a weights or dataset file into one with a user block and seals it (e.g. after editing
+    it with h5py, which leaves the seal stale, or for a file written before dit_mp sealed them); for
+    a checkpoint step folder, records index.h5's checksum in COMPLETE."""
+    if os.path.isdir(a.source):
+        return seal_checkpoint(a.source)
     out = a.out or a.source
     with h5py.File(a.source, "r") as f:
         in_place = out == a.source and f.userblock_size >= SEAL_BYTES

@@ -21,8 +21,8 @@ FileSum file_sum(const std::string& path);
 std::string complete_text(std::int64_t step, const FileSum& index);
 
 // Checks <dir>/index.h5 against the sum its COMPLETE records. Throws one line naming the index
-// (size or checksum mismatch: the index is damaged) or the COMPLETE file (unreadable line). A
-// COMPLETE without the line (a checkpoint from before) is accepted unverified.
+// (size or checksum mismatch: the index is damaged) or the COMPLETE file (unreadable or missing
+// line: a checkpoint from before the manifest is refused, naming tools/dit_checkpoint.py seal).
 void verify_index_sum(const std::string& dir);
 
 }  // namespace dit::ckpt

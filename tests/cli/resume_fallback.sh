@@ -29,3 +29,17 @@ $MPIRUN -n 4 "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/run" --resume aut
 grep -Eq "skipped checkpoint .*step_00000002: .*index.h5: CRC-32" "$SCRATCH/b.log" || fail "no note of the skipped checkpoint: $(cat "$SCRATCH/b.log")"
 grep -q "resumed from .*step_00000001 at step 1" "$SCRATCH/b.log" || fail "did not fall back to step 1"
 echo "ok: --resume auto falls back to step 1, naming the skipped step 2"
+# A checkpoint whose COMPLETE records no checksum (an older dit_mp) is refused until vouched for.
+step1="$SCRATCH/run/ckpt/step_00000001"
+grep -v "^index.h5 " "$step1/COMPLETE" > "$SCRATCH/complete" && cp "$SCRATCH/complete" "$step1/COMPLETE"
+rc=0
+"$DIT_MP" inspect "$step1" > /dev/null 2> "$SCRATCH/inspect.err" || rc=$?
+[[ $rc -eq 1 ]] && grep -q "records no checksum of index.h5.*dit_checkpoint.py seal" "$SCRATCH/inspect.err" ||
+  fail "an unverifiable index was not refused: exit $rc, $(cat "$SCRATCH/inspect.err")"
+if /usr/bin/python3 -c "import torch, h5py" 2>/dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/../../tools/dit_checkpoint.py" seal "$step1" > /dev/null
+  "$DIT_MP" inspect "$step1" > /dev/null || fail "inspect after dit_checkpoint.py seal failed"
+  echo "ok: an unverifiable checkpoint is refused until dit_checkpoint.py seal records its checksum"
+else
+  echo "ok: an unverifiable checkpoint is refused (SKIP the seal tool: needs torch and h5py for /usr/bin/python3)"
+fi
