@@ -22,16 +22,18 @@ MemoryNeed training_memory_need(const RunConfig& cfg, const Layout& l) {
   const DiTConfig& m = cfg.model.dit;
   MemoryNeed need;
   // This rank's share of the parameters: fp32 values and grads, AdamW moments and EMA over dp,
-  // and the four full fp32 copies (model, EMA, moments) a checkpoint gathers.
+  // and the four full fp32 copies (model, EMA, moments) a checkpoint gathers. On the CUDA backend
+  // only the gathered copies and the samples are host memory (the rest is the GPU's).
+  const bool host = cfg.train.backend != "cuda";
   const double params = double(m.num_params()) / (double(l.tp) * l.pp);
-  need.state = params * (4 + 4 + 12.0 / l.dp + 16);
+  need.state = params * ((host ? 4 + 4 + 12.0 / l.dp : 0.0) + 16);
   // Activations: at least the residual stream and the MLP input of every block of a stage, for
   // every microbatch in flight (1F1B keeps at most pp, GPipe all of them).
   const std::int64_t microbatches = std::max<std::int64_t>(1, cfg.train.global_batch / (std::int64_t(l.dp) * cfg.train.micro_batch));
   const double in_flight = cfg.parallel.schedule == "gpipe" ? double(microbatches)
                                                             : double(std::min<std::int64_t>(l.pp, microbatches));
   const double tokens = double(cfg.train.micro_batch) * m.num_patches();
-  need.activations = in_flight * tokens * (2.0 * m.hidden_size + double(m.mlp_hidden()) / l.tp) * 4.0 *
+  need.activations = (host ? 1.0 : 0.0) * in_flight * tokens * (2.0 * m.hidden_size + double(m.mlp_hidden()) / l.tp) * 4.0 *
                      (double(m.depth) / l.pp);
   const std::int64_t classes = cfg.sample.classes.empty() ? m.num_classes : std::int64_t(cfg.sample.classes.size());
   need.sampling = sampling_memory_need(m, l, classes * cfg.sample.per_class).sampling;

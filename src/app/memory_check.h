@@ -13,7 +13,7 @@
 
 namespace dit {
 
-// Bytes one rank needs at least, by what asks for them. Lower bounds: counted from the exact
+// Host bytes one rank needs at least, by what asks for them. Lower bounds: counted from the exact
 // parameter count and the sizes of the biggest buffers, not a full plan (see `dit_mp plan`).
 struct MemoryNeed {
   double state = 0;        // parameters, grads, the ZeRO shards, the checkpoint's gathered copies
