@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "app/collective.h"
-#include "app/memory_check.h"
 #include "app/gather.h"
+#include "app/memory_check.h"
 #include "app/metrics.h"
 #include "app/sampler.h"
 #include "app/trainer.h"
