@@ -1,6 +1,6 @@
 // Damaged checkpoints never crash the reader: every byte of a small checkpoint's index.h5 is
 // flipped (one at a time, all 8 bits) and `inspect` runs in-process on the result; so is every
-// byte of a shard's first 4 KiB (superblock, root group, first object headers) and every 29th
+// byte of a shard's first 2 KiB (superblock, root group, first object headers) and every 53rd
 // byte of the rest (every byte of the shard would take minutes: each flip re-reads the shard). Each flip must either still verify or fail with a dit::Error naming the damaged file; a
 // segfault or abort inside HDF5 ends this test binary, which is the failure it guards against.
 #include <gtest/gtest.h>
@@ -113,7 +113,7 @@ TEST_F(CheckpointDamage, EveryByteOfTheIndexIsVerifiedOrNamed) {
 TEST_F(CheckpointDamage, ShardBytesAreVerifiedOrNamed) {
   const fs::path shard = fs::path(dir_) / "shard_tp0_pp0_dp0.h5";
   const auto t0 = std::chrono::steady_clock::now();
-  const FlipCounts c = flip_each(dir_, shard, [](std::size_t i) { return i < 4096 || i % 29 == 0; });
+  const FlipCounts c = flip_each(dir_, shard, [](std::size_t i) { return i < 2048 || i % 53 == 0; });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("shard: %zu bytes, %d flipped in %.1f s: %d still verify, %d named, %d unnamed\n",
               std::size_t(fs::file_size(shard)), c.verified + c.named + c.unnamed, s, c.verified, c.named,
