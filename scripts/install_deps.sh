@@ -19,6 +19,11 @@ PACKAGES=(
 if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
   PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib)
 fi
+# scripts/fuzz.sh: clang with libFuzzer and its OpenMP runtime. DIT_WITH_FUZZ=0 skips them (CI's
+# fuzz tests then use the deterministic driver, which needs nothing more).
+if [[ "${DIT_WITH_FUZZ:-1}" == 1 ]]; then
+  PACKAGES+=(clang libomp-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

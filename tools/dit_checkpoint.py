@@ -6,6 +6,10 @@
       and "ema"; --kind picks one) -> a dit_mp weights file: /weights/<PyTorch name> float32 and
       the model config as attributes of /config. `dit_mp sample --weights OUT.h5` and
       `dit_mp train --init-from OUT.h5` load it at any layout.
+  dit_checkpoint.py seal FILE.h5 [OUT.h5] | seal STEP_FOLDER
+      Writes the seal (size and CRC-32 in a 512-byte user block) that dit_mp checks before it reads
+      a weights or dataset file: after editing one with h5py, or for a file from before seals. For
+      a checkpoint step folder from before dit_mp checksummed index.h5, records it in COMPLETE.
   dit_checkpoint.py export SOURCE OUT.pt [--kind model|ema]
       A dit_mp weights file or checkpoint (step folder, its root, or index.h5; its virtual
       datasets read as full tensors) -> a state dict that the official models.py loads
@@ -16,7 +20,9 @@ Needs PyTorch, h5py and numpy (Debian: python3-torch python3-h5py python3-numpy)
 import argparse
 import math
 import os
+import pickle
 import sys
+import zlib
 
 import h5py
 import numpy as np
@@ -51,13 +57,80 @@ def config_from_state(state, num_heads, input_size, dropout):
     }
 
 
+def load_tensors(path):
+    """A .pt file's tensors only. torch.load(weights_only=True) unpickles nothing but tensors and
+    plain containers, so a crafted checkpoint cannot run code on this machine; anything else is
+    refused with one line."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        why = str(e).rsplit("WeightsUnpickler error:", 1)[-1].strip().replace("\n", " ")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {path}: refused: it holds more than tensors "
+                 f"({why}), and unpickling it could run code; load only files you trust, and convert "
+                 f"them to a plain state dict first")
+
+
+SEAL_BYTES = 512  # the HDF5 user block holding the seal (dit_mp's src/io/sealed_h5.h)
+
+
+def seal(path):
+    """Writes dit_mp's seal: the size and CRC-32 of the file after its 512-byte user block."""
+    with open(path, "r+b") as f:
+        f.seek(SEAL_BYTES)
+        crc, size = 0, 0
+        while chunk := f.read(1 << 20):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        f.seek(0)
+        f.write(f"dit_mp sealed hdf5 1\nsize {size}\ncrc32 {crc:08x}\n".encode().ljust(SEAL_BYTES, b"\0"))
+
+
+def seal_checkpoint(step_dir):
+    """Records index.h5's size and CRC-32 in COMPLETE (a checkpoint from before dit_mp did)."""
+    index, complete = os.path.join(step_dir, "index.h5"), os.path.join(step_dir, "COMPLETE")
+    if not (os.path.isfile(index) and os.path.isfile(complete)):
+        sys.exit(f"seal: {step_dir} is not a complete checkpoint step folder (index.h5 and COMPLETE)")
+    crc, size = 0, 0
+    with open(index, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    lines = [l for l in open(complete).read().splitlines() if not l.startswith("index.h5 ")]
+    with open(complete + ".tmp", "w") as f:
+        f.write("\n".join(lines + [f"index.h5 size {size} crc32 {crc:08x}"]) + "\n")
+    os.replace(complete + ".tmp", complete)
+    print(f"recorded the checksum of {index} in {complete}")
+
+
+def cmd_seal(a):
+    """Copies a weights or dataset file into one with a user block and seals it (e.g. after editing
+    it with h5py, which leaves the seal stale, or for a file written before dit_mp sealed them); for
+    a checkpoint step folder, records index.h5's checksum in COMPLETE."""
+    if os.path.isdir(a.source):
+        return seal_checkpoint(a.source)
+    out = a.out or a.source
+    with h5py.File(a.source, "r") as f:
+        in_place = out == a.source and f.userblock_size >= SEAL_BYTES
+    if in_place:  # the user block is there: only the seal is rewritten
+        seal(out)
+        print(f"sealed {out}")
+        return
+    tmp = out + ".tmp"
+    with h5py.File(a.source, "r") as s, h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as d:
+        for k, v in s.attrs.items():
+            d.attrs[k] = v
+        for k in s:
+            s.copy(s[k], d, name=k)
+    seal(tmp)
+    os.replace(tmp, out)
+    print(f"sealed {out}")
+
+
 def cmd_import(a):
-    state = torch.load(a.source, map_location="cpu")
+    state = load_tensors(a.source)
     if isinstance(state, dict) and a.kind in state and isinstance(state[a.kind], dict):
         state = state[a.kind]
     cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob)
     tmp = a.out + ".tmp"
-    with h5py.File(tmp, "w") as f:
+    with h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as f:
         c = f.create_group("config")
         for k, v in cfg.items():
             c.attrs[k] = np.float64(v) if isinstance(v, float) else np.int64(v)
@@ -65,7 +138,9 @@ def cmd_import(a):
         for name, t in state.items():
             if name == "pos_embed":  # fixed, recomputed by dit_mp
                 continue
-            w.create_dataset(name, data=t.detach().to(torch.float32).numpy())
+            # chunked with Fletcher32 checksums: dit_mp verifies every tensor on load
+            w.create_dataset(name, data=t.detach().to(torch.float32).numpy(), fletcher32=True)
+    seal(tmp)
     os.replace(tmp, a.out)
     print(f"wrote {a.out}: {len(state) - ('pos_embed' in state)} tensors, config {cfg}")
 
@@ -119,9 +194,12 @@ def main():
     e.add_argument("source")
     e.add_argument("out")
     e.add_argument("--kind", default="model", choices=["model", "ema"])
+    s = sub.add_parser("seal", help="(re)write a weights file's seal, the checksum dit_mp verifies first")
+    s.add_argument("source")
+    s.add_argument("out", nargs="?", help="default: replace SOURCE")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    (cmd_import if a.cmd == "import" else cmd_export)(a)
+    {"import": cmd_import, "export": cmd_export, "seal": cmd_seal}[a.cmd](a)
 
 
 if __name__ == "__main__":

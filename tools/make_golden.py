@@ -9,6 +9,7 @@ tools/check_golden.py checks against the official golden file. Example:
 
 import argparse
 import os
+import pickle
 import sys
 
 import h5py
@@ -185,6 +186,19 @@ def write_config(f, a, model):
                    f"reimplementation of official DiT models.py and diffusion/), float64")
 
 
+def load_tensors(path):
+    """A .pt file's tensors only. torch.load(weights_only=True) unpickles nothing but tensors and
+    plain containers, so a crafted checkpoint cannot run code on this machine; anything else is
+    refused with one line."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        why = str(e).rsplit("WeightsUnpickler error:", 1)[-1].strip().replace("\n", " ")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {path}: refused: it holds more than tensors "
+                 f"({why}), and unpickling it could run code; load only files you trust, and convert "
+                 f"them to a plain state dict first")
+
+
 def main():
     a = parse_args()
     torch.set_num_threads(1)
@@ -192,7 +206,7 @@ def main():
     gen = torch.Generator().manual_seed(a.seed)  # perturbations and inputs
     model = perturbed_model(a, gen)
     if a.weights_from:
-        state = torch.load(a.weights_from, map_location="cpu")
+        state = load_tensors(a.weights_from)
         state = {k: v.to(F64) for k, v in state.items()}
         model.load_state_dict(state, strict=True)
     weights = {n: p.detach().clone() for n, p in model.state_dict().items()}

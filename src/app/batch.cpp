@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "parallel/pipeline.h"
 
 namespace dit {
 
@@ -16,6 +17,10 @@ BatchPlan BatchPlan::make(std::int64_t global_batch, int dp, int micro_batch) {
             ") = ", std::int64_t(dp) * micro_batch, "; e.g. global_batch = ",
             std::int64_t(dp) * micro_batch * ((global_batch + dp * micro_batch - 1) / (dp * micro_batch)),
             " would fit");
+  const std::int64_t microbatches = global_batch / (std::int64_t(dp) * micro_batch);
+  DIT_CHECK(microbatches <= kMaxMicrobatches, "train.global_batch = ", global_batch, " is ", microbatches,
+            " microbatches of train.micro_batch = ", micro_batch, " per dp rank (dp = ", dp, "), at most ",
+            kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
   BatchPlan p;
   p.global_batch = global_batch;
   p.dp = dp;

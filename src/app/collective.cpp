@@ -1,6 +1,7 @@
 // Agreed failures and world-size arithmetic (see collective.h).
 #include "app/collective.h"
 
+#include "app/memory_check.h"
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/device_placement.h"
 #include "parallel/mpi_comm.h"
@@ -28,8 +29,20 @@ int world_size() {
   return size;
 }
 
-void print_error(const char* what) {
-  std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", world_rank(), what);
+void print_error(const char* what, int rank) {
+  // One line whatever the message holds (toml11 and HDF5 texts span lines): line breaks and the
+  // indentation after them become one space.
+  std::string line;
+  for (const char* p = what; *p; ++p) {
+    if (*p == '\n' || *p == '\r') {
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      while (p[1] == ' ' || p[1] == '\n' || p[1] == '\r' || p[1] == '\t') ++p;
+      if (!line.empty()) line += ' ';
+    } else {
+      line += *p;
+    }
+  }
+  std::fprintf(stderr, "dit_mp: rank %d: error: %s\n", rank < 0 ? world_rank() : rank, line.c_str());
   std::fflush(stderr);
 }
 
@@ -39,7 +52,7 @@ void collective_check(const std::function<void()>& check) {
   try {
     check();
   } catch (const std::exception& e) {
-    msg = e.what();
+    msg = describe_exception(e);
   }
   int me = msg.empty() ? world_size() : world_rank(), first = me;
   MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -16,7 +16,8 @@ struct AgreedFailure {};
 
 int world_rank();
 int world_size();
-void print_error(const char* what);  // "dit_mp: rank r: error: ..." on stderr
+// "dit_mp: rank r: error: ..." as one line on stderr; r is this rank unless `rank` names another.
+void print_error(const char* what, int rank = -1);
 
 // Runs `check` on every rank; it must not communicate. If it throws on any rank, the lowest
 // failing rank prints its message and every rank throws AgreedFailure. Without MPI (a plain

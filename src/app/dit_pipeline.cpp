@@ -11,15 +11,16 @@ std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const st
   DIT_CHECK(pp <= cfg.depth, "parallel.pp = ", pp, " pipeline stages for a model of depth ",
             cfg.depth, ": every stage needs at least one block, so pp <= ", cfg.depth);
   std::vector<int> counts = layers;
-  if (counts.empty()) {
-    for (int s = 0; s < pp; ++s) counts.push_back((s + 1) * cfg.depth / pp - s * cfg.depth / pp);
+  if (counts.empty()) {  // 64-bit: (s + 1) * depth overflows an int for deep models
+    const std::int64_t d = cfg.depth;
+    for (std::int64_t s = 0; s < pp; ++s) counts.push_back(static_cast<int>((s + 1) * d / pp - s * d / pp));
   }
   std::ostringstream os;
   for (int c : counts) os << (os.tellp() > 0 ? "," : "") << c;
   DIT_CHECK(static_cast<int>(counts.size()) == pp, "parallel.pp_layers = ", os.str(), " has ",
             counts.size(), " entries for ", pp, " pipeline stages");
-  DIT_CHECK(std::accumulate(counts.begin(), counts.end(), 0) == cfg.depth, "parallel.pp_layers = ",
-            os.str(), " sums to ", std::accumulate(counts.begin(), counts.end(), 0),
+  const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  DIT_CHECK(sum == cfg.depth, "parallel.pp_layers = ", os.str(), " sums to ", sum,
             " blocks, the model has ", cfg.depth);
   std::vector<StageLayout> out;
   int first = 0;

@@ -1,8 +1,9 @@
 // dit_mp entry point: MPI start-up, the command line, and the one place errors are reported.
 // `train` is the default subcommand (`mpirun -np 8 dit_mp --tp 2 --pp 4`). Library code throws;
-// input errors found while setting up are agreed on by all ranks (one message, every rank exits
-// non-zero); a failure later, when ranks may be inside collectives, is printed by its rank and
-// takes the job down with MPI_Abort.
+// input errors found while setting up, and failures of collective steps such as a checkpoint's
+// save or load, are agreed on by all ranks (one message, every rank exits non-zero); any other
+// failure later, when ranks may be inside collectives, is printed by its rank and takes the job
+// down with MPI_Abort (mpirun -q keeps mpirun's own banners out).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 
 #include "app/collective.h"
 #include "app/plan.h"
+#include "app/memory_check.h"
 #include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
@@ -326,8 +328,11 @@ int main(int argc, char** argv) {
     rc = run(argc, argv);
   } catch (const AgreedFailure&) {
     rc = 1;
+  } catch (const dit::AgreedError& e) {  // every rank has it: one prints, none aborts
+    if (world_rank() == 0) dit::print_error(e.what(), e.origin_rank());
+    rc = 1;
   } catch (const std::exception& e) {
-    dit::print_error(e.what());
+    dit::print_error(dit::describe_exception(e).c_str());
     if (world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     rc = 1;
   }

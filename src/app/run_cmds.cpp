@@ -10,6 +10,7 @@
 
 #include "app/collective.h"
 #include "app/gather.h"
+#include "app/memory_check.h"
 #include "app/metrics.h"
 #include "app/plots.h"
 #include "app/rank_map.h"
@@ -19,6 +20,7 @@
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
+#include "io/file_safety.h"
 #include "io/h5_dataset.h"
 #include "io/png.h"
 #include "io/prepare.h"
@@ -120,12 +122,17 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
     const ParamSet& ps = trainer.model().params();
     CpuBackend host;
     ParamSet fp32(host, ps.specs(), ps.tp(), ps.tp_rank(), ps.padded_numel());
-    load_weights(path, fp32);
+    collective_check([&] { load_weights(path, fp32); });  // every rank reads it: one message
     state = trainer.state();
     state.model = host_copy(host, fp32.flat_values());
     state.ema = state.model;
     std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
     std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+  } else if (cfg.run.resume == "auto") {  // the newest checkpoint that verifies
+    std::vector<std::string> skipped;
+    meta = load_newest_checkpoint(root, model, stage.params(), ctx, state, skipped);
+    for (const std::string& s : skipped)
+      if (ctx.world_rank == 0) console.line("skipped checkpoint " + s);
   } else {
     meta = load_checkpoint(path, model, stage.params(), ctx, state);
     if (!resume) {  // weights only
@@ -235,6 +242,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.stage.recompute_blocks = c.train.recompute_blocks;
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
   t.grad_reduce = c.train.grad_reduce == "bf16" ? DType::BF16 : DType::F32;
+  t.diffusion_steps = c.diffusion.steps;
   return t;
 }
 
@@ -258,6 +266,7 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   RunPaths paths{fs::path(cfg.run.dir)};
   install_stop_handlers();
   RunLock lock;  // rank 0 holds the run folder's lock until this function returns
+  const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
     layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
@@ -265,6 +274,8 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
               " and the MLP width ", model.mlp_hidden());
     check_stage_options(train_config(cfg).stage, partition_stages(model, layout.pp, cfg.parallel.pp_layers));
     BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_memory_fits(training_memory_need(cfg, layout), ranks_per_node,
+                      "the model.* sizes, train.micro_batch or sample.per_class");
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
               cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
@@ -303,10 +314,12 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
               " classes but model.num_classes = ", model.num_classes);
     if (world_rank() == 0) {
       if (fs::exists(paths.dir) && cfg.run.resume.empty()) fs::remove_all(paths.dir);
-      fs::create_directories(paths.dir);
+      probe_writable(paths.dir.string(), "run.dir", "rank0");  // creates it
       std::ofstream(paths.dir / "config.toml") << cfg.to_toml();
     }
   });
+  // Every rank writes its shard of each checkpoint: find an unwritable folder now, not steps later.
+  collective_check([&] { probe_writable(checkpoint_root(cfg), "run.checkpoint_dir", "rank" + std::to_string(world_rank())); });
 
   std::unique_ptr<Backend> be;
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
@@ -319,7 +332,8 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
       cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
   const std::string map = rank_map(ctx, device);
   const TrainConfig tc = train_config(cfg);
-  Trainer trainer(*be, ctx, model, tc, *data);
+  Trainer trainer = allocating("building the model and its optimizer state (model.* sizes)",
+                               [&] { return Trainer(*be, ctx, model, tc, *data); });
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");
   ConsoleLog console;
   const std::string ckpt_root = checkpoint_root(cfg);
@@ -356,7 +370,8 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     req.cfg_official = cfg.sample.cfg_official;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
-    const auto samples = sample_images(*be, ctx, *ema, req);
+    const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (sample.per_class)",
+                                    [&] { return sample_images(*be, ctx, *ema, req); });
     const std::string wrote = write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string());
     if (ctx.world_rank == 0) console.line("wrote " + wrote);
   };
@@ -462,8 +477,8 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   auto model_w = gather_global(trainer.model(), ctx, final_state.model);
   auto ema_w = gather_global(trainer.model(), ctx, final_state.ema);
   if (ctx.world_rank == 0) {
-    save_weights((paths.dir / "model.h5").string(), model, model_w);
-    save_weights((paths.dir / "ema.h5").string(), model, ema_w);
+    save_weights((paths.dir / "model.h5").string(), model, model_w, cfg.diffusion.steps);
+    save_weights((paths.dir / "ema.h5").string(), model, ema_w, cfg.diffusion.steps);
   }
   sample_grid("samples.png");
   if (ctx.world_rank == 0) {
@@ -478,21 +493,28 @@ int run_sample(const SampleOptions& opt) {
   Layout layout;
   std::string weights = opt.weights;
   DiTConfig model;
+  int diffusion_steps = 1000;
+  const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
     DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "sample: give exactly one of --run DIR or --weights FILE");
     if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
     DIT_CHECK(fs::exists(weights), weights, " does not exist",
               opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
     model = read_weights_config(weights);
+    diffusion_steps = read_weights_diffusion_steps(weights);
     layout = layout_for_world(opt.tp, opt.pp);
     partition_stages(model, layout.pp);
     DIT_CHECK(model.num_heads % layout.tp == 0, "--tp ", layout.tp, " does not divide the model's ",
               model.num_heads, " heads");
     for (int c : opt.classes)
       DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
-    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= 1000 && opt.cfg_scale >= 1.0,
-              "sample: --per-class >= 1, 2 <= --steps <= 1000 and --cfg-scale >= 1 are required");
+    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= diffusion_steps && opt.cfg_scale >= 1.0,
+              "sample: --per-class >= 1, 2 <= --steps <= ", diffusion_steps,
+              " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
+    check_memory_fits(sampling_memory_need(model, layout, std::int64_t(opt.per_class) *
+                                                              (opt.classes.empty() ? model.num_classes : opt.classes.size())),
+                      ranks_per_node, "--per-class or --classes");
     std::string why;
     DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
               " --precision ", opt.precision, ": ", why);
@@ -503,15 +525,17 @@ int run_sample(const SampleOptions& opt) {
   attach_backend_comms(ctx, *be);
   const auto stages = partition_stages(model, layout.pp);
   DiTStage stage(*be, model, stages[ctx.coord.pp], *ctx.tp, layout.dp);
-  load_weights(weights, stage.params());
+  collective_check([&] { load_weights(weights, stage.params()); });  // every rank reads it: one message
   SampleRequest req;
   req.labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
   req.num_steps = opt.steps;
   req.sampler = opt.sampler;
   req.cfg_scale = opt.cfg_scale;
   req.cfg_official = opt.cfg_official;
+  req.diffusion_steps = diffusion_steps;
   req.seed = opt.seed;
-  const auto samples = sample_images(*be, ctx, stage, req);
+  const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class)",
+                                  [&] { return sample_images(*be, ctx, stage, req); });
   const std::string wrote = write_samples(model, samples, req.labels, opt.per_class, opt.out);
   if (ctx.world_rank == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;

@@ -20,7 +20,7 @@ double now_s() {
 Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, const TrainConfig& train,
                  const Dataset& data)
     : be_(&be), ctx_(&ctx), cfg_(model), train_(train),
-      schedule_(diffusion::create_diffusion({"", model.learn_sigma, 1000})),
+      schedule_(diffusion::create_diffusion({"", model.learn_sigma, train.diffusion_steps})),
       scaler_(be.compute_dtype() == DType::F16, train.loss_scale_window, train.loss_scale) {
   const SampleShape s = data.shape();
   DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size &&

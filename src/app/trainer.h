@@ -40,6 +40,7 @@ struct TrainConfig {
   std::vector<int> pp_layers;  // blocks per stage; empty = balanced
   StageOptions stage;          // activation recomputation (and what else trades memory for time)
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
+  int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
 };
 
 // Bytes this rank sent per kind of communication during one step, and where its time went.

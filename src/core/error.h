@@ -14,6 +14,18 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown with the same message on EVERY rank of the job at the same point (an agreed collective
+// failure): no rank is left inside a collective, so main() prints it once (on rank 0, naming the
+// rank that found it) and every rank leaves normally, without MPI_Abort.
+class AgreedError : public Error {
+ public:
+  AgreedError(const std::string& what, int origin_rank) : Error(what), origin_rank_(origin_rank) {}
+  int origin_rank() const { return origin_rank_; }  // the world rank that found the problem
+
+ private:
+  int origin_rank_;
+};
+
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what);
 

@@ -85,6 +85,10 @@ struct Schedule {
   std::vector<std::int64_t> model_timesteps(std::span<const std::int64_t> t) const;
 };
 
+// The longest schedule accepted (diffusion.steps): 100x the official 1000, and its arrays (about
+// 20 float64 values per step) stay a few MB, so a mistyped 1e9 is refused rather than allocated.
+inline constexpr int kMaxDiffusionSteps = 100000;
+
 // Ho et al.'s linear betas stretched to any length: scale = 1000 / T,
 // beta_i = linspace(1e-4 * scale, 0.02 * scale, T)[i] (numpy's float64 linspace).
 std::vector<double> linear_betas(int num_timesteps);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "io/checkpoint_format.h"
+#include "io/checkpoint_manifest.h"
 #include "layers/dit_stage.h"
 
 namespace dit {
@@ -95,6 +96,7 @@ std::string step_dir(const std::string& path) {
 h5::File open_index(const std::string& dir) {
   DIT_CHECK(is_complete(dir), dir,
             ": incomplete checkpoint (no COMPLETE marker: its save did not finish)");
+  ckpt::verify_index_sum(dir);  // before HDF5 parses any of it
   return h5::File::open_read(dir + "/" + ckpt::kIndexFile);
 }
 
@@ -253,13 +255,15 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
                         local = ckpt::Box::whole(s.local(layout.tp));
         h5::Handle vspace(H5Screate_simple(whole.rank, whole.count, nullptr), H5Sclose);
         h5::Handle sspace(H5Screate_simple(local.rank, local.count, nullptr), H5Sclose);
-        for (const auto& [t, file] : files)
-          for (const ckpt::SlicePiece& piece : ckpt::slice_pieces(s, parts, t)) {
+        for (const auto& tp_file : files) {  // (not a structured binding: clang 14 cannot capture one)
+          const std::string& file = tp_file.second;
+          for (const ckpt::SlicePiece& piece : ckpt::slice_pieces(s, parts, tp_file.first)) {
             h5::Handle v = ckpt::select_box(vspace.get(), piece.global, name);
             h5::Handle src = ckpt::select_box(sspace.get(), piece.local, name);
             DIT_H5_CHECK(H5Pset_virtual(dcpl.get(), v.get(), file.c_str(), name.c_str(), src.get()),
                          path, " ", name);
           }
+        }
         h5::Handle d(H5Dcreate2(g.get(), s.name.c_str(), H5T_IEEE_F32LE, vspace.get(), H5P_DEFAULT,
                                 dcpl.get(), H5P_DEFAULT),
                      H5Dclose);
@@ -404,7 +408,8 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
     ckpt::agree(world, [&] {
       if (!lead) return;
       write_index(tmp, meta, cfg, ctx.layout);
-      write_text_atomic(tmp / ckpt::kCompleteFile, "step " + std::to_string(meta.step) + "\n");
+      const ckpt::FileSum index_sum = ckpt::file_sum((tmp / ckpt::kIndexFile).string());
+      write_text_atomic(tmp / ckpt::kCompleteFile, ckpt::complete_text(meta.step, index_sum));
       ckpt::fsync_path(tmp.string());
       publish(rootp, tmp, final_dir);
       prune(rootp, meta.step, keep);
@@ -471,6 +476,41 @@ std::string latest_checkpoint(const std::string& root) {
     if (s > best && e.is_directory(ec) && is_complete(e.path())) best = s, best_path = e.path();
   }
   return best >= 0 ? best_path.string() : "";
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& root) {
+  std::map<std::int64_t, std::string, std::greater<>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::int64_t s = parse_step(e.path().filename().string());
+    if (s >= 0 && e.is_directory(ec) && is_complete(e.path())) found[s] = e.path().string();
+  }
+  std::vector<std::string> out;
+  for (const auto& [s, p] : found) out.push_back(p);
+  return out;
+}
+
+CheckpointMeta load_newest_checkpoint(const std::string& root, const DiTConfig& cfg, const ParamSet& ps,
+                                      ParallelContext& ctx, StageState& state,
+                                      std::vector<std::string>& skipped) {
+  const std::vector<std::string> dirs = complete_checkpoints(root);
+  std::string newest_error;
+  int origin = 0;
+  for (const std::string& dir : dirs) {
+    try {
+      return load_checkpoint(dir, cfg, ps, ctx, state);
+    } catch (const AgreedError& e) {  // every rank is here: the next candidate is tried together
+      skipped.push_back(dir + ": " + e.what());
+      if (newest_error.empty()) newest_error = e.what(), origin = e.origin_rank();
+    }
+  }
+  if (!dirs.empty())
+    throw AgreedError("none of the " + std::to_string(dirs.size()) + " checkpoints under " + root +
+                          " loads; the newest: " + newest_error,
+                      origin);
+  CheckpointMeta none;
+  none.step = -1;
+  return none;
 }
 
 std::string inspect_checkpoint(const std::string& path) {

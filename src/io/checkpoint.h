@@ -17,7 +17,9 @@
 //                                  source is missing. Root attrs: format_version, step, layout,
 //                                  seed (uint64), loss_scale, config_toml. Group /config: the
 //                                  DiTConfig as attributes (the schema of weights files).
-//     COMPLETE                     written last, before the folder is renamed into place
+//     COMPLETE                     written last, before the folder is renamed into place: the
+//                                  step and the size and CRC-32 of index.h5, checked before HDF5
+//                                  opens the index (see checkpoint_manifest.h)
 //   <root>/latest                  "step_00001000": the newest checkpoint (written atomically)
 // A dataset of index.h5 may also be a plain (non-virtual) dataset: it then holds the tensor itself
 // (for converted weights).
@@ -89,6 +91,17 @@ DiTConfig read_checkpoint_model(const std::string& path);
 // The step folder <root>/latest names if it is complete, else the complete step folder of the
 // highest step (a save that died before updating `latest`); "" if none.
 std::string latest_checkpoint(const std::string& root);
+
+// Every complete step folder under `root`, newest step first.
+std::vector<std::string> complete_checkpoints(const std::string& root);
+
+// `--resume auto`: loads the newest complete checkpoint under `root` that verifies, as
+// load_checkpoint does; each newer one that fails is appended to `skipped` as "<dir>: <why>".
+// Throws (agreed) when checkpoints exist but none loads, naming the newest's problem; returns a
+// meta with step -1 when there is none.
+CheckpointMeta load_newest_checkpoint(const std::string& root, const DiTConfig& cfg, const ParamSet& ps,
+                                      ParallelContext& ctx, StageState& state,
+                                      std::vector<std::string>& skipped);
 
 // For `dit_mp inspect`: step, layout, model, tensors and shapes; reads every shard dataset fully
 // to verify its checksum. Returns a printable report; throws naming the file and tensor on

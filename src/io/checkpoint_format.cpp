@@ -571,7 +571,7 @@ void agree(Comm& comm, const std::function<void()>& fn) {
   comm.broadcast(Tensor{chars.data(), DType::I32, {len}, Device::Host}, first);
   std::string text(chars.size(), '\0');
   for (std::size_t i = 0; i < chars.size(); ++i) text[i] = static_cast<char>(chars[i]);
-  throw Error(text);
+  throw AgreedError(text, first);  // comm is the world in every caller (see the header)
 }
 
 }  // namespace dit::ckpt

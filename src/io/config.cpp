@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -13,6 +14,8 @@
 #include <variant>
 
 #include "core/error.h"
+#include "diffusion/schedule.h"
+#include "io/utf8.h"
 
 namespace dit {
 
@@ -334,6 +337,7 @@ std::string trim(const std::string& s) {
 }
 
 toml::value parse_toml(const std::string& text, const std::string& origin) {
+  check_utf8(text, origin);
   std::istringstream is(text);
   try {
     return toml::parse(is, origin);
@@ -406,6 +410,10 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
 }
 
 RunConfig RunConfig::from_file(const std::string& path) {
+  // An ifstream opens a folder and reads it as empty text: a run on the defaults. Refuse it.
+  std::error_code ec;
+  DIT_CHECK(!std::filesystem::is_directory(path, ec), "config file '", path,
+            "' is a directory: give a TOML file (e.g. configs/fashion_mnist.toml)");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in, "cannot open config file '", path, "'");
   std::ostringstream text;
@@ -430,6 +438,7 @@ void RunConfig::set(const std::string& assignment) {
 
   // The value in TOML syntax; when that fails it is a bare string (--set run.dir=out/x). A string
   // key also takes the raw text when the value reads as another type (--set run.dir=2024).
+  check_utf8(assignment, origin);
   toml::value value;
   bool parsed = false;
   try {
@@ -573,7 +582,7 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
             "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
     return;
   }
-  int sum = 0;
+  std::int64_t sum = 0;  // entries are ints; their sum may not be
   for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
     require(p.pp_layers[i] >= 1, "parallel.pp_layers[" + show(i) + "]", p.pp_layers[i],
             "an integer >= 1 (every stage needs a block)");
@@ -604,7 +613,8 @@ void validate_sample(const SampleSection& s, int diffusion_steps, int num_classe
 void RunConfig::validate() const {
   validate_representable(*this);
   validate_model(model);
-  require(diffusion.steps >= 1, "diffusion.steps", diffusion.steps, "an integer >= 1");
+  require(diffusion.steps >= 1 && diffusion.steps <= diffusion::kMaxDiffusionSteps, "diffusion.steps",
+          diffusion.steps, "an integer in [1, " + show(diffusion::kMaxDiffusionSteps) + "]");
   validate_train(train);
   validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");

@@ -38,6 +38,12 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  // Closes now and returns the close call's result (a file's close flushes: it can fail).
+  herr_t close() {
+    const herr_t rc = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = -1;
+    return rc;
+  }
 
  private:
   hid_t id_ = -1;

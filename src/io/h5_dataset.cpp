@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/sealed_h5.h"
 
 namespace dit {
 namespace {
@@ -164,6 +165,9 @@ std::string H5Dataset::describe() const {
 }
 
 std::unique_ptr<Dataset> open_dataset(const std::string& path, double latent_scale_override) {
+  // Checked whole before HDF5 parses it: damaged HDF5 structure can crash HDF5 itself.
+  h5::verify_seal(path, "re-create it with dit_mp prepare-data, or seal a file made by other means with "
+                        "tools/dit_checkpoint.py seal FILE");
   return std::make_unique<H5Dataset>(path, latent_scale_override);
 }
 

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/file_safety.h"
 #include "io/h5.h"
 #include "io/h5_dataset.h"
+#include "io/sealed_h5.h"
 
 namespace dit {
 namespace {
@@ -77,7 +79,8 @@ class SchemaWriter {
     h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     // 1.8 format or newer: dense attribute storage, so long class_names lists fit.
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    file_ = h5::Handle(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);  // the seal: a whole-file CRC-32 (sealed_h5.h)
+    file_ = h5::Handle(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
     DIT_CHECK(bool(file_), tmp_, ": cannot create HDF5 file");
     const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
                              hsize_t(layout.w)};
@@ -134,7 +137,8 @@ class SchemaWriter {
     write_attr_strings(file(), "source", {source}, true, tmp_);
     images_.reset();
     DIT_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), tmp_, ": flush");
-    file_.reset();
+    DIT_CHECK(file_.close() >= 0, tmp_, ": cannot close: ", write_failure_cause(tmp_));
+    h5::seal_file(tmp_);
     std::error_code ec;
     fs::rename(tmp_, out_, ec);
     DIT_CHECK(!ec, out_, ": cannot rename ", tmp_, " into place (", ec.message(), ")");

@@ -1,10 +1,15 @@
 // Weights files (see weights.h).
 #include "io/weights.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
+#include "diffusion/schedule.h"
+#include "io/checkpoint_format.h"
+#include "io/file_safety.h"
 #include "io/golden.h"
+#include "io/sealed_h5.h"
 #include "io/h5.h"
 #include "layers/dit_stage.h"
 
@@ -18,16 +23,52 @@ void write_attr(hid_t obj, const char* name, hid_t type, const void* value) {
 }
 void attr_int(hid_t obj, const char* name, long long v) { write_attr(obj, name, H5T_NATIVE_LLONG, &v); }
 void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, H5T_NATIVE_DOUBLE, &v); }
-}  // namespace
 
-void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors) {
-  h5::silence_errors();
-  const std::string tmp = path + ".tmp";
+bool has_fletcher32(hid_t dataset) {
+  h5::Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  const int n = dcpl ? H5Pget_nfilters(dcpl.get()) : 0;
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t nvals = 0;
+    if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvals, nullptr, 0, nullptr, &config) ==
+        H5Z_FILTER_FLETCHER32)
+      return true;
+  }
+  return false;
+}
+
+// One tensor of /weights, its checksum verified by HDF5 while reading (a flipped bit fails the
+// read); a tensor stored without a checksum is refused, since nothing could verify it.
+std::vector<float> read_checked(const h5::File& f, const std::string& name, const Shape& expected) {
+  const std::string ds = "/weights/" + name;
+  DIT_CHECK(f.exists(ds), f.path(), ": tensor '", name, "' is missing (a weights file holds /weights/<name>)");
+  const Shape s = f.shape(ds);
+  DIT_CHECK(s == expected, f.path(), ": tensor '", name, "' has shape ", s.str(), ", expected ", expected.str());
+  h5::Handle d(H5Dopen2(f.id(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  DIT_CHECK(bool(d), f.path(), ": cannot open tensor '", name, "' (", ckpt::h5_error_text(), ")");
+  DIT_CHECK(has_fletcher32(d.get()), f.path(), ": tensor '", name,
+            "' has no checksum, so it cannot be verified; add Fletcher32 checksums with "
+            "h5repack -f FLET IN OUT, then tools/dit_checkpoint.py seal OUT");
+  std::vector<float> values(static_cast<std::size_t>(s.numel()));
+  if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    DIT_FAIL(f.path(), ": tensor '", name, "' fails its checksum (", ckpt::h5_error_text(),
+             "): the weights file is damaged");
+  return values;
+}
+
+// Writes the file `tmp`; throws on the first failure (the caller removes `tmp`). The file is
+// closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
+void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
+                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+  // A user block for the seal (whole-file CRC-32); the 1.10 format checksums HDF5's metadata too.
+  h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);
+  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  DIT_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: file format 1.10");
+  h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+  DIT_CHECK(bool(f), "cannot create the file");
   {
-    h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    DIT_CHECK(bool(f), tmp, ": cannot create");
     h5::Handle c(H5Gcreate2(f.get(), "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    DIT_CHECK(bool(c), "cannot create /config");
     attr_int(c.get(), "input_size", cfg.input_size);
     attr_int(c.get(), "patch_size", cfg.patch_size);
     attr_int(c.get(), "in_channels", cfg.in_channels);
@@ -40,29 +81,78 @@ void save_weights(const std::string& path, const DiTConfig& cfg,
     attr_double(c.get(), "class_dropout_prob", cfg.class_dropout_prob);
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
+    attr_int(c.get(), "diffusion_steps", diffusion_steps);
     h5::Handle w(H5Gcreate2(f.get(), "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    const auto specs = [&] {
-      std::map<std::string, Shape> shapes;
-      for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
-      return shapes;
-    }();
-    for (const auto& [name, values] : tensors) {
-      const Shape& s = specs.at(name);
-      hsize_t dims[kMaxDims];
-      for (int i = 0; i < s.rank; ++i) dims[i] = static_cast<hsize_t>(s.dims[i]);
-      h5::Handle space(H5Screate_simple(s.rank, dims, nullptr), H5Sclose);
-      h5::Handle d(H5Dcreate2(w.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT),
-                   H5Dclose);
-      DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
-                tmp, ": cannot write ", name);
-    }
+    DIT_CHECK(bool(w), "cannot create /weights");
+    std::map<std::string, Shape> shapes;
+    for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
+    for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums
+      ckpt::write_tensor(w.get(), name, shapes.at(name), values.data(), tmp);
   }
-  std::filesystem::rename(tmp, path);
+  DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
+}
+}  // namespace
+
+void save_weights(const std::string& path, const DiTConfig& cfg,
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+  h5::silence_errors();
+  const std::string tmp = path + ".tmp";
+  try {
+    write_weights_file(tmp, cfg, tensors, diffusion_steps);
+    h5::seal_file(tmp);
+    std::filesystem::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
+    const std::string cause = write_failure_cause(path);
+    DIT_FAIL("cannot write ", path, ": ", cause.empty() ? std::string(e.what()) : cause);
+  }
 }
 
-DiTConfig read_weights_config(const std::string& path) { return GoldenFile(path).config(); }
+// Weights files are sealed (sealed_h5.h): checked whole before HDF5 parses them.
+void verify_weights_seal(const std::string& path) {
+  h5::verify_seal(path, "re-import it with tools/dit_checkpoint.py import, or seal it with "
+                        "tools/dit_checkpoint.py seal FILE");
+}
 
-void load_weights(const std::string& path, ParamSet& ps) { GoldenFile(path).load_params(ps, "/weights"); }
+DiTConfig read_weights_config(const std::string& path) {
+  verify_weights_seal(path);
+  return GoldenFile(path).config();
+}
+
+int read_weights_diffusion_steps(const std::string& path) {
+  verify_weights_seal(path);
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("/config", "diffusion_steps")) return 1000;
+  const std::int64_t n = f.attr_int("/config", "diffusion_steps");
+  DIT_CHECK(n >= 1 && n <= diffusion::kMaxDiffusionSteps, path, ": /config diffusion_steps = ", n,
+            ": expected an integer in [1, ", diffusion::kMaxDiffusionSteps, "]");
+  return static_cast<int>(n);
+}
+
+// "[3, 5]": the index of flat element `i` of a tensor of shape `s`.
+std::string index_text(const Shape& s, std::int64_t i) {
+  std::string out;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    out = std::to_string(i % s.dims[d]) + (out.empty() ? "" : ", ") + out;
+    i /= s.dims[d];
+  }
+  return "[" + out + "]";
+}
+
+void load_weights(const std::string& path, ParamSet& ps) {
+  h5::silence_errors();
+  static_cast<void>(read_weights_config(path));  // sealed, and a config that can be built
+  const h5::File file = h5::File::open_read(path);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const ParamSpec& s = ps.specs()[i];
+    const std::vector<float> values = read_checked(file, s.name, s.global);
+    // A non-finite weight would surface much later as a NaN image or loss; name it here.
+    for (std::size_t k = 0; k < values.size(); ++k)
+      DIT_CHECK(std::isfinite(values[k]), path, ": tensor '", s.name, "' holds ", std::isnan(values[k]) ? "NaN" : "Inf", " at ",
+                index_text(s.global, std::int64_t(k)), ": the weights file is damaged or from a diverged run");
+    ps.set_global(static_cast<int>(i), values);
+  }
+}
 
 }  // namespace dit

@@ -1,6 +1,6 @@
 // Model weights as an HDF5 file of global tensors under PyTorch names (`/weights/<name>`, float32,
-// the same layout as golden files), with the model config as attributes of `/config`. Written by
-// rank 0 from gathered tensors; read by every rank, each keeping its slice. Checkpoints with
+// chunked with Fletcher32 checksums), with the model config as attributes of `/config`. Written by
+// rank 0 from gathered tensors; read by every rank, each keeping its slice, every tensor verified. Checkpoints with
 // optimizer state are a separate format (sharded, see checkpoint.h).
 #pragma once
 
@@ -13,12 +13,16 @@
 
 namespace dit {
 
-// Writes atomically (temporary name, then rename).
+// Writes atomically (temporary name, then rename). `diffusion_steps` (the training schedule's
+// length) goes to /config so that sampling uses the schedule the model was trained on.
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors);
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000);
 // The model config stored in a weights (or golden) file.
 DiTConfig read_weights_config(const std::string& path);
-// Loads every parameter of `ps` from `/weights/<name>` (shapes checked).
+// The training schedule's length stored in a weights file (1000 when absent: files from before).
+int read_weights_diffusion_steps(const std::string& path);
+// Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
+// without one is refused), and every value finite; errors name the file and the tensor.
 void load_weights(const std::string& path, ParamSet& ps);
 
 }  // namespace dit

@@ -51,19 +51,23 @@ DiTConfig dit_preset(const std::string& name) {
 }
 
 void DiTConfig::validate() const {
-  auto positive = [](const char* field, double v) {
+  // Every size is range-checked before any product of sizes is formed, so no message ever shows
+  // an overflowed value. The bounds are far past the official DiT-XL/2 (1152 wide, 28 deep).
+  auto in_range = [](const char* field, auto v, auto most, const std::string& what = "") {
     DIT_CHECK(v > 0, "model.", field, " = ", v, ": expected a positive value");
+    DIT_CHECK(v <= most, "model.", field, " = ", v, ": expected at most ", what.empty() ? "" : what + " = ",
+              most);
   };
-  positive("input_size", input_size);
-  positive("patch_size", patch_size);
-  positive("in_channels", in_channels);
-  positive("hidden_size", hidden_size);
-  positive("depth", depth);
-  positive("num_heads", num_heads);
-  positive("mlp_ratio", mlp_ratio);
-  positive("num_classes", num_classes);
-  positive("frequency_embedding_size", frequency_embedding_size);
-  positive("layernorm_eps", layernorm_eps);
+  in_range("input_size", input_size, kMaxModelSide);
+  in_range("patch_size", patch_size, input_size, "model.input_size");
+  in_range("in_channels", in_channels, 4096);
+  in_range("hidden_size", hidden_size, 65536);
+  in_range("depth", depth, 4096);
+  in_range("num_heads", num_heads, hidden_size, "model.hidden_size");
+  in_range("mlp_ratio", mlp_ratio, 64.0);
+  in_range("num_classes", num_classes, 1 << 24);
+  in_range("frequency_embedding_size", frequency_embedding_size, 65536);
+  in_range("layernorm_eps", layernorm_eps, 1.0);
   DIT_CHECK(input_size % patch_size == 0, "model.input_size = ", input_size,
             " is not divisible by model.patch_size = ", patch_size);
   DIT_CHECK(hidden_size % num_heads == 0, "model.hidden_size = ", hidden_size,

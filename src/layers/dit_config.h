@@ -7,6 +7,9 @@
 
 namespace dit {
 
+// The largest input side validate() accepts (pixels or latents): num_patches() then fits an int.
+inline constexpr int kMaxModelSide = 16384;
+
 struct DiTConfig {
   int input_size = 32;       // latent (or image) side; the model sees input_size^2 pixels
   int patch_size = 2;

@@ -57,7 +57,8 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
                                      PipelineStage& stage) {
   PipelineTiming t;
   const int me = pp_->rank(), last = pp_->size() - 1;
-  DIT_CHECK(microbatches < 16000, "pipeline: at most 16000 microbatches per step (MPI tag space)");
+  DIT_CHECK(microbatches <= kMaxMicrobatches, "pipeline: at most ", kMaxMicrobatches,
+            " microbatches per step (MPI tag space)");
   bool any_backward = false;
   for (const Action& a : actions) any_backward |= a.op == Op::Backward;
   for (const Action& a : actions) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "app/dit_pipeline.h"
 #include "core/error.h"
 #include "io/config.h"
 
@@ -244,7 +245,7 @@ TEST(Config, OutOfRangeValuesNameTheirKeyAndTheAllowedValues) {
       {"[sample]\nclasses = [1, 1000]", {"sample.classes[1] = 1000", "[0, model.num_classes"}},
       {"[data]\nprepare = \"mnist\"", {"data.prepare = \"mnist\"", "fashion-mnist, none"}},
       {"[data]\nlatent_scale = 0", {"data.latent_scale = 0", "> 0"}},
-      {"[diffusion]\nsteps = 0", {"diffusion.steps = 0", ">= 1"}},
+      {"[diffusion]\nsteps = 0", {"diffusion.steps = 0", "[1, 100000]"}},
       {"[run]\ndir = \"\"", {"run.dir", "folder"}},
       {"[model]\nhidden_size = 100\nnum_heads = 16", {"model.hidden_size = 100", "model.num_heads"}},
   };
@@ -267,8 +268,55 @@ TEST(Config, SyntaxErrorNamesOriginAndLine) {
       error_of([] { RunConfig::from_toml("[train]\nlr = 1\nlr = 2\n", "dup.toml"); });
   EXPECT_HAS(dup, "dup.toml");
   EXPECT_HAS(dup, "already exists");
+  // Invalid UTF-8 is refused before toml11 parses it (toml11 3.7 reads past its buffer on it).
+  const std::string utf8 = error_of([] { RunConfig::from_toml("[run]\ndir = 'a\xcc'\n", "bin.toml"); });
+  EXPECT_HAS(utf8, "bin.toml: line 2, column 9: byte 0xcc is not valid UTF-8");
+  RunConfig d = RunConfig::demo();
+  EXPECT_HAS(error_of([&] { d.set("run.dir='\xcc'"); }), "is not valid UTF-8");
+  EXPECT_EQ(RunConfig::from_toml("[run]\ndir = 'caf\xc3\xa9'\n", "ok.toml").run.dir, "caf\xc3\xa9");
   const std::string missing = error_of([] { RunConfig::from_file("/nonexistent/x.toml"); });
   EXPECT_HAS(missing, "cannot open config file '/nonexistent/x.toml'");
+}
+
+// Sizes past what a model can hold are refused by range before any arithmetic on them, so the
+// message names the key as given, not an overflowed product ("gives an empty MLP").
+TEST(Config, HugeSizesAreRangeCheckedBeforeArithmetic) {
+  struct Case {
+    const char* text;
+    std::vector<const char*> parts;
+  };
+  const std::vector<Case> cases = {
+      {"[model]\nhidden_size = 1000000000", {"model.hidden_size = 1000000000", "at most"}},
+      {"[model]\ndepth = 2000000000", {"model.depth = 2000000000", "at most"}},
+      {"[model]\ndepth = 2000000000\n[parallel]\npp = 2", {"model.depth = 2000000000", "at most"}},
+      {"[model]\nmlp_ratio = 1e9", {"model.mlp_ratio = 1e+09", "at most"}},
+      {"[model]\ninput_size = 2000000000\npatch_size = 1", {"model.input_size = 2000000000", "at most"}},
+      {"[model]\nnum_classes = 2147483647", {"model.num_classes = 2147483647", "at most"}},
+      {"[model]\nnum_heads = 1000000000", {"model.num_heads = 1000000000", "at most"}},
+      {"[model]\nin_channels = 2000000000", {"model.in_channels = 2000000000", "at most"}},
+      {"[model]\nfrequency_embedding_size = 2000000000", {"model.frequency_embedding_size", "at most"}},
+      {"[model]\npatch_size = 64", {"model.patch_size = 64", "model.input_size = 32"}},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = parse_error(c.text);
+    for (const char* part : c.parts) EXPECT_HAS(msg, part) << "\nfor:\n" << c.text;
+    EXPECT_EQ(msg.find("pp_layers"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("empty MLP"), std::string::npos) << msg;
+  }
+  // The stage split itself does not overflow either (it is also reached without validate()).
+  DiTConfig m;
+  m.depth = 2000000000;
+  const auto stages = partition_stages(m, 2, {});
+  ASSERT_EQ(stages.size(), 2u);
+  EXPECT_EQ(stages[0].end_block - stages[0].first_block, 1000000000);
+  EXPECT_EQ(stages[1].end_block, 2000000000);
+}
+
+// A folder given as --config once read as an empty file: a run on the built-in defaults.
+TEST(Config, FolderAsConfigFileIsRefused) {
+  const std::string dir = ::testing::TempDir();
+  const std::string msg = error_of([&] { RunConfig::from_file(dir); });
+  EXPECT_HAS(msg, "config file '" + dir + "' is a directory");
 }
 
 TEST(Config, SetAppliesTomlValuesAndBareStrings) {

@@ -20,6 +20,7 @@
 #include "io/h5_dataset.h"
 #include "io/png.h"
 #include "io/prepare.h"
+#include "io/sealed_h5.h"
 
 namespace dit {
 namespace {
@@ -409,8 +410,11 @@ struct H5Spec {
   std::string kind;  // empty: no attribute
 };
 
+// Made by hand (as with h5py), then sealed as tools/dit_checkpoint.py seal does (io/sealed_h5.h).
 void write_h5(const std::string& path, const H5Spec& s) {
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t fcpl = h5::sealed_fcpl();
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+  H5Pclose(fcpl);
   ASSERT_GE(f, 0);
   if (s.images) {
     hid_t sp = H5Screate_simple(int(s.image_dims.size()), s.image_dims.data(), nullptr);
@@ -447,6 +451,7 @@ void write_h5(const std::string& path, const H5Spec& s) {
   }
   H5Sclose(scalar);
   H5Fclose(f);
+  h5::seal_file(path);
 }
 
 TEST(DataSchema, HandMadeFileOpens) {
@@ -461,6 +466,21 @@ TEST(DataSchema, HandMadeFileOpens) {
   EXPECT_NE(ds->describe().find("4 images of 1x2x2, 3 classes"), std::string::npos)
       << ds->describe();
   EXPECT_ERROR_HAS(ds->get(4, x.data()), "sample 4 outside [0, 4)");
+}
+
+// Unsealed or damaged files are refused before HDF5 parses them.
+TEST(DataSchema, UnsealedOrDamagedFilesAreRefusedFirst) {
+  TempDir dir;
+  const std::string p = dir / "plain.h5";
+  hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(f);
+  EXPECT_ERROR_HAS(open_dataset(p), "plain.h5: no dit_mp seal");
+  write_h5(p, H5Spec{});
+  std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(600);
+  io.put('\x5a');
+  io.close();
+  EXPECT_ERROR_HAS(open_dataset(p), "plain.h5: its contents do not match the CRC-32 in its seal");
 }
 
 TEST(DataSchema, BadFilesNameFileObjectAndExpectation) {

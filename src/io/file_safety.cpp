@@ -1,0 +1,56 @@
+// Writability probes and readable OS errors (see file_safety.h).
+#include "io/file_safety.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+std::string describe_errno(int err) {
+  std::string s = std::strerror(err);
+  if (err == ENOSPC) s += " (the disk is full)";
+  if (err == EDQUOT) s += " (the disk quota is used up)";
+  if (err == EROFS) s += " (the file system is mounted read-only)";
+  if (err == EACCES || err == EPERM) s += " (no write permission)";
+  return s;
+}
+
+void probe_writable(const std::string& dir, const std::string& what, const std::string& probe_name) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) DIT_FAIL(what, " = ", dir, ": cannot create the folder: ", describe_errno(ec.value()));
+  DIT_CHECK(fs::is_directory(dir), what, " = ", dir, " is not a folder");
+  const std::string probe = (fs::path(dir) / (".write-probe-" + probe_name)).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) DIT_FAIL(what, " = ", dir, " is not writable: ", describe_errno(errno));
+  const char byte = 0;
+  const bool wrote = ::write(fd, &byte, 1) == 1;
+  const int write_errno = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!wrote) DIT_FAIL(what, " = ", dir, " is not writable: ", describe_errno(write_errno));
+}
+
+std::string write_failure_cause(const std::string& path) {
+  const fs::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return describe_errno(errno);
+  if (st.f_flag & ST_RDONLY) return describe_errno(EROFS);
+  const unsigned long long avail = static_cast<unsigned long long>(st.f_bavail) * st.f_frsize;
+  if (avail < (1ull << 20))
+    return describe_errno(ENOSPC) + ": " + std::to_string(avail) + " bytes free on " + dir;
+  if (::access(dir.c_str(), W_OK) != 0) return describe_errno(errno);
+  return "";
+}
+
+}  // namespace dit

@@ -1,0 +1,83 @@
+// Sealed HDF5 files (see sealed_h5.h).
+#include "io/sealed_h5.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dit::h5 {
+
+namespace {
+constexpr const char* kMagic = "dit_mp sealed hdf5 1\n";
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// CRC-32 and length of the bytes of `fd` from offset kSealBytes to the end.
+void sum_after_block(int fd, const std::string& path, unsigned long long& size, unsigned& crc) {
+  std::vector<unsigned char> buf(1 << 20);
+  uLong c = crc32(0L, Z_NULL, 0);
+  size = 0;
+  off_t at = static_cast<off_t>(kSealBytes);
+  for (;;) {
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), at);
+    DIT_CHECK(n >= 0, path, ": read error while checking its seal");
+    if (n == 0) break;
+    c = crc32(c, buf.data(), static_cast<uInt>(n));
+    size += static_cast<unsigned long long>(n);
+    at += n;
+  }
+  crc = static_cast<unsigned>(c);
+}
+}  // namespace
+
+hid_t sealed_fcpl() {
+  const hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+  DIT_CHECK(fcpl >= 0 && H5Pset_userblock(fcpl, kSealBytes) >= 0, "HDF5: cannot reserve a user block");
+  return fcpl;
+}
+
+void seal_file(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDWR)};
+  DIT_CHECK(f.fd >= 0, path, ": cannot open to seal it");
+  unsigned long long size = 0;
+  unsigned crc = 0;
+  sum_after_block(f.fd, path, size, crc);
+  char header[kSealBytes] = {0};
+  std::snprintf(header, sizeof header, "%ssize %llu\ncrc32 %08x\n", kMagic, size, crc);
+  DIT_CHECK(::pwrite(f.fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) && ::fsync(f.fd) == 0,
+            path, ": cannot write its seal");
+}
+
+void verify_seal(const std::string& path, const std::string& remedy) {
+  Fd f{::open(path.c_str(), O_RDONLY)};
+  DIT_CHECK(f.fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
+  char header[kSealBytes + 1] = {0};
+  const ssize_t n = ::pread(f.fd, header, kSealBytes, 0);
+  const std::size_t magic = std::strlen(kMagic);
+  DIT_CHECK(n == static_cast<ssize_t>(kSealBytes) && std::memcmp(header, kMagic, magic) == 0, path,
+            ": no dit_mp seal (the size and checksum of the file, in its first 512 bytes), so it cannot be "
+            "verified before HDF5 reads it; ", remedy);
+  unsigned long long want_size = 0;
+  unsigned want_crc = 0;
+  DIT_CHECK(std::sscanf(header + magic, "size %llu\ncrc32 %8x\n", &want_size, &want_crc) == 2, path,
+            ": its seal (first 512 bytes) is damaged");
+  unsigned long long size = 0;
+  unsigned crc = 0;
+  sum_after_block(f.fd, path, size, crc);
+  DIT_CHECK(size == want_size, path, ": ", size + kSealBytes, " bytes, but its seal records ", want_size + kSealBytes,
+            ": the file is truncated or damaged");
+  DIT_CHECK(crc == want_crc, path, ": its contents do not match the CRC-32 in its seal: the file is damaged");
+}
+
+}  // namespace dit::h5

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Every config key changes what it claims to change: a tiny 2-step run per key (group), compared
+# with a baseline on what that key governs (the losses, the learning rates, the final weights, the
+# EMA, the samples, the files written, the per-rank accounting), not only on how it parses.
+# A key that is silently ignored (as diffusion.steps once was in training) fails here.
+source "$(dirname "$0")/common.sh"
+prepare_fashion_test
+# (all --set: a flag would override a later --set of the same key)
+BASE=(--set data.path="$SCRATCH/fm_test.h5" "${TINY[@]}" --set train.steps=2 --set train.log_every=1
+      --set parallel.tp=1 --set parallel.pp=1 --set sample.num_steps=2 --set sample.per_class=1
+      --set train.grad_clip=0)
+
+# run NAME [ARGS...]: one process (or `-n N` first for N ranks under mpirun) into $SCRATCH/NAME,
+# then its fingerprints: NAME.<what> files the checks below compare.
+run() {
+  local name=$1 np=1
+  shift
+  if [[ ${1:-} == -n ]]; then np=$2; shift 2; fi
+  local d="$SCRATCH/$name" launch=("$DIT_MP")
+  ((np == 1)) || launch=($MPIRUN -n "$np" "$DIT_MP")
+  "${launch[@]}" "${BASE[@]}" --run-dir "$d" "$@" > "$d.log" 2>&1 || { cat "$d.log"; fail "run $name failed: $*"; }
+  fingerprint "$name"
+}
+fingerprint() {
+  local d="$SCRATCH/$1"
+  python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+for key in ["loss", "vb", "lr", "mfu", "loss_scale"]:
+    open(f"{d}.{key}", "w").write(" ".join(repr(r[key]) for r in rows) + "\n")
+open(f"{d}.rows", "w").write(f"{len(rows)}\n")
+try:
+    acct = json.load(open(f"{d}/accounting.json"))
+    for key in ["tp_bytes", "pp_bytes", "activation_bytes", "optimizer_state_bytes"]:
+        open(f"{d}.{key}", "w").write(" ".join(str(r[key]) for r in acct) + "\n")
+except FileNotFoundError:
+    pass
+PY
+  local f
+  for f in model ema samples; do
+    [[ -e "$d/$f.h5" ]] && h5dump "$d/$f.h5" | grep -v '^HDF5 "' > "$d.$f"
+  done
+  (cd "$d" && find . -type f | sort) > "$d.files"
+  [[ -d "$d/ckpt" ]] && (cd "$d/ckpt" && ls) > "$d.ckpts"
+  return 0
+}
+# differs A B WHAT KEY: fingerprint WHAT of runs A and B must differ (KEY changed it).
+differs() {
+  cmp -s "$SCRATCH/$1.$3" "$SCRATCH/$2.$3" && fail "$4 did not change the $3 ($1 vs $2)"
+  echo "ok: $4 changes the $3"
+}
+# refused REGEX ARGS...: a value the data cannot take is refused, naming it.
+refused() {
+  local regex=$1 out
+  shift
+  out=$("$DIT_MP" "${BASE[@]}" --run-dir "$SCRATCH/refused" "$@" 2>&1) && fail "$* ran"
+  grep -Eq -- "$regex" <<<"$out" || fail "$*: no /$regex/ in: $out"
+  echo "ok: $* is honoured (refused: $regex)"
+}
+
+run base
+run base2
+cmp -s "$SCRATCH/base.model" "$SCRATCH/base2.model" && cmp -s "$SCRATCH/base.loss" "$SCRATCH/base2.loss" &&
+  cmp -s "$SCRATCH/base.samples" "$SCRATCH/base2.samples" || fail "two identical runs differ: the checks would be noise"
+
+# [model] (the zero-initialized adaLN gates and final layer make the first losses independent of
+# the blocks, so the final weights are compared)
+# (DiT-S/8's heads and patch with a tiny width and depth: the full preset trains too slowly here)
+run preset --set model.preset=DiT-S/8 --set model.hidden_size=48 --set model.depth=2
+grep -q "depth 2, hidden 48, heads 6, patch 8" "$SCRATCH/preset.log" || fail "model.preset did not set DiT-S/8's sizes"
+differs base preset loss model.preset
+refused "model takes 1x16x16" --set model.input_size=16
+refused "model takes 3x32x32" --set model.in_channels=3
+for kv in patch_size=2 hidden_size=32 depth=1 num_heads=2 mlp_ratio=2.0 class_dropout_prob=0.5 \
+  frequency_embedding_size=64 layernorm_eps=0.5 num_classes=12; do
+  run "m_${kv%%=*}" --set "model.$kv"
+  differs base "m_${kv%%=*}" model "model.${kv%%=*}"
+done
+differs base m_num_classes samples model.num_classes  # 12 class rows
+run nosigma --set model.learn_sigma=false
+grep -Eq "^0(\.0)? 0(\.0)?$" "$SCRATCH/nosigma.vb" || fail "model.learn_sigma=false still has a VB term"
+differs base nosigma vb model.learn_sigma
+
+# [diffusion]
+run dsteps --set diffusion.steps=100
+differs base dsteps loss diffusion.steps
+differs base dsteps samples diffusion.steps
+# `dit_mp sample` samples on the schedule the weights were trained on (its length is in the file).
+out=$("$DIT_MP" sample --run "$SCRATCH/dsteps" --steps 200 --out "$SCRATCH/s200.png" 2>&1) &&
+  fail "sample accepted 200 steps of a 100-step model"
+grep -q -- "--steps <= 100 " <<<"$out" || fail "sample --steps 200 of a 100-step model: $out"
+echo "ok: sample knows the model's diffusion.steps"
+
+# [train]
+run gb --set train.global_batch=32
+differs base gb loss train.global_batch
+run mb --set train.micro_batch=4
+differs base mb activation_bytes train.micro_batch
+run steps --set train.steps=3
+[[ $(cat "$SCRATCH/steps.rows") == 3 ]] || fail "train.steps=3 did not train 3 steps"
+for kv in lr=1e-2 seed=5; do
+  run "t_${kv%%=*}" --set "train.$kv"
+  differs base "t_${kv%%=*}" loss "train.${kv%%=*}"
+done
+for kv in weight_decay=0.5 beta1=0.5 beta2=0.5 eps=0.1 grad_clip=0.01; do
+  run "t_${kv%%=*}" --set "train.$kv"
+  differs base "t_${kv%%=*}" model "train.${kv%%=*}"
+done
+run warmup --set train.warmup=5
+differs base warmup lr train.warmup
+run cosine --set train.lr_schedule=cosine
+differs base cosine lr train.lr_schedule
+run cosine_min --set train.lr_schedule=cosine --set train.min_lr=1e-4
+differs cosine cosine_min lr train.min_lr
+run ema_decay --set train.ema_decay=0.05
+differs base ema_decay ema train.ema_decay
+run ema_warmup --set train.ema_warmup=false
+differs base ema_warmup ema train.ema_warmup
+run log_every --set train.log_every=2
+[[ $(cat "$SCRATCH/log_every.rows") == 1 ]] || fail "train.log_every=2 still logged every step"
+run sample_every --set train.sample_every=1
+differs base sample_every files train.sample_every
+run ckpt_every --set train.checkpoint_every=1
+differs base ckpt_every ckpts train.checkpoint_every
+run keep --set train.checkpoint_every=1 --set train.keep_checkpoints=1
+differs ckpt_every keep ckpts train.keep_checkpoints
+run tflops --set train.peak_tflops=1.0
+differs base tflops mfu train.peak_tflops
+run bf16 --set train.precision=bf16
+differs base bf16 loss train.precision
+run fp16 --set train.precision=fp16
+run fp16_scale --set train.precision=fp16 --set train.loss_scale=1024
+differs fp16 fp16_scale loss_scale train.loss_scale
+run fp16_window --set train.precision=fp16 --set train.loss_scale_window=1
+differs fp16 fp16_window loss_scale train.loss_scale_window
+if out=$("$DIT_MP" "${BASE[@]}" --run-dir "$SCRATCH/cuda" --set train.backend=cuda 2>&1); then
+  grep -q "cuda backend" <<<"$out" || fail "train.backend=cuda ran on another backend"
+else
+  grep -q "cuda" <<<"$out" || fail "train.backend=cuda refused without naming cuda: $out"
+fi
+echo "ok: train.backend is honoured"
+
+# [parallel] (real ranks)
+run tp2 -n 2 --set parallel.tp=2
+differs base tp2 tp_bytes parallel.tp
+run pp2 -n 2 --set parallel.pp=2 --set model.depth=3
+run pp2_gpipe -n 2 --set parallel.pp=2 --set model.depth=3 --set parallel.schedule=gpipe
+differs base pp2 pp_bytes parallel.pp
+differs pp2 pp2_gpipe activation_bytes parallel.schedule
+run pp2_layers -n 2 --set parallel.pp=2 --set model.depth=3 --set "parallel.pp_layers=[2,1]"
+differs pp2 pp2_layers optimizer_state_bytes parallel.pp_layers
+
+# [data]
+refused "none.h5 does not exist" --set data.path="$SCRATCH/none.h5" --set data.prepare=none
+mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
+/usr/bin/python3 - "$SCRATCH" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+for i in range(16):
+    np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
+    np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
+PY
+"$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$SCRATCH/lat.h5" > /dev/null
+LAT=(--set data.path="$SCRATCH/lat.h5" --set model.in_channels=4 --set model.input_size=8 --set model.patch_size=2
+     --set model.num_classes=3)
+run lat "${LAT[@]}"
+run lat_scale "${LAT[@]}" --set data.latent_scale=1.0
+differs lat lat_scale loss data.latent_scale
+run lat_official "${LAT[@]}" --set sample.cfg_official=true
+differs lat lat_official samples sample.cfg_official
+
+# [sample]
+for kv in num_steps=3 sampler=\"ddpm\" cfg_scale=1.0 per_class=2 classes=[0,1] seed=3; do
+  run "s_${kv%%=*}" --set "sample.$kv"
+  differs base "s_${kv%%=*}" samples "sample.${kv%%=*}"
+done
+
+# [run]
+[[ -s "$SCRATCH/base/model.h5" ]] || fail "run.dir: the run folder lacks model.h5"
+run ckdir --set run.checkpoint_dir="$SCRATCH/elsewhere"
+[[ -e "$SCRATCH/elsewhere/latest" && ! -e "$SCRATCH/ckdir/ckpt" ]] || fail "run.checkpoint_dir was not used"
+echo "ok: run.checkpoint_dir moves the checkpoints"
+cp "$SCRATCH/base.loss" "$SCRATCH/base_loss.keep"
+run base --set run.overwrite=true  # refused without it (bad_inputs.sh)
+echo "ok: run.overwrite replaces the run folder"
+run resumed --set train.steps=3 --set run.resume="$SCRATCH/base/ckpt"
+grep -q "resumed from .*step_00000002 at step 2" "$SCRATCH/resumed.log" || fail "run.resume did not resume"
+[[ $(cat "$SCRATCH/resumed.rows") == 1 ]] || fail "the resumed run trained more than step 3"
+run init --set run.init_from="$SCRATCH/base/model.h5"
+differs base init loss run.init_from
+echo "ok"
