@@ -1,6 +1,8 @@
 // Taking, recognising stale, and releasing the run-folder lock (see run_lock.h).
 #include "app/run_lock.h"
 
+#include "io/file_safety.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -117,9 +119,13 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
   // if the lock exists, so exactly one of two racing runs gets it.
   const fs::path mine = lock.string() + ".tmp-" + host_name() + "-" + std::to_string(getpid());
   {
+    errno = 0;
     std::ofstream out(mine, std::ios::trunc);
     out << describe_self();
-    DIT_CHECK(out.good(), "cannot write the run lock ", mine.string());
+    out.flush();
+    const int err = errno;
+    DIT_CHECK(out.good(), "run.dir = ", run_dir, ": cannot write its lock file ", lock.string(), " beside it: ",
+              err ? describe_errno(err) : std::string("the folder is not writable"));
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (link(mine.c_str(), lock.c_str()) == 0) {
