@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA Release binaries here (build-gpu/) and packs what a GPU host without a package
 # manager needs to run them into .gpu/ (git-ignored; the device tool carries it):
-#   bin/   dit_mp, dit_tests, bench_train
+#   bin/   dit_mp, dit_tests, bench_train, bench_attention
 #   lib/   their shared-library closure, minus glibc, libstdc++, libgcc_s and the CUDA, cuBLAS,
 #          cuDNN and NCCL libraries (the GPU host brings those: toolkit and pip packages)
 #   mpi/   a relocatable OpenMPI 4.1 runtime (mpirun, orted, plugins, help files) and PMIx plugins
@@ -47,9 +47,9 @@ if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$ROOT" -B "$BUILD" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_SKIP_BUILD_RPATH=ON >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log"; exit 1; }
-  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests bench_train
+  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests bench_train bench_attention
 fi
-BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train")
+BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train" "$BUILD/bin/bench_attention")
 for b in "${BINS[@]}"; do [[ -x $b ]] || { echo "pack_gpu.sh: $b was not built" >&2; exit 1; }; done
 if [[ -x $BUILD/tests/dit_tests ]]; then BINS+=("$BUILD/tests/dit_tests")
 else echo "pack_gpu.sh: warning: no $BUILD/tests/dit_tests: the pack has no conformance tests" >&2; fi

@@ -9,7 +9,6 @@ tools/check_golden.py checks against the official golden file. Example:
 
 import argparse
 import os
-import pickle
 import sys
 
 import h5py
@@ -18,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_dit  # noqa: E402
+from dit_checkpoint import load_tensors  # noqa: E402  (tensors only: weights_only=True)
 
 F64 = torch.float64
 
@@ -184,19 +184,6 @@ def write_config(f, a, model):
     c["learn_sigma"] = np.bool_(a.learn_sigma)
     c["source"] = (f"tools/make_golden.py --seed {a.seed} (tools/torch_dit.py, a PyTorch "
                    f"reimplementation of official DiT models.py and diffusion/), float64")
-
-
-def load_tensors(path):
-    """A .pt file's tensors only. torch.load(weights_only=True) unpickles nothing but tensors and
-    plain containers, so a crafted checkpoint cannot run code on this machine; anything else is
-    refused with one line."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        why = str(e).rsplit("WeightsUnpickler error:", 1)[-1].strip().replace("\n", " ")
-        sys.exit(f"{os.path.basename(sys.argv[0])}: {path}: refused: it holds more than tensors "
-                 f"({why}), and unpickling it could run code; load only files you trust, and convert "
-                 f"them to a plain state dict first")
 
 
 def main():

@@ -128,6 +128,7 @@ use_build() {  # $1: a pack or a build tree
   DIT_TESTS=$BUILD/bin/dit_tests
   [[ -x $DIT_TESTS ]] || DIT_TESTS=$BUILD/tests/dit_tests
   BENCH_TRAIN=$BUILD/bin/bench_train
+  BENCH_ATTN=$BUILD/bin/bench_attention
   PACK_LIB=""
   if [[ -f $BUILD/env.sh ]]; then
     # shellcheck disable=SC1091
@@ -150,7 +151,7 @@ build_from_source() {
   local b=$WORK/build
   run "configure (source build)" 120 cmake -S "$ROOT" -B "$b" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release || { row "source build" "$(status)" "configure: $(why_failed)"; return 1; }
-  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests bench_train ||
+  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests bench_train bench_attention ||
     { row "source build" "$(status)" "$(why_failed)"; return 1; }
   row "source build" PASS "$TOOK s"
   use_build "$b"
@@ -336,7 +337,8 @@ def load(p, ok):
         return None
 o, t = load(sys.argv[1], sys.argv[3] == "1"), load(sys.argv[2], sys.argv[4] == "0")
 part = []
-if o: part.append(f"ours {o['images_per_s']:.1f} img/s {o['ms_per_step']:.0f} ms MFU {100*o['mfu']:.1f}%")
+if o: part.append(f"ours {o['images_per_s']:.1f} img/s {o['ms_per_step']:.0f} ms MFU {100*o['mfu']:.1f}%"
+                 f" host syncs/step {o.get('host_syncs_per_step', -1):.0f}")
 else: part.append("ours failed")
 if t: part.append(f"torch {t['images_per_s']:.1f} img/s MFU {100*t['mfu']:.1f}%"
                  + (f" (batch {t['batch']})" if o and t["batch"] != o["batch"] else ""))
@@ -363,6 +365,22 @@ elif wants bench; then
   if [[ $CPU_SMOKE == 1 ]]; then
     bench_pair "throughput DiT-S/4 16x16 (cpu smoke)" DiT-S/4 16 4 cpu fp32 cpu 2 1 120 120 --num-classes 10
   fi
+fi
+
+# ---- 6. fused attention TFLOP/s (bf16, the path training takes: cuDNN's SDPA where it has an engine)
+if wants bench && [[ -x ${BENCH_ATTN:-} ]]; then
+  for shape in "32 256 16 72" "32 256 16 64"; do  # DiT-XL/2 at 256x256 (E 72), and E 64
+    set -- $shape
+    be=cuda:bf16; [[ $HAVE_GPU == 1 ]] || be=cpu
+    if [[ $HAVE_GPU == 1 || $CPU_SMOKE == 1 ]]; then
+      [[ $HAVE_GPU == 1 ]] || set -- 2 64 4 "$4"
+      run "attention $be E$4" 120 "${OURS[@]}" "$BENCH_ATTN" --backend "$be" --batch "$1" --tokens "$2" --heads "$3" \
+        --head-dim "$4" --json "$LOGS/attention_E$4.json"
+      row "attention fwd/bwd $be N$1 T$2 H$3 E$4" "$(status)" "$(grep -o 'forward.*' "$LOG" | tail -1)"
+    else
+      row "attention fwd/bwd bf16 E$4" "NOT RUN" "$NO_GPU_WHY"
+    fi
+  done
 fi
 
 # ---- the table, results.json, logs.tar.gz --------------------------------------------------------

@@ -84,6 +84,20 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
+// Sum of v over the block (blockDim.x a multiple of 32): the total on thread 0, 0 elsewhere.
+// Every thread of the block must call it; consecutive calls may share the scratch.
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double warp_part[32];
+  v = warp_sum(v);
+  __syncthreads();  // a previous call's readers are done with warp_part
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = v;
+  __syncthreads();
+  double t = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += warp_part[w];
+  return t;
+}
+
 // ---- host-side checks ----------------------------------------------------------------------
 inline void check_on_device(const Tensor& t, const char* what) {
   DIT_CHECK(t.device == Device::Cuda, what, ": the CUDA backend needs device tensors");

@@ -103,6 +103,8 @@ class CudaBackend final : public Backend {
   // by the next primitive safe. Valid until the next call of scratch().
   void* scratch(std::size_t bytes);
   void check_fault_flag();
+  // The sum of `count` device partial sums, returned on the host (synchronizes).
+  double sum_on_host(const double* partial, int count);
   // Host bytes copied into the pinned upload ring, from where a copy to the device is
   // asynchronous; waits (a counted sync) only when the ring must be reused before the GPU has
   // read it. Record pinned_done_ after issuing the copy.

@@ -47,33 +47,19 @@ __global__ void transpose01_kernel(const U* src, U* dst, i64 a, i64 b, i64 c) {
 constexpr int kSumBlocks = 1024;
 template <typename T>
 __global__ void sum_squares_partial(const T* x, i64 n, double* partial) {
-  __shared__ double warp_part[cuda::kThreads / 32];
   double s = 0;
   for (i64 i = cuda::global_thread(); i < n; i += cuda::grid_stride()) {
     const double v = cuda::to_f32(x[i]);
     s += v * v;
   }
-  s = cuda::warp_sum(s);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int w = 0; w < cuda::kThreads / 32; ++w) t += warp_part[w];
-    partial[blockIdx.x] = t;
-  }
+  s = cuda::block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 __global__ void sum_partials(const double* partial, int count, double* out) {
-  __shared__ double warp_part[32];
   double s = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  s = cuda::warp_sum(s);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += warp_part[w];
-    *out = t;
-  }
+  s = cuda::block_sum(s);
+  if (threadIdx.x == 0) *out = s;
 }
 
 // dst = src with a dtype change, both on the device.
@@ -304,7 +290,11 @@ double CudaBackend::sum_squares(const Tensor& x) {
     sum_squares_partial<T><<<blocks, cuda::kThreads, 0, stream_>>>(x.as<T>(), n, partial);
     DIT_CUDA_LAUNCH_CHECK();
   });
-  sum_partials<<<1, 1024, 0, stream_>>>(partial, blocks, result_dev_);
+  return sum_on_host(partial, blocks);
+}
+
+double CudaBackend::sum_on_host(const double* partial, int count) {
+  sum_partials<<<1, 1024, 0, stream_>>>(partial, count, result_dev_);
   DIT_CUDA_LAUNCH_CHECK();
   synchronize();
   return *static_cast<volatile double*>(result_host_);

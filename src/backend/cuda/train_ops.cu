@@ -51,7 +51,6 @@ __global__ void diffusion_loss_kernel(const T* out, const float* x0, const float
                                       const std::int32_t* t, const float* coefs, i64 steps, i64 p,
                                       bool learn_sigma, double grad_inv, T* dout, float* terms,
                                       int* fault) {
-  __shared__ double part[2][cuda::kThreads / 32];
   const i64 i = blockIdx.x, per_out = (learn_sigma ? 2 : 1) * p;
   const float* c = loss_row(coefs, t, i, steps, fault);
   if (!c) return;
@@ -66,13 +65,8 @@ __global__ void diffusion_loss_kernel(const T* out, const float* x0, const float
     dout[i * per_out + j] = from_f32<T>(static_cast<float>(e.d_eps * grad_inv));
     if (learn_sigma) dout[i * per_out + p + j] = from_f32<T>(static_cast<float>(e.d_v * grad_inv / kLn2));
   }
-  mse = cuda::warp_sum(mse);
-  vb = cuda::warp_sum(vb);
-  if (threadIdx.x % 32 == 0) part[0][threadIdx.x / 32] = mse, part[1][threadIdx.x / 32] = vb;
-  __syncthreads();
+  double m = cuda::block_sum(mse), v = cuda::block_sum(vb);
   if (threadIdx.x != 0) return;
-  double m = 0, v = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) m += part[0][w], v += part[1][w];
   m /= static_cast<double>(p);
   v = learn_sigma ? v / static_cast<double>(p) / kLn2 : 0.0;
   terms[3 * i] = static_cast<float>(m + v);
@@ -107,7 +101,6 @@ __global__ void for_each_kernel(i64 n, Op op) {
 // Partial sums of x^2 over the elements inside the sorted ranges (binary search per element).
 __global__ void ranged_squares_partial(const float* x, i64 n, const std::int32_t* ranges, int r,
                                        double* partial) {
-  __shared__ double warp_part[cuda::kThreads / 32];
   double s = 0;
   for (i64 i = cuda::global_thread(); i < n; i += cuda::grid_stride()) {
     int lo = 0, hi = r;  // the last range starting at or before i
@@ -117,28 +110,8 @@ __global__ void ranged_squares_partial(const float* x, i64 n, const std::int32_t
     }
     if (r > 0 && ranges[2 * lo] <= i && i < ranges[2 * lo + 1]) s += static_cast<double>(x[i]) * x[i];
   }
-  s = cuda::warp_sum(s);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int w = 0; w < cuda::kThreads / 32; ++w) t += warp_part[w];
-    partial[blockIdx.x] = t;
-  }
-}
-
-__global__ void sum_block_partials(const double* partial, int count, double* out) {
-  __shared__ double warp_part[32];
-  double s = 0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  s = cuda::warp_sum(s);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) t += warp_part[w];
-    *out = t;
-  }
+  s = cuda::block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 void check_table(const Tensor& t, const Tensor& coefs, i64 n) {
@@ -243,10 +216,7 @@ double CudaBackend::sum_squares_ranges(const Tensor& x, const Tensor& ranges) {
   ranged_squares_partial<<<blocks, cuda::kThreads, 0, stream_>>>(
       x.as<float>(), n, ranges.as<std::int32_t>(), static_cast<int>(ranges.dim(0)), partial);
   DIT_CUDA_LAUNCH_CHECK();
-  sum_block_partials<<<1, 1024, 0, stream_>>>(partial, blocks, result_dev_);
-  DIT_CUDA_LAUNCH_CHECK();
-  synchronize();
-  return *static_cast<volatile double*>(result_host_);
+  return sum_on_host(partial, blocks);
 }
 
 }  // namespace dit
