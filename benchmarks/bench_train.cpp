@@ -21,6 +21,7 @@
 #include "app/collective.h"
 #include "app/metrics.h"
 #include "app/trainer.h"
+#include "backend/timed_backend.h"
 #include "io/dataset.h"
 #include "parallel/backend_comms.h"
 #include "parallel/grid.h"
@@ -102,6 +103,10 @@ BenchOptions parse(int argc, char** argv, int rank, bool& exit_now, int& exit_co
 struct Measured {
   std::vector<double> wall_s, compute_s, pp_wait_s, optimizer_s, trainer_s;
   std::uint64_t host_syncs = 0;  // times one timed step made the host wait for the backend
+  // Of 2 extra steps with every primitive bracketed by timeline marks (CUDA events): the share of
+  // the step's wall time spent inside primitives; the rest are gaps (launches, host work, waits
+  // on communication). The marks cost a little, so these steps are not among the timed ones.
+  double kernel_share = -1;
   double last_loss = 0;
   bool finite = true;
   int skipped = 0;  // fp16 steps whose update was skipped for overflow (timed steps)
@@ -110,7 +115,7 @@ struct Measured {
 
 // Warm-up, then the timed steps; the backend is synchronized before each host clock read, and the
 // step time is the slowest rank's.
-Measured measure(Trainer& trainer, Backend& be, ParallelContext& ctx, const BenchOptions& o) {
+Measured measure(Trainer& trainer, TimedBackend& be, ParallelContext& ctx, const BenchOptions& o) {
   Measured m;
   be.synchronize();
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -135,6 +140,17 @@ Measured measure(Trainer& trainer, Backend& be, ParallelContext& ctx, const Benc
     m.trainer_s.push_back(st.acct.step_s);
     m.last = st.acct;
   }
+  std::vector<double> shares;
+  for (int i = 0; i < 2; ++i) {
+    be.reset();
+    const double t0 = now_s();
+    trainer.step();
+    const double kernels = be.kernel_seconds();
+    shares.push_back(kernels / std::max(1e-12, now_s() - t0));
+    be.set_enabled(false);
+  }
+  const double mine = 0.5 * (shares[0] + shares[1]);
+  m.kernel_share = -ctx.world->all_reduce_max(-mine);  // of the rank with the most gaps
   return m;
 }
 
@@ -188,13 +204,15 @@ Report report(const BenchOptions& o, const DiTConfig& cfg, const Measured& m, in
                 "  phases, median ms: compute %.2f, pp wait %.2f, optimizer %.2f, rest of step %.2f, "
                 "device drain after the step %.2f%s\n"
                 "  TFLOP/s %.2f, MFU %.1f%% of %.4g TFLOP/s per %s; %.1f GFLOP per training image "
-                "(3 x forward, project count)%s\n",
+                "(3 x forward, project count)%s\n"
+                "  host syncs per step %llu; time inside primitives %.1f%% of a step, gaps %.1f%% (timeline marks)\n",
                 o.name.c_str(), o.channels, o.input_size, o.input_size, o.backend.c_str(), o.precision.c_str(),
                 static_cast<long long>(o.batch), o.micro_batch, ranks, ranks == 1 ? "" : "s", o.steps, o.warmup,
                 images_s, 1e3 * med, ms[0], ms[1], ms[2], ms[3], 1e3 * compute, 1e3 * wait, 1e3 * opt,
                 1e3 * std::max(0.0, inside - compute - wait - opt), 1e3 * std::max(0.0, med - inside),
                 o.backend == "cpu" ? "" : " (host clocks: device work queued in one phase may finish in a later one)",
-                tflops, 100 * mfu, peak, o.backend == "cuda" ? "GPU" : "machine", flops / 1e9, paper_note.c_str());
+                tflops, 100 * mfu, peak, o.backend == "cuda" ? "GPU" : "machine", flops / 1e9, paper_note.c_str(),
+                static_cast<unsigned long long>(m.host_syncs), 100 * m.kernel_share, 100 * (1 - m.kernel_share));
   JsonObject j;
   j.str("name", o.name).str("impl", "dit_mp").str("model", o.model).num("input_size", o.input_size);
   j.num("channels", o.channels).str("backend", o.backend).str("precision", o.precision);
@@ -209,7 +227,7 @@ Report report(const BenchOptions& o, const DiTConfig& cfg, const Measured& m, in
   j.num("final_loss", m.last_loss).flag("loss_finite", m.finite).num("skipped_steps", m.skipped);
   j.num("activation_bytes", double(m.last.activation_bytes)).num("optimizer_state_bytes", double(optimizer_bytes));
   j.num("peak_rss_bytes", double(peak_rss_bytes())).str("comms", comms);
-  j.num("host_syncs_per_step", double(m.host_syncs));
+  j.num("host_syncs_per_step", double(m.host_syncs)).num("kernel_share", m.kernel_share);
   return Report{buf, j.text()};
 }
 
@@ -240,15 +258,16 @@ int run(const BenchOptions& opt) {
   // Random latents: throughput does not depend on the data. Enough samples for several steps.
   SyntheticDataset data({o.channels, o.input_size, o.input_size}, std::min(o.num_classes, 1000),
                         std::max<std::int64_t>(4 * o.batch, 64), o.seed);
+  TimedBackend timed(*be);  // the Trainer's view of the backend; communicators keep the real one
   TrainConfig tc;
   tc.global_batch = o.batch;
   tc.micro_batch = o.micro_batch;
-  tc.steps = o.warmup + o.steps;
+  tc.steps = o.warmup + o.steps + 2;
   tc.adamw.lr = o.lr;
   tc.adamw.weight_decay = 0.0;
   tc.seed = o.seed;
   const double t_setup = now_s();
-  Trainer trainer(*be, ctx, cfg, tc, data);
+  Trainer trainer(timed, ctx, cfg, tc, data);
   be->synchronize();
   if (rank == 0)
     std::printf("bench_train: %s (%lld parameters, %d tokens), %s backend, %s, batch %lld = %d rank(s) x %d x %d,"
@@ -256,7 +275,7 @@ int run(const BenchOptions& opt) {
                 o.model.c_str(), cfg.num_params(), cfg.num_patches(), be->name().c_str(), o.precision.c_str(),
                 static_cast<long long>(o.batch), world, o.micro_batch, trainer.plan().microbatches, comms.c_str(),
                 now_s() - t_setup);
-  const Measured m = measure(trainer, *be, ctx, o);
+  const Measured m = measure(trainer, timed, ctx, o);
   const Report r = report(o, cfg, m, world, comms, trainer.optimizer().state_bytes());
   if (rank == 0) {
     std::fputs(r.text.c_str(), stdout);

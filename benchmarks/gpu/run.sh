@@ -338,7 +338,8 @@ def load(p, ok):
 o, t = load(sys.argv[1], sys.argv[3] == "1"), load(sys.argv[2], sys.argv[4] == "0")
 part = []
 if o: part.append(f"ours {o['images_per_s']:.1f} img/s {o['ms_per_step']:.0f} ms MFU {100*o['mfu']:.1f}%"
-                 f" host syncs/step {o.get('host_syncs_per_step', -1):.0f}")
+                 f" host syncs/step {o.get('host_syncs_per_step', -1):.0f}"
+                 f" in kernels {100 * o.get('kernel_share', -1):.0f}% (gaps {100 - 100 * o.get('kernel_share', -1):.0f}%)")
 else: part.append("ours failed")
 if t: part.append(f"torch {t['images_per_s']:.1f} img/s MFU {100*t['mfu']:.1f}%"
                  + (f" (batch {t['batch']})" if o and t["batch"] != o["batch"] else ""))

@@ -9,8 +9,10 @@
 // (Accumulate::Overwrite) except where the argument says otherwise (the residual stream).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -163,11 +165,23 @@ class Backend : public Allocator {
   // same points, so a test on the CPU bounds a GPU step's waits.
   virtual std::uint64_t host_syncs() const { return host_syncs_; }
 
+  // ---- timeline marks (for the GPU check's kernel and gap shares) ------------------------------
+  // A mark on the device timeline after the work issued so far: a CUDA event on the stream; on
+  // the CPU, whose primitives have finished on return, the host clock. Marks count from 0 after
+  // clear_marks(). seconds_between(a, b) reads two marks (it waits for b).
+  virtual std::size_t mark() {
+    marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    return marks_.size() - 1;
+  }
+  virtual double seconds_between(std::size_t a, std::size_t b) { return marks_.at(b) - marks_.at(a); }
+  virtual void clear_marks() { marks_.clear(); }
+
  protected:
   void count_sync() { ++host_syncs_; }
 
  private:
   std::uint64_t host_syncs_ = 0;
+  std::vector<double> marks_;  // host-clock marks (the default)
 };
 
 // The backends this build has: "cpu" always, "cuda" when compiled in and a GPU is visible.

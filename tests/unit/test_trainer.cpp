@@ -7,6 +7,7 @@
 
 #include "app/trainer.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/timed_backend.h"
 #include "io/dataset.h"
 #include "tiny_model.h"
 
@@ -84,6 +85,37 @@ TEST(Trainer, HostWaitsTwicePerStepWhateverTheMicrobatchesAndTensors) {
     EXPECT_EQ(syncs(2, 1, dt), base) << "8 microbatches instead of 1, " << dtype_name(dt);
     EXPECT_EQ(syncs(4, 2, dt), base) << "twice the blocks and 4 microbatches, " << dtype_name(dt);
   }
+}
+
+}  // namespace dit
+
+namespace dit {
+
+// The timing wrapper of the GPU check changes no number, and its split of a step is sane: time
+// inside primitives is positive and below the step's span.
+TEST(Trainer, TimedBackendChangesNothingAndSplitsTheStep) {
+  SyntheticDataset data({1, 8, 8}, 4, 256, 7);
+  TrainConfig tc;
+  tc.global_batch = 8;
+  tc.micro_batch = 4;
+  auto losses = [&](bool timed_on) {
+    CpuBackend be;
+    TimedBackend timed(be);
+    ParallelContext ctx = make_single_context();
+    Trainer t(timed, ctx, tiny_dit(1, 2, 2, 4), tc, data);
+    std::vector<double> out;
+    for (int i = 0; i < 3; ++i) {
+      if (timed_on) timed.reset();
+      out.push_back(t.step().loss);
+      if (timed_on) {
+        const double k = timed.kernel_seconds(), span = timed.span_seconds();
+        EXPECT_GT(k, 0.0);
+        EXPECT_LE(k, span);
+      }
+    }
+    return out;
+  };
+  EXPECT_EQ(losses(true), losses(false));
 }
 
 }  // namespace dit

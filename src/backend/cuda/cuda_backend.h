@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -42,6 +43,9 @@ class CudaBackend final : public Backend {
   // cudnn_attention.h). For tests and benchmarks that compare the two.
   void set_attention_path(cuda::AttentionPath path);
   void set_deterministic(bool d) override;
+  std::size_t mark() override;  // a CUDA event recorded on the stream
+  double seconds_between(std::size_t a, std::size_t b) override;
+  void clear_marks() override { next_event_ = 0; }
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& t, float value) override;
@@ -126,6 +130,8 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;  // the upload ring (page-locked host memory)
   std::size_t pinned_bytes_ = 0, pinned_off_ = 0;
   cudaEvent_t pinned_done_ = nullptr;  // the last copy out of the ring
+  std::vector<cudaEvent_t> timeline_events_;  // mark()'s events, reused after clear_marks()
+  std::size_t next_event_ = 0;
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // its cuDNN handle comes on first use
 };

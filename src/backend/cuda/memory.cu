@@ -123,6 +123,7 @@ CudaBackend::~CudaBackend() {
   if (result_host_) cudaFreeHost(result_host_);
   if (pinned_) cudaFreeHost(pinned_);
   if (pinned_done_) cudaEventDestroy(pinned_done_);
+  for (cudaEvent_t e : timeline_events_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
   if (rc != cudaSuccess)
     std::fprintf(stderr, "CUDA backend teardown: %s\n", cudaGetErrorString(rc));
@@ -130,6 +131,24 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::set_attention_path(cuda::AttentionPath path) { cudnn_attention_->set_path(path); }
 void CudaBackend::set_deterministic(bool d) { cudnn_attention_->set_deterministic(d); }
+
+std::size_t CudaBackend::mark() {
+  if (next_event_ == timeline_events_.size()) {
+    cudaEvent_t e = nullptr;
+    DIT_CUDA_CHECK(cudaEventCreate(&e));
+    timeline_events_.push_back(e);
+  }
+  DIT_CUDA_CHECK(cudaEventRecord(timeline_events_[next_event_], stream_));
+  return next_event_++;
+}
+
+double CudaBackend::seconds_between(std::size_t a, std::size_t b) {
+  DIT_CHECK(a < next_event_ && b < next_event_, "timeline marks ", a, " and ", b, " of ", next_event_);
+  DIT_CUDA_CHECK(cudaEventSynchronize(timeline_events_[b]));
+  float ms = 0;
+  DIT_CUDA_CHECK(cudaEventElapsedTime(&ms, timeline_events_[a], timeline_events_[b]));
+  return ms / 1e3;
+}
 
 void* CudaBackend::allocate(std::size_t bytes) {
   if (bytes == 0) return nullptr;
