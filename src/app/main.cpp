@@ -77,6 +77,7 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
       {"--pp", "parallel.pp", "Pipeline stages", false, "INT"},
       {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true, "TEXT"},
       {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false, "LIST"},
+      {"--virtual-stages", "parallel.virtual_stages", "Model chunks per pipeline rank (> 1: interleaved 1F1B)", false, "INT"},
       {"--steps", "train.steps", "Training steps", false, "INT"},
       {"--global-batch", "train.global_batch", "Images per step over all ranks", false, "INT"},
       {"--micro-batch", "train.micro_batch", "Images per microbatch", false, "INT"},
@@ -184,6 +185,8 @@ int run(int argc, char** argv) {
   verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
   verify->add_option("--microbatches", vopt.microbatches, "Microbatches per data-parallel rank")->capture_default_str();
   verify->add_option("--schedule", schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  verify->add_option("--virtual-stages", vopt.virtual_stages,
+                     "Model chunks per pipeline rank (> 1: interleaved 1F1B)")->capture_default_str();
   std::string verify_recompute = "none";
   verify->add_option("--recompute", verify_recompute, "Activation recomputation: none, selective or full")
       ->capture_default_str();

@@ -226,6 +226,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.seed = c.train.seed;
   t.schedule = parse_schedule(c.parallel.schedule);
   t.pp_layers = c.parallel.pp_layers;
+  t.virtual_stages = c.parallel.virtual_stages;
   t.stage.recompute = parse_recompute(c.train.recompute);
   t.stage.recompute_blocks = c.train.recompute_blocks;
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
@@ -241,8 +242,11 @@ int run_train(const RunConfig& cfg) {
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
               "parallel.tp = ", layout.tp, " does not divide model.num_heads = ", model.num_heads,
               " and the MLP width ", model.mlp_hidden());
-    check_stage_options(train_config(cfg).stage, partition_stages(model, layout.pp, cfg.parallel.pp_layers));
-    BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_stage_options(train_config(cfg).stage, partition_chunks(model, layout.pp, cfg.parallel.virtual_stages,
+                                                                   cfg.parallel.pp_layers));
+    const BatchPlan bp = BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_virtual_stages(parse_schedule(cfg.parallel.schedule), layout.pp, bp.microbatches,
+                         cfg.parallel.virtual_stages);
     std::string why;
     DIT_CHECK(backend_available(backend_name(cfg.train.backend, cfg.train.precision), &why), "train.backend = ",
               cfg.train.backend, " with train.precision = ", cfg.train.precision, ": ", why);
@@ -283,6 +287,10 @@ int run_train(const RunConfig& cfg) {
   be = make_rank_backend(cfg.train.backend, cfg.train.precision);
   ParallelContext ctx = make_mpi_context(layout);
   const std::string comms = attach_backend_comms(ctx, *be);
+  // The NCCL lanes join pipeline neighbours in one order; interleaving wraps the last stage
+  // around to the first.
+  DIT_CHECK(comms != "nccl" || cfg.parallel.virtual_stages == 1, "parallel.virtual_stages = ",
+            cfg.parallel.virtual_stages, " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
   const TrainConfig tc = train_config(cfg);
   Trainer trainer(*be, ctx, model, tc, *data);
   MetricsWriter metrics(ctx.world_rank == 0 ? paths.metrics().string() : "");

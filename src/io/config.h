@@ -54,8 +54,9 @@ struct TrainSection {
 struct ParallelSection {
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";  // 1f1b | gpipe
-  std::vector<int> pp_layers;     // blocks per stage; empty = balanced
+  std::vector<int> pp_layers;     // blocks per stage (per model chunk with virtual stages); empty = balanced
   bool sequence_parallel = false; // Megatron sequence parallelism (needs tp > 1)
+  int virtual_stages = 1;         // model chunks per pipeline rank: > 1 = interleaved 1F1B
   bool operator==(const ParallelSection&) const = default;
 };
 
