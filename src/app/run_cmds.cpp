@@ -67,7 +67,7 @@ std::string write_samples(const DiTConfig& cfg, const std::vector<float>& sample
 // The EMA weights of this rank's stage, in a stage of their own for sampling.
 std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& trainer) {
   DiTStage& model = trainer.model();
-  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layout(), *ctx.tp, ctx.layout.dp);
+  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layouts(), *ctx.tp, ctx.layout.dp);
   std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
   be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
   return ema;
@@ -305,7 +305,9 @@ int run_train(const RunConfig& cfg) {
        << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data "
        << data->describe() << "\nglobal batch " << tc.global_batch << " = dp " << layout.dp << " x micro "
        << tc.micro_batch << " x " << trainer.plan().microbatches << " microbatches, " << tc.steps
-       << " steps, run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml();
+       << " steps, pipeline schedule " << schedule_name(tc.schedule)
+       << (tc.virtual_stages > 1 ? " interleaved over " + std::to_string(tc.virtual_stages) + " virtual stages" : "")
+       << ", run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml();
     console.line(os.str());
   }
   const double flops_per_image = 3.0 * model.forward_flops();

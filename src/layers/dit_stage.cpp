@@ -64,6 +64,12 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
   }
 }
 
+std::vector<StageLayout> DiTStage::layouts() const {
+  std::vector<StageLayout> out;
+  for (const Chunk& c : chunks_) out.push_back(c.layout);
+  return out;
+}
+
 std::int64_t DiTStage::local_tokens() const {
   return cfg_.num_patches() / (options_.sequence_parallel ? tp_->size() : 1);
 }

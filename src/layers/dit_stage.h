@@ -83,6 +83,7 @@ class DiTStage {
   const DiTConfig& config() const { return cfg_; }
   int chunks() const { return static_cast<int>(chunks_.size()); }
   const StageLayout& layout(int chunk = 0) const { return chunks_.at(chunk).layout; }
+  std::vector<StageLayout> layouts() const;  // every chunk's, in chunk order
   const StageOptions& options() const { return options_; }
   // Tokens of x this rank holds between blocks and stages: T, or T/tp with sequence parallelism.
   std::int64_t local_tokens() const;

@@ -103,12 +103,13 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int m, i
 }
 
 std::vector<Action> make_forward_only(int m, int pp, int v) {
-  if (v > 1) {
-    check_virtual_stages(ScheduleKind::OneFOneB, pp, m, v);
-    return visit_order(Op::Forward, pp, m, v);
-  }
+  check_virtual_stages(ScheduleKind::OneFOneB, pp, m, v);
+  // Microbatch by microbatch, each through this rank's chunks in order. Forward only, a slot is
+  // reused at the next action and waits for its last send's receiver to post; in this order that
+  // receiver is at most one action ahead on the next rank, so the waits never form a cycle.
   std::vector<Action> a;
-  for (int i = 0; i < m; ++i) a.push_back({Op::Forward, i});
+  for (int i = 0; i < m; ++i)
+    for (int c = 0; c < v; ++c) a.push_back({Op::Forward, i, c});
   return a;
 }
 

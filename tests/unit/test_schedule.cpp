@@ -159,11 +159,54 @@ TEST(Interleaved, NoDeadlockAcrossRanks) {
         const PipelineSim sim = simulate_pipeline(interleaved_lists(pp, m, v), v, unit_cost, no_link);
         EXPECT_TRUE(sim.completed) << "pp " << pp << " v " << v << " m " << m;
       }
-  // Forward only (sampling), interleaved order.
-  for (int pp = 2; pp <= 8; ++pp) {
-    std::vector<std::vector<Action>> fwd(pp, make_forward_only(5, pp, 3));
-    EXPECT_TRUE(simulate_pipeline(fwd, 3, unit_cost, no_link).completed) << "forward only pp " << pp;
-  }
+  // Forward only (sampling): slots are freed at once, so each forward reuses the slot of the one
+  // before and waits until that one's message has a posted receive (rendezvous sends).
+  auto forward_only_completes = [](const std::vector<std::vector<Action>>& l, int v) {
+    const int pp = static_cast<int>(l.size());
+    std::vector<std::size_t> pos(pp, 0);
+    std::vector<long> posted(pp, -1);  // the last action whose receive this rank has posted
+    auto index_of = [&](int r, const Action& a) {
+      return static_cast<std::size_t>(std::find(l[r].begin(), l[r].end(), a) - l[r].begin());
+    };
+    auto consumer = [&](int r, const Action& a) {  // (rank, index) fed by a, or rank -1
+      const int k = a.chunk * pp + r;
+      if (k == pp * v - 1) return std::pair<int, std::size_t>{-1, 0};
+      const int cr = (k + 1) % pp;
+      return std::pair<int, std::size_t>{cr, index_of(cr, {Op::Forward, a.microbatch, (k + 1) / pp})};
+    };
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int r = 0; r < pp; ++r)
+        for (; pos[r] < l[r].size(); ++pos[r], moved = true) {
+          const Action& a = l[r][pos[r]];
+          if (posted[r] < static_cast<long>(pos[r])) {  // acquire the slot, then post the receive
+            if (pos[r] > 0) {
+              const auto [cr, ci] = consumer(r, l[r][pos[r] - 1]);
+              if (cr >= 0 && posted[cr] < static_cast<long>(ci)) break;  // its send still waits
+            }
+            posted[r] = static_cast<long>(pos[r]);
+            moved = true;
+          }
+          const Producer p = producer_of(a, r, pp, v);
+          if (p.rank >= 0 && pos[p.rank] <= index_of(p.rank, p.action)) break;
+        }
+    }
+    for (int r = 0; r < pp; ++r)
+      if (pos[r] < l[r].size()) return false;
+    return true;
+  };
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = 1; m <= 2 * pp + 1; ++m) {
+        std::vector<std::vector<Action>> fwd(pp, make_forward_only(m, pp, v));
+        EXPECT_TRUE(forward_only_completes(fwd, v)) << "forward only pp " << pp << " v " << v << " m " << m;
+      }
+  // ... and has teeth: chunk by chunk (the training order) deadlocks forward only.
+  std::vector<std::vector<Action>> by_chunk(2);
+  for (int c = 0; c < 2; ++c)
+    for (int mb = 0; mb < 2; ++mb)
+      for (auto& l : by_chunk) l.push_back({Op::Forward, mb, c});
+  EXPECT_FALSE(forward_only_completes(by_chunk, 2));
   // The simulation has teeth: rank 1 running its chunk 1 first waits forever.
   auto bad = interleaved_lists(2, 2, 2);
   std::stable_partition(bad[1].begin(), bad[1].end(), [](const Action& a) { return a.chunk == 1; });
