@@ -11,6 +11,7 @@ PACKAGES=(
   libbenchmark-dev libgtest-dev
   libstb-dev libpng-dev libopenblas-dev
   dataset-fashion-mnist
+  python3 python3-matplotlib   # benchmarks/scaling/study.py: the scaling-study driver and its plots
 )
 # Python side: tools/dit_checkpoint.py (official .pt weights in and out), the PyTorch reference
 # DiT and its tests. DIT_WITH_PYTHON=0 skips them (those tests then print why they skip).

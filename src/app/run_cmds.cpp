@@ -155,6 +155,8 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
   const std::vector<std::pair<const char*, double>> mine = {
       {"step_s", a.step_s},
       {"compute_s", a.compute_s},
+      {"pp_wait_s", a.pp_wait_s},
+      {"optimizer_s", a.optimizer_s},
       {"tp_bytes", double(a.tp_bytes)},
       {"pp_bytes", double(a.pp_bytes)},
       {"dp_bytes", double(a.dp_bytes)},
