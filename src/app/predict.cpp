@@ -52,7 +52,7 @@ PredictParams load_predict_params(const std::string& path) {
   num("step_overhead_s", p.step_overhead_s);
   num("cores", cores);
   p.gpus_per_node = std::max(1, int(gpn));
-  p.cores = int(cores);
+  p.cores = cores;
   DIT_CHECK(p.flops_per_s > 0 && p.intra_gbps > 0 && p.inter_gbps > 0, path,
             ": predict.flops_per_s, intra_gbps and inter_gbps must be > 0");
   return p;
@@ -66,12 +66,11 @@ bool sends(const Action& a, int s, int pp, int v) {
 }
 }  // namespace
 
-Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64_t global_batch,
-                        ScheduleKind schedule) {
+namespace {
+// The pipeline part of the model at a given share of a core per busy rank.
+Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKind schedule, double share) {
   const Layout& l = p.layout;
   const int m = p.microbatches, v = p.virtual_stages, pp = l.pp;
-  // Ranks on one machine share its cores (Open MPI's waits spin, so every rank keeps its share).
-  const double share = hw.cores > 0 ? std::min(1.0, double(hw.cores) / l.world()) : 1.0;
   const double rows = double(p.micro_batch) * p.tokens;
   const double rate = hw.flops_per_s * share * rows / (rows + hw.rows_half);
   // The rank grid puts tp innermost, then dp, then pp (grid.h): which groups stay within a node.
@@ -95,8 +94,6 @@ Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64
     msg[s] = n > 0 ? st.pp_bytes / double(n) / (bw(pp_in) * 1e9) + 2 * hw.latency_us * 1e-6 : 0;
     const double dp_s = st.dp_bytes / (bw(dp_in) * 1e9) + st.dp_calls * hw.latency_us * 1e-6;
     r.dp_s = std::max(r.dp_s, dp_s);
-    const double shard_params = double(st.mem.params) / (p.precision == "fp32" ? 4 : 2) / l.dp;
-    r.optimizer_s = std::max(r.optimizer_s, shard_params * hw.optimizer_ns_per_param * 1e-9 / share);
   }
   const PipelineSim sim = simulate_pipeline(
       lists, v, [&](int s, const Action& a) { return a.op == Op::Forward ? fwd[s] : bwd[s]; },
@@ -104,6 +101,27 @@ Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64
   DIT_CHECK(sim.completed, "predict: the schedule tables deadlock in simulation (pp ", pp, ", m ", m, ", v ", v, ")");
   r.pipeline_s = sim.makespan;
   r.bubble = sim.bubble();
+  return r;
+}
+}  // namespace
+
+Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64_t global_batch,
+                        ScheduleKind schedule) {
+  const Layout& l = p.layout;
+  // Ranks on one machine share its cores (one rank runs as calibrated). A rank waiting in the
+  // pipeline yields its core (Open MPI does when oversubscribed), so the busy ranks share them: a
+  // second pass gives each the share of world x (1 - bubble) busy ranks.
+  const bool shared = hw.cores > 0 && l.world() > 1;
+  const double all_busy = shared ? std::min(1.0, hw.cores / l.world()) : 1.0;
+  Prediction r = simulate_at(p, hw, schedule, all_busy);
+  if (shared && l.pp > 1) {
+    const double busy = std::max(1.0, l.world() * (1 - r.bubble));
+    r = simulate_at(p, hw, schedule, std::min(1.0, hw.cores / busy));
+  }
+  for (const StagePlan& st : p.stages) {  // every rank updates its shard at once
+    const double shard_params = double(st.mem.params) / (p.precision == "fp32" ? 4 : 2) / l.dp;
+    r.optimizer_s = std::max(r.optimizer_s, shard_params * hw.optimizer_ns_per_param * 1e-9 / all_busy);
+  }
   r.step_s = r.pipeline_s + r.dp_s + r.optimizer_s + hw.step_overhead_s;
   r.images_per_s = double(global_batch) / r.step_s;
   return r;

@@ -22,7 +22,9 @@ struct PredictParams {
   double latency_us = 5;        // per message or collective call
   double optimizer_ns_per_param = 0.012;  // AdamW + EMA over one parameter of the ZeRO shard
   double step_overhead_s = 0;   // per step: loss on the host, launches, bookkeeping
-  int cores = 0;                // > 0: ranks share this many cores (CPU calibration); 0 = one device each
+  // > 0: several ranks share this many cores (CPU calibration; fractional when other users take
+  // some); 0 = a device per rank.
+  double cores = 0;
 };
 // Built-in parameters for a hardware name of the plan's table at `efficiency` of its peak.
 PredictParams predict_params_for(const Hardware& hw, const std::string& precision, double efficiency);
