@@ -12,9 +12,11 @@
 // Interleaved 1F1B (Megatron's virtual stages): each rank holds v chunks of blocks; chunk c of rank
 // s is model chunk c * pp + s, so a microbatch visits rank 0..pp-1 with chunk 0, wraps around to
 // rank 0 with chunk 1, and so on. Each action names (chunk, microbatch). A rank runs its forwards in
-// groups of pp microbatches, chunk by chunk (the last group may be smaller), and its backwards in the
-// same order with the chunks reversed; warmup = (pp - s - 1) * 2 + (v - 1) * pp forwards. The bubble
-// shrinks from (pp - 1) / (m + pp - 1) to (pp - 1) / (v m + pp - 1).
+// groups of pp microbatches, chunk by chunk, and its backwards in the same order with the chunks
+// reversed; warmup = (pp - s - 1) * 2 + (v - 1) * pp forwards (Megatron's tables when pp divides
+// m). Otherwise the m % pp leftover microbatches join the last group and its length replaces pp in
+// the warmup, so any m runs. The bubble shrinks from (pp - 1) / (m + pp - 1) to
+// (pp - 1) / (v m + pp - 1).
 #pragma once
 
 #include <string>
