@@ -4,7 +4,7 @@ measured study points, and predict clusters that no test machine here has.
 
   predict.py calibrate STUDY.toml DIR --out cal.toml    # per-op cost from DIR's 1-rank point, link from bench_p2p
   predict.py check STUDY.toml DIR --calibration cal.toml [--md FILE]   # predicted vs measured per point
-  predict.py cluster --hardware h100 --out docs/scaling.md            # DiT-XL/2, 8..1024 GPUs
+  predict.py cluster --hardware h100 --nodes 1..128 --gpus-per-node 8 --out docs/scaling.md   # DiT-XL/2
 
 Every number it prints for a cluster is a model prediction (plan FLOPs and bytes from the code's own
 layer specs, a link model, and the real schedule tables simulated event by event), not a measurement.
@@ -162,8 +162,15 @@ def cmd_cluster(a):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = [8, 16, 32, 64, 128, 256, 512, 1024]
-    base = ["--model", "DiT-XL/2", "--precision", "bf16", "--set", "model.input_size=32"]
+    lo, hi = (int(x) for x in a.nodes.split(".."))
+    if not 1 <= lo <= hi:
+        study.fail(f"--nodes {a.nodes}: expected FIRST..LAST with 1 <= FIRST <= LAST")
+    sizes, n = [], lo
+    while n <= hi:  # powers of two from the first node count
+        sizes.append(n * a.gpus_per_node)
+        n *= 2
+    base = ["--model", "DiT-XL/2", "--precision", "bf16", "--set", "model.input_size=32", "--set", "model.in_channels=4",
+            "--set", "model.num_classes=1000"]
     results, refused = {}, []
     for batch in a.batches:
         best = []
@@ -276,6 +283,7 @@ def main():
     u = sub.add_parser("cluster")
     u.add_argument("--hardware", default="h100")
     u.add_argument("--gpus-per-node", type=int, default=8)
+    u.add_argument("--nodes", default="1..128", help="node counts FIRST..LAST (doubling)")
     u.add_argument("--efficiency", type=float, default=0.5)
     u.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
     u.add_argument("--out", default=os.path.join(study.ROOT, "docs/scaling.md"))
