@@ -83,30 +83,37 @@ def cmd_calibrate(a):
         study.fail(f"bench_p2p failed: {(res.stdout + res.stderr).strip()[-300:]}")
     lat = float(fit[0].split("latency_us =")[1].split(",")[0])
     gbps = float(fit[0].split("gbps =")[1])
-    def calibration(latency_us, points):
+    def calibration(latency_us, pp_latency_us, points):
         return (f"# Calibrated on this machine from {', '.join(points)} ({a.out_dir}) and bench_p2p.\n[predict]\n"
                 f"name = \"this machine (CPU, {os.cpu_count()} cores)\"\nflops_per_s = {rate:.6g}\nrows_half = 0\n"
                 f"gpus_per_node = 1024\nintra_gbps = {gbps:.6g}\ninter_gbps = {gbps:.6g}\nlatency_us = {latency_us:.6g}\n"
-                f"optimizer_ns_per_param = {opt_ns:.6g}\nstep_overhead_s = {overhead:.6g}\ncores = {cores:.3g}\n"
-                f"calibration_points = {json.dumps(points)}\n")
-    # A message between ranks that share loaded cores waits for the receiver to be scheduled: far
-    # more than bench_p2p's spinning pair shows. Fit the latency to the same model at pp 2.
-    pp2 = [x for x in rows if (x["model"], x["global_batch"], x["microbatches"], x["tp"], x["pp"], x["dp"],
-                               x["virtual_stages"]) == (r["model"], r["global_batch"], r["microbatches"], 1, 2, 1, 1)]
-    if pp2:
-        used.append(pp2[0]["point"])
-        args = point_args(st, models, points[pp2[0]["point"]])
-        best = None
+                f"pp_latency_us = {pp_latency_us:.6g}\noptimizer_ns_per_param = {opt_ns:.6g}\n"
+                f"step_overhead_s = {overhead:.6g}\ncores = {cores:.3g}\ncalibration_points = {json.dumps(points)}\n")
+
+    def fit(layout, candidates, make):
+        """The candidate latency (us) whose prediction of the model's point at `layout` is closest."""
+        hit = [x for x in rows if (x["model"], x["global_batch"], x["microbatches"], x["tp"], x["pp"], x["dp"],
+                                   x["virtual_stages"]) == (r["model"], r["global_batch"], r["microbatches"], *layout, 1)]
+        if not hit:
+            return None
+        used.append(hit[0]["point"])
+        args, best = point_args(st, models, points[hit[0]["point"]]), None
         with tempfile.TemporaryDirectory() as d:
             cal = os.path.join(d, "cal.toml")
-            for mid in (lat, 10, 30, 100, 300, 1000, 3000):  # microseconds; the error need not be monotone
-                study.write_atomic(cal, calibration(mid, used))
-                pred = plan(args, 1, ["--predict", "--calibration", cal])["prediction"]["step_s"]
-                err = abs(pred - pp2[0]["step_s_median"])
-                if best is None or err < best[0]:
-                    best = (err, mid)
-        lat = best[1]
-    text = calibration(lat, used)
+            for us in candidates:  # the error need not be monotone in the latency
+                study.write_atomic(cal, make(us))
+                pred = plan(args, layout[2], ["--predict", "--calibration", cal])["prediction"]["step_s"]
+                if best is None or abs(pred - hit[0]["step_s_median"]) < best[0]:
+                    best = (abs(pred - hit[0]["step_s_median"]), us)
+        return best[1]
+
+    grid = (lat, 10, 30, 100, 300, 1000, 3000)  # about 3x apart: a finer grid overfits the one point
+    # A collective on shared cores waits until all its ranks run (tp 2); a pipeline message waits for
+    # its receiver to be scheduled (pp 2): far more than bench_p2p's spinning pair shows.
+    coll = fit((2, 1, 1), grid, lambda us: calibration(us, lat, used))
+    lat = coll if coll is not None else lat
+    pp_lat = fit((1, 2, 1), grid, lambda us: calibration(lat, us, used))
+    text = calibration(lat, pp_lat if pp_lat is not None else lat, used)
     study.write_atomic(a.out, text)
     print(text)
 

@@ -48,6 +48,7 @@ PredictParams load_predict_params(const std::string& path) {
   num("intra_gbps", p.intra_gbps);
   num("inter_gbps", p.inter_gbps);
   num("latency_us", p.latency_us);
+  if (t.contains("pp_latency_us")) num("pp_latency_us", p.pp_latency_us);
   num("optimizer_ns_per_param", p.optimizer_ns_per_param);
   num("step_overhead_s", p.step_overhead_s);
   num("cores", cores);
@@ -91,7 +92,8 @@ Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKin
     int n = 0;
     for (const Action& a : lists[s]) n += sends(a, s, pp, v);
     // Seconds of one send: its bytes (x and c) over the link, and a latency per tensor.
-    msg[s] = n > 0 ? st.pp_bytes / double(n) / (bw(pp_in) * 1e9) + 2 * hw.latency_us * 1e-6 : 0;
+    const double pp_lat = hw.pp_latency_us >= 0 ? hw.pp_latency_us : hw.latency_us;
+    msg[s] = n > 0 ? st.pp_bytes / double(n) / (bw(pp_in) * 1e9) + 2 * pp_lat * 1e-6 : 0;
     const double dp_s = st.dp_bytes / (bw(dp_in) * 1e9) + st.dp_calls * hw.latency_us * 1e-6;
     r.dp_s = std::max(r.dp_s, dp_s);
   }

@@ -19,7 +19,9 @@ struct PredictParams {
   int gpus_per_node = 8;        // ranks that share the fast link
   double intra_gbps = 450;      // GB/s one direction within a node
   double inter_gbps = 50;       // GB/s one direction across nodes
-  double latency_us = 5;        // per message or collective call
+  double latency_us = 5;        // per collective call (and per pipeline message unless below)
+  double pp_latency_us = -1;    // per pipeline message; < 0: latency_us (on shared CPU cores a
+                                // message also waits for its receiver to be scheduled)
   double optimizer_ns_per_param = 0.012;  // AdamW + EMA over one parameter of the ZeRO shard
   double step_overhead_s = 0;   // per step: loss on the host, launches, bookkeeping
   // > 0: several ranks share this many cores (CPU calibration; fractional when other users take
