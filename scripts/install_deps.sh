@@ -12,6 +12,7 @@ PACKAGES=(
   libstb-dev libpng-dev libopenblas-dev
   dataset-fashion-mnist
   slurm-wlm  # the SLURM test (tests/slurm) runs a real single-machine cluster; brings munge
+  python3 python3-matplotlib   # benchmarks/scaling/study.py: the scaling-study driver and its plots
 )
 # Python side: tools/dit_checkpoint.py (official .pt weights in and out), the PyTorch reference
 # DiT and its tests, and tools/plot_run.py (matplotlib). DIT_WITH_PYTHON=0 skips them (those tests

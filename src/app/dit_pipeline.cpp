@@ -6,29 +6,49 @@
 
 namespace dit {
 
-std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const std::vector<int>& layers) {
+std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v, const std::vector<int>& layers) {
   DIT_CHECK(pp >= 1, "parallel.pp = ", pp, ": expected at least 1");
-  DIT_CHECK(pp <= cfg.depth, "parallel.pp = ", pp, " pipeline stages for a model of depth ",
-            cfg.depth, ": every stage needs at least one block, so pp <= ", cfg.depth);
+  DIT_CHECK(v >= 1, "parallel.virtual_stages = ", v, ": expected at least 1");
+  const int n = pp * v;  // model chunks
+  if (v == 1)
+    DIT_CHECK(pp <= cfg.depth, "parallel.pp = ", pp, " pipeline stages for a model of depth ",
+              cfg.depth, ": every stage needs at least one block, so pp <= ", cfg.depth);
+  else
+    DIT_CHECK(n <= cfg.depth, "parallel.pp x parallel.virtual_stages = ", pp, " x ", v, " = ", n,
+              " model chunks for a model of depth ", cfg.depth,
+              ": every chunk needs at least one block, so pp x virtual_stages <= ", cfg.depth);
   std::vector<int> counts = layers;
   if (counts.empty()) {  // 64-bit: (s + 1) * depth overflows an int for deep models
     const std::int64_t d = cfg.depth;
-    for (std::int64_t s = 0; s < pp; ++s) counts.push_back(static_cast<int>((s + 1) * d / pp - s * d / pp));
+    for (std::int64_t s = 0; s < n; ++s) counts.push_back(static_cast<int>((s + 1) * d / n - s * d / n));
   }
   std::ostringstream os;
   for (int c : counts) os << (os.tellp() > 0 ? "," : "") << c;
-  DIT_CHECK(static_cast<int>(counts.size()) == pp, "parallel.pp_layers = ", os.str(), " has ",
-            counts.size(), " entries for ", pp, " pipeline stages");
+  DIT_CHECK(static_cast<int>(counts.size()) == n, "parallel.pp_layers = ", os.str(), " has ",
+            counts.size(), " entries for ", n, v == 1 ? " pipeline stages" : " model chunks (pp x virtual_stages)");
   const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
   DIT_CHECK(sum == cfg.depth, "parallel.pp_layers = ", os.str(), " sums to ", sum,
             " blocks, the model has ", cfg.depth);
   std::vector<StageLayout> out;
   int first = 0;
-  for (int s = 0; s < pp; ++s) {
-    DIT_CHECK(counts[s] >= 1, "parallel.pp_layers = ", os.str(), ": stage ", s, " has no block");
-    out.push_back({first, first + counts[s], s == 0, s == pp - 1});
+  for (int s = 0; s < n; ++s) {
+    DIT_CHECK(counts[s] >= 1, "parallel.pp_layers = ", os.str(), ": ", v == 1 ? "stage " : "model chunk ",
+              s, " has no block");
+    out.push_back({first, first + counts[s], s == 0, s == n - 1});
     first += counts[s];
   }
+  return out;
+}
+
+std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const std::vector<int>& layers) {
+  return partition_chunks(cfg, pp, 1, layers);
+}
+
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage) {
+  DIT_CHECK(pp >= 1 && model_chunks.size() % pp == 0 && stage >= 0 && stage < pp,
+            "chunks of stage ", stage, " of ", pp, " from ", model_chunks.size(), " model chunks");
+  std::vector<StageLayout> out;
+  for (std::size_t k = stage; k < model_chunks.size(); k += pp) out.push_back(model_chunks[k]);
   return out;
 }
 
@@ -42,26 +62,28 @@ Shape DiTPipelineStage::x_shape() const {
 }
 Shape DiTPipelineStage::c_shape() const { return {n_, stage_->config().hidden_size}; }
 
-std::vector<Tensor> DiTPipelineStage::forward_inputs(int, Arena& arena) {
-  if (stage_->layout().has_embed) return {};
+std::vector<Tensor> DiTPipelineStage::forward_inputs(int, int chunk, Arena& arena) {
+  if (stage_->layout(chunk).has_embed) return {};
   const DType dt = be_->compute_dtype();
   return {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
 }
 
-std::vector<Tensor> DiTPipelineStage::forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) {
+std::vector<Tensor> DiTPipelineStage::forward(int mb, int chunk, const std::vector<Tensor>& inputs,
+                                              Arena& arena) {
   scratch_.reset();
   StageInputs in;
-  if (stage_->layout().has_embed) {
+  const StageLayout& layout = stage_->layout(chunk);
+  if (layout.has_embed) {
     hooks_.make_inputs(mb, in, arena);
   } else {
     in.x = inputs.at(0);
     in.c = inputs.at(1);
   }
-  StageActs& a = acts_[mb] = stage_->forward(in, arena, scratch_);
-  if (stage_->layout().has_final) {
+  StageActs& a = acts_[{chunk, mb}] = stage_->forward(in, arena, scratch_, chunk);
+  if (layout.has_final) {
     douts_[mb] = hooks_.on_output(mb, a.final.out, arena);
     if (!douts_[mb].data) {  // forward only: nothing is kept for a backward
-      acts_.erase(mb);
+      acts_.erase({chunk, mb});
       douts_.erase(mb);
     }
     return {};
@@ -69,19 +91,21 @@ std::vector<Tensor> DiTPipelineStage::forward(int mb, const std::vector<Tensor>&
   return {a.x_out(), a.c};
 }
 
-std::vector<Tensor> DiTPipelineStage::backward_inputs(int, Arena& arena) {
-  if (stage_->layout().has_final) return {};
+std::vector<Tensor> DiTPipelineStage::backward_inputs(int, int chunk, Arena& arena) {
+  if (stage_->layout(chunk).has_final) return {};
   const DType dt = be_->compute_dtype();
   return {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
 }
 
-std::vector<Tensor> DiTPipelineStage::backward(int mb, const std::vector<Tensor>& grads, Arena& arena) {
+std::vector<Tensor> DiTPipelineStage::backward(int mb, int chunk, const std::vector<Tensor>& grads,
+                                               Arena& arena) {
   scratch_.reset();
-  auto it = acts_.find(mb);
+  const StageLayout& layout = stage_->layout(chunk);
+  auto it = acts_.find({chunk, mb});
   DIT_CHECK(it != acts_.end(), "pipeline stage: backward of microbatch ", mb, " without its forward");
   StageGrads g;
   const DType dt = be_->compute_dtype();
-  if (stage_->layout().has_final) {
+  if (layout.has_final) {
     g.dout = douts_.at(mb);
     g.dx = arena.tensor(x_shape(), dt);
     g.dc = arena.tensor(c_shape(), dt);
@@ -89,12 +113,12 @@ std::vector<Tensor> DiTPipelineStage::backward(int mb, const std::vector<Tensor>
     g.dx = grads.at(0);
     g.dc = grads.at(1);
   }
-  const bool want_dimages = stage_->layout().has_embed && hooks_.on_input_grad;
+  const bool want_dimages = layout.has_embed && hooks_.on_input_grad;
   if (want_dimages) g.dimages = arena.tensor(it->second.embed.images.shape, dt);
-  stage_->backward(it->second, g, scratch_);
+  stage_->backward(it->second, g, scratch_, chunk);
   acts_.erase(it);
-  douts_.erase(mb);
-  if (stage_->layout().has_embed) {
+  if (layout.has_final) douts_.erase(mb);
+  if (layout.has_embed) {
     if (want_dimages) hooks_.on_input_grad(mb, g.dimages);
     return {};
   }

@@ -17,6 +17,12 @@ namespace dit {
 // the given counts (--pp-layers 3,4,4,3). Every stage needs at least one block.
 std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
                                           const std::vector<int>& layers = {});
+// With v virtual stages per rank: the pp * v model chunks in model order, balanced the same way
+// (or layers, one count per model chunk). v = 1 is partition_stages.
+std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v,
+                                          const std::vector<int>& layers = {});
+// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s.
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage);
 
 struct DiTPipelineHooks {
   // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.
@@ -31,10 +37,10 @@ class DiTPipelineStage final : public PipelineStage {
  public:
   DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch, DiTPipelineHooks hooks);
 
-  std::vector<Tensor> forward_inputs(int mb, Arena& arena) override;
-  std::vector<Tensor> forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) override;
-  std::vector<Tensor> backward_inputs(int mb, Arena& arena) override;
-  std::vector<Tensor> backward(int mb, const std::vector<Tensor>& grads, Arena& arena) override;
+  std::vector<Tensor> forward_inputs(int mb, int chunk, Arena& arena) override;
+  std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs, Arena& arena) override;
+  std::vector<Tensor> backward_inputs(int mb, int chunk, Arena& arena) override;
+  std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
   std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
 
  private:
@@ -45,8 +51,8 @@ class DiTPipelineStage final : public PipelineStage {
   std::int64_t n_;
   DiTPipelineHooks hooks_;
   Arena scratch_;
-  std::map<int, StageActs> acts_;
-  std::map<int, Tensor> douts_;
+  std::map<std::pair<int, int>, StageActs> acts_;  // by (chunk, microbatch)
+  std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
 };
 
 }  // namespace dit

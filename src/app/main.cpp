@@ -15,6 +15,7 @@
 #include "app/collective.h"
 #include "app/plan.h"
 #include "app/memory_check.h"
+#include "app/predict.h"
 #include "app/run_cmds.h"
 #include "app/verify.h"
 #include "core/error.h"
@@ -80,6 +81,7 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
       {"--pp", "parallel.pp", "Pipeline stages", false, "INT"},
       {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true, "TEXT"},
       {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false, "LIST"},
+      {"--virtual-stages", "parallel.virtual_stages", "Model chunks per pipeline rank (> 1: interleaved 1F1B)", false, "INT"},
       {"--steps", "train.steps", "Training steps", false, "INT"},
       {"--global-batch", "train.global_batch", "Images per step over all ranks", false, "INT"},
       {"--micro-batch", "train.micro_batch", "Images per microbatch", false, "INT"},
@@ -188,6 +190,8 @@ int run(int argc, char** argv) {
   verify->add_option("--pp", pp, "Pipeline stages")->capture_default_str();
   verify->add_option("--microbatches", vopt.microbatches, "Microbatches per data-parallel rank")->capture_default_str();
   verify->add_option("--schedule", schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  verify->add_option("--virtual-stages", vopt.virtual_stages,
+                     "Model chunks per pipeline rank (> 1: interleaved 1F1B)")->capture_default_str();
   std::string verify_recompute = "none";
   verify->add_option("--recompute", verify_recompute, "Activation recomputation: none, selective or full")
       ->capture_default_str();
@@ -224,6 +228,14 @@ int run(int argc, char** argv) {
   plan->add_option("--fit", plan_fit, "Search layouts: GPU memory in GiB (e.g. 80) or a hardware name");
   plan->add_option("--gpus", plan_gpus, "--fit: number of GPUs")->capture_default_str();
   plan->add_option("--top", plan_top, "--fit: rows to print")->capture_default_str();
+  bool plan_predict = false;
+  std::string plan_calibration;
+  double plan_efficiency = 0.5;
+  plan->add_flag("--predict", plan_predict,
+                 "Also predict the step time (a model: plan FLOPs/bytes, link model, schedule tables simulated)");
+  plan->add_option("--calibration", plan_calibration, "--predict: a TOML [predict] table (overrides --hardware)");
+  plan->add_option("--efficiency", plan_efficiency, "--predict with --hardware: fraction of peak FLOP/s")
+      ->capture_default_str();
 
   std::string inspect_path;
   auto* inspect = app.add_subcommand("inspect", "List a checkpoint's tensors, shapes, layout and step; verify its checksums");
@@ -286,7 +298,22 @@ int run(int argc, char** argv) {
       const dit::Hardware* hw = plan_hw.empty() ? nullptr : &dit::find_hardware(plan_hw);
       const dit::LayoutPlan p = dit::plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, plan_dp});
       std::printf("%s", dit::format_plan(p, hw).c_str());
-      if (!plan_json_path.empty()) dit::save_json(plan_json_path, dit::plan_json(p, hw));
+      std::string json = dit::plan_json(p, hw);
+      if (plan_predict) {
+        DIT_CHECK(hw || !plan_calibration.empty(), "--predict needs --hardware NAME or --calibration FILE");
+        DIT_CHECK(plan_efficiency > 0 && plan_efficiency <= 1, "--efficiency ", plan_efficiency,
+                  ": expected a fraction in (0, 1]");
+        const dit::PredictParams pp = plan_calibration.empty()
+                                          ? dit::predict_params_for(*hw, cfg.train.precision, plan_efficiency)
+                                          : dit::load_predict_params(plan_calibration);
+        const dit::Prediction r =
+            dit::predict_step(p, pp, cfg.train.global_batch, dit::parse_schedule(cfg.parallel.schedule));
+        const std::string pj = dit::prediction_json(r, pp);
+        std::printf("predicted (a model, not a measurement): %s\n", pj.c_str());
+        json.erase(json.find_last_of('}'));
+        json += ", \"prediction\": " + pj + "}\n";
+      }
+      if (!plan_json_path.empty()) dit::save_json(plan_json_path, json);
     });
     return 0;
   }

@@ -73,7 +73,7 @@ class BlankDataset final : public Dataset {
 
 // One rank of stage `s` (tp rank 0, dp rank 0: the others of the stage hold the same).
 StagePlan plan_stage(const DiTConfig& model, const TrainConfig& tc, const Layout& l, DType dtype,
-                     const StageLayout& layout, int s, const Dataset& data) {
+                     const std::vector<StageLayout>& chunks, int s, const Dataset& data) {
   VirtualBackend be(dtype);
   ParallelContext ctx;
   ctx.layout = l;
@@ -87,7 +87,12 @@ StagePlan plan_stage(const DiTConfig& model, const TrainConfig& tc, const Layout
   const StepStats st = trainer.step();
   StagePlan p;
   p.stage = s;
-  p.blocks = layout.end_block - layout.first_block;
+  bool has_embed = false, has_final = false;
+  for (const StageLayout& c : chunks) {
+    p.blocks += c.end_block - c.first_block;
+    has_embed |= c.has_embed;
+    has_final |= c.has_final;
+  }
   p.mem = trainer.memory();
   p.tp_bytes = st.acct.tp_bytes;
   p.pp_bytes = st.acct.pp_bytes;
@@ -97,10 +102,11 @@ StagePlan plan_stage(const DiTConfig& model, const TrainConfig& tc, const Layout
   p.dp_calls = ctx.dp->stats().calls;
   // Forward 1x, backward 2x, plus the forward again of blocks under full recomputation.
   int recomputed = 0;
-  for (int b = 0; b < p.blocks; ++b) recomputed += tc.stage.mode_of(b) == Recompute::Full;
+  for (const StageLayout& c : chunks)
+    for (int b = 0; b < c.end_block - c.first_block; ++b) recomputed += tc.stage.mode_of(b) == Recompute::Full;
   const double block = model.block_flops() / l.tp;
-  const double fwd = p.blocks * block + (layout.has_embed ? model.embed_flops() : 0) +
-                     (layout.has_final ? model.final_flops() : 0);
+  const double fwd = p.blocks * block + (has_embed ? model.embed_flops() : 0) +
+                     (has_final ? model.final_flops() : 0);
   p.flops = double(tc.global_batch / l.dp) * (3 * fwd + recomputed * block);
   return p;
 }
@@ -121,8 +127,8 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   const DiTConfig& model = cfg.model.dit;
   TrainConfig tc = train_config(cfg);
   tc.steps = 1;
-  const auto stages = partition_stages(model, layout.pp, cfg.parallel.pp_layers);
-  check_stage_options(tc.stage, stages);
+  const auto chunks = partition_chunks(model, layout.pp, tc.virtual_stages, cfg.parallel.pp_layers);
+  check_stage_options(tc.stage, chunks);
   const BatchPlan bp = BatchPlan::make(tc.global_batch, layout.dp, tc.micro_batch);
   BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
                     tc.global_batch);
@@ -134,9 +140,11 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   p.precision = cfg.train.precision;
   p.recompute = cfg.train.recompute;
   p.sequence_parallel = cfg.parallel.sequence_parallel;
+  p.virtual_stages = tc.virtual_stages;
   for (int s = 0; s < layout.pp; ++s)
     p.stages.push_back(
-        plan_stage(model, tc, layout, parse_dtype(cfg.train.precision), stages[s], s, data));
+        plan_stage(model, tc, layout, parse_dtype(cfg.train.precision),
+                   chunks_of_stage(chunks, layout.pp, s), s, data));
   return p;
 }
 
@@ -162,8 +170,10 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
     t.compute_s = std::max(t.compute_s, compute);
     dp_s = std::max(dp_s, s.dp_bytes / dp_bw + s.dp_calls * lat);
   }
-  t.step_s = per_mb * (m + l.pp - 1) + dp_s;
-  t.bubble_s = per_mb * (l.pp - 1);
+  // Interleaving over v chunks shrinks the fill and drain to (pp - 1) / v microbatch times.
+  const double fill = double(l.pp - 1) / p.virtual_stages;
+  t.step_s = per_mb * (m + fill) + dp_s;
+  t.bubble_s = per_mb * fill;
   t.comm_s = t.step_s - t.compute_s - t.bubble_s;
   return t;
 }

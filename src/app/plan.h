@@ -47,6 +47,7 @@ struct LayoutPlan {
   int tokens = 0;  // per image
   std::string precision, recompute;
   bool sequence_parallel = false;
+  int virtual_stages = 1;
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
 };

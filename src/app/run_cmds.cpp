@@ -74,7 +74,7 @@ std::string write_samples(const DiTConfig& cfg, const std::vector<float>& sample
 // The EMA weights of this rank's stage, in a stage of their own for sampling.
 std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& trainer) {
   DiTStage& model = trainer.model();
-  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layout(), *ctx.tp, ctx.layout.dp);
+  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layouts(), *ctx.tp, ctx.layout.dp);
   std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
   be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
   return ema;
@@ -167,6 +167,8 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
   const std::vector<std::pair<const char*, double>> mine = {
       {"step_s", a.step_s},
       {"compute_s", a.compute_s},
+      {"pp_wait_s", a.pp_wait_s},
+      {"optimizer_s", a.optimizer_s},
       {"tp_bytes", double(a.tp_bytes)},
       {"pp_bytes", double(a.pp_bytes)},
       {"dp_bytes", double(a.dp_bytes)},
@@ -238,6 +240,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.seed = c.train.seed;
   t.schedule = parse_schedule(c.parallel.schedule);
   t.pp_layers = c.parallel.pp_layers;
+  t.virtual_stages = c.parallel.virtual_stages;
   t.stage.recompute = parse_recompute(c.train.recompute);
   t.stage.recompute_blocks = c.train.recompute_blocks;
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
@@ -272,8 +275,11 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0,
               "parallel.tp = ", layout.tp, " does not divide model.num_heads = ", model.num_heads,
               " and the MLP width ", model.mlp_hidden());
-    check_stage_options(train_config(cfg).stage, partition_stages(model, layout.pp, cfg.parallel.pp_layers));
-    BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_stage_options(train_config(cfg).stage, partition_chunks(model, layout.pp, cfg.parallel.virtual_stages,
+                                                                   cfg.parallel.pp_layers));
+    const BatchPlan bp = BatchPlan::make(cfg.train.global_batch, layout.dp, cfg.train.micro_batch);
+    check_virtual_stages(parse_schedule(cfg.parallel.schedule), layout.pp, bp.microbatches,
+                         cfg.parallel.virtual_stages);
     check_memory_fits(training_memory_need(cfg, layout), ranks_per_node,
                       "the model.* sizes, train.micro_batch or sample.per_class");
     std::string why;
@@ -331,6 +337,10 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   const std::string device =
       cfg.train.backend.rfind("cuda", 0) == 0 ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
   const std::string map = rank_map(ctx, device);
+  // The NCCL lanes join pipeline neighbours in one order; interleaving wraps the last stage
+  // around to the first.
+  DIT_CHECK(comms != "nccl" || cfg.parallel.virtual_stages == 1, "parallel.virtual_stages = ",
+            cfg.parallel.virtual_stages, " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
   const TrainConfig tc = train_config(cfg);
   Trainer trainer = allocating("building the model and its optimizer state (model.* sizes)",
                                [&] { return Trainer(*be, ctx, model, tc, *data); });
@@ -346,7 +356,9 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
        << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data "
        << data->describe() << "\nglobal batch " << tc.global_batch << " = dp " << layout.dp << " x micro "
        << tc.micro_batch << " x " << trainer.plan().microbatches << " microbatches, " << tc.steps
-       << " steps, run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml() << map;
+       << " steps, pipeline schedule " << schedule_name(tc.schedule)
+       << (tc.virtual_stages > 1 ? " interleaved over " + std::to_string(tc.virtual_stages) + " virtual stages" : "")
+       << ", run folder " << paths.dir.string() << "\nresolved config:\n" << cfg.to_toml() << map;
     console.line(os.str());
   }
   ctx.watch->phase = "training";  // start-up's allowance ends; each step sets its own phase

@@ -73,7 +73,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
       return {};
     };
     DiTPipelineStage pstage(be, stage, mb_rows, hooks);
-    executor.run(make_forward_only(m), m, pstage);
+    executor.run(make_forward_only(m, ctx.layout.pp, stage.chunks()), m, pstage);
 
     if (ctx.last_stage()) {
       std::vector<double> o64(out.begin(), out.end());

@@ -28,9 +28,10 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
             "the dataset's samples are ", s.channels, "x", s.height, "x", s.width,
             " but the model takes ", model.in_channels, "x", model.input_size, "x", model.input_size);
   const Layout& l = ctx.layout;
-  const auto stages = partition_stages(cfg_, l.pp, train.pp_layers);
-  check_stage_options(train.stage, stages);
-  model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, l.dp, train.stage);
+  const auto chunks = partition_chunks(cfg_, l.pp, train.virtual_stages, train.pp_layers);
+  check_stage_options(train.stage, chunks);
+  model_ = std::make_unique<DiTStage>(be, cfg_, chunks_of_stage(chunks, l.pp, ctx.coord.pp), *ctx.tp, l.dp,
+                                      train.stage);
   model_->params().initialize(train.seed);
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train.grad_reduce);
   batches_ = std::make_unique<BatchSource>(data, schedule_, BatchPlan::make(train.global_batch, l.dp, train.micro_batch),
@@ -42,6 +43,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
          DType::F32);
   const BatchPlan& plan = batches_->plan();
   terms_ = Buffer(be, static_cast<std::size_t>(plan.microbatches) * plan.micro_batch * 3 * sizeof(float));
+  check_virtual_stages(train.schedule, l.pp, batches_->plan().microbatches, train.virtual_stages);
 }
 
 StageState Trainer::state() {
@@ -169,7 +171,7 @@ StepStats Trainer::step() {
   };
   DiTPipelineStage stage(be, *model_, n, hooks);
   const PipelineTiming timing = executor_->run(
-      make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches),
+      make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
       plan.microbatches, stage);
 
   const double t_opt = now_s();
@@ -211,7 +213,7 @@ StepStats Trainer::step() {
   a.optimizer_s = now_s() - t_opt;
   a.step_s = now_s() - t_start;
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
-  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches);
+  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
   workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
   a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
   ++step_;

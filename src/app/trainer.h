@@ -37,7 +37,8 @@ struct TrainConfig {
   bool ema_warmup = true;
   std::uint64_t seed = 0;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  std::vector<int> pp_layers;  // blocks per stage; empty = balanced
+  int virtual_stages = 1;      // model chunks per pipeline rank (> 1: interleaved 1F1B)
+  std::vector<int> pp_layers;  // blocks per stage (per model chunk); empty = balanced
   StageOptions stage;          // activation recomputation (and what else trades memory for time)
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
@@ -48,7 +49,7 @@ struct StepAccounting {
   std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
   double step_s = 0, compute_s = 0, pp_wait_s = 0, optimizer_s = 0;
   double measured_bubble = 0;     // pp_wait / (pp_wait + compute) on this rank
-  double theoretical_bubble = 0;  // (pp - 1) / (m + pp - 1)
+  double theoretical_bubble = 0;  // (pp - 1) / (v m + pp - 1)
   std::size_t activation_bytes = 0;  // peak of the microbatch arenas
 };
 

@@ -104,8 +104,9 @@ class Runner {
  public:
   Runner(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt)
       : be_(be), ctx_(ctx), cfg_(g.config()), opt_(opt) {
-    const auto stages = partition_stages(cfg_, ctx.layout.pp);
-    model_ = std::make_unique<DiTStage>(be, cfg_, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp, opt.stage);
+    const auto chunks = partition_chunks(cfg_, ctx.layout.pp, opt.virtual_stages);
+    model_ = std::make_unique<DiTStage>(be, cfg_, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp), *ctx.tp,
+                                        ctx.layout.dp, opt.stage);
     g.load_params(model_->params(), "/weights");
     executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);
   }
@@ -153,8 +154,9 @@ class Runner {
       };
     model_->params().zero_grads();
     DiTPipelineStage stage(be_, *model_, nmb, hooks);
-    executor_->run(dout ? make_schedule(opt_.schedule, ctx_.layout.pp, ctx_.coord.pp, microbatches)
-                        : make_forward_only(microbatches),
+    const int pp = ctx_.layout.pp, v = opt_.virtual_stages;
+    executor_->run(dout ? make_schedule(opt_.schedule, pp, ctx_.coord.pp, microbatches, v)
+                        : make_forward_only(microbatches, pp, v),
                    microbatches, stage);
     // Each sample's output lives on one last-stage rank (tp 0 of its dp replica): sum to all.
     ctx_.world->all_reduce_sum(Tensor{out.data(), DType::F32, {std::int64_t(out.size())}, Device::Host});
@@ -302,10 +304,11 @@ void verify_loss(Backend& be, ParallelContext& ctx, const GoldenFile& g, const V
 }
 
 // One ZeRO-sharded AdamW step from /weights with /loss/grads, then the EMA of /weights towards it.
-void verify_adamw_ema(Backend& be, ParallelContext& ctx, const GoldenFile& g, bool adamw, bool ema, Report& rep) {
+void verify_adamw_ema(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, bool adamw,
+                      bool ema, Report& rep) {
   const DiTConfig& cfg = g.config();
-  const auto stages = partition_stages(cfg, ctx.layout.pp);
-  DiTStage model(be, cfg, stages[ctx.coord.pp], *ctx.tp, ctx.layout.dp);
+  const auto chunks = partition_chunks(cfg, ctx.layout.pp, opt.virtual_stages);
+  DiTStage model(be, cfg, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp), *ctx.tp, ctx.layout.dp);
   ParamSet& ps = model.params();
   g.load_params(ps, "/weights");
   ZeroOptimizer zero(be, ps, ctx);  // the EMA starts at /weights
@@ -400,7 +403,9 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   }
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
-  check_stage_options(opt.stage, partition_stages(c, layout.pp));  // pp must fit the depth
+  // pp (x virtual stages) must fit the depth
+  check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
+  check_virtual_stages(opt.schedule, layout.pp, opt.microbatches, opt.virtual_stages);
   DIT_CHECK(c.num_heads % layout.tp == 0 && c.mlp_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
@@ -434,13 +439,15 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   const DiTConfig& c = golden.config();
   auto be = make_rank_backend(opt.backend, opt.precision);
   const std::string comms = attach_backend_comms(ctx, *be);
+  DIT_CHECK(comms != "nccl" || opt.virtual_stages == 1, "--virtual-stages ", opt.virtual_stages,
+            " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
   const DType dt = be->compute_dtype();
   Report rep(ctx, dt == DType::F32 ? kTolF32 : kTol16);
   auto wants = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
   if (wants("forward")) verify_forward(*be, ctx, golden, opt, rep);
   if (wants("schedule")) verify_schedule(golden, rep);
   if (wants("loss")) verify_loss(*be, ctx, golden, opt, rep);
-  if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, ctx, golden, wants("adamw"), wants("ema"), rep);
+  if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, ctx, golden, opt, wants("adamw"), wants("ema"), rep);
   if (wants("sample")) verify_sample(*be, ctx, golden, opt, rep);
 
   char header[512];

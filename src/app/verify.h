@@ -20,6 +20,7 @@ struct VerifyOptions {
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (bf16/fp16: tolerance 2e-2)
   int microbatches = 1;             // per dp rank, for the forward and loss groups
   ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;           // model chunks per pipeline rank (> 1: interleaved 1F1B)
   StageOptions stage;               // recomputation (and sequence parallelism) in the pipeline runs
 };
 

@@ -61,7 +61,8 @@ std::vector<Section> sections(RunConfig& c) {
         {"grad_reduce", &t.grad_reduce}, {"deterministic", &t.deterministic}}},
       {"parallel",
        {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
-        {"sequence_parallel", &p.sequence_parallel}, {"timeout_s", &p.timeout_s}}},
+        {"sequence_parallel", &p.sequence_parallel}, {"timeout_s", &p.timeout_s},
+        {"virtual_stages", &p.virtual_stages}}},
       {"data",
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
         {"latent_scale", &c.data.latent_scale}}},
@@ -577,6 +578,18 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
           "a divisor of model.num_heads = " + show(m.num_heads));
   require(m.mlp_hidden() % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of the MLP width " + show(m.mlp_hidden()) + " (model.hidden_size x mlp_ratio)");
+  require(p.virtual_stages >= 1, "parallel.virtual_stages", p.virtual_stages,
+          "an integer >= 1 (model chunks per pipeline rank)");
+  if (p.virtual_stages > 1) {
+    require(p.pp >= 2, "parallel.virtual_stages", p.virtual_stages,
+            "1 when parallel.pp = " + show(p.pp) + " (virtual stages interleave chunks over pipeline ranks)");
+    require(p.schedule == "1f1b", "parallel.virtual_stages", p.virtual_stages,
+            "1 with parallel.schedule = \"" + p.schedule + "\" (interleaving is a 1F1B schedule)");
+    require(p.pp * p.virtual_stages <= m.depth, "parallel.virtual_stages", p.virtual_stages,
+            "at most model.depth / parallel.pp = " + show(m.depth) + " / " + show(p.pp) +
+                " (each of the pp x virtual_stages model chunks needs a block)");
+  }
+  const int chunks = p.pp * p.virtual_stages;
   if (p.pp_layers.empty()) {
     require(p.pp <= m.depth, "parallel.pp", p.pp,
             "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
@@ -589,9 +602,11 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
     sum += p.pp_layers[i];
   }
   const std::string layers = int_list(p.pp_layers);
-  if (static_cast<int>(p.pp_layers.size()) != p.pp)
-    DIT_FAIL("parallel.pp_layers = ", layers, ": expected one entry per stage (parallel.pp = ",
-             p.pp, "), got ", p.pp_layers.size());
+  if (static_cast<int>(p.pp_layers.size()) != chunks)
+    DIT_FAIL("parallel.pp_layers = ", layers, ": expected one entry per ",
+             p.virtual_stages > 1 ? "model chunk (parallel.pp x parallel.virtual_stages = " + show(chunks)
+                                  : "stage (parallel.pp = " + show(p.pp),
+             "), got ", p.pp_layers.size());
   if (sum != m.depth)
     DIT_FAIL("parallel.pp_layers = ", layers, ": expected blocks summing to model.depth = ",
              m.depth, ", got ", sum);

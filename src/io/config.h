@@ -56,12 +56,13 @@ struct TrainSection {
 struct ParallelSection {
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";  // 1f1b | gpipe
-  std::vector<int> pp_layers;     // blocks per stage; empty = balanced
+  std::vector<int> pp_layers;     // blocks per stage (per model chunk with virtual stages); empty = balanced
   bool sequence_parallel = false; // Megatron sequence parallelism (needs tp > 1)
   // Watchdog: the longest one communication call may wait for its peers before the job is
   // aborted naming the operation and peer (x10 at start-up, in the first step, checkpoints and
   // sampling; see parallel/watchdog.h). 0 = wait forever.
   double timeout_s = 600;
+  int virtual_stages = 1;         // model chunks per pipeline rank: > 1 = interleaved 1F1B
   bool operator==(const ParallelSection&) const = default;
 };
 

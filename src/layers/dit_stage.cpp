@@ -13,6 +13,13 @@ std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const StageLayout
   return specs;
 }
 
+std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const std::vector<StageLayout>& chunks) {
+  std::vector<ParamSpec> specs;
+  for (const StageLayout& l : chunks)
+    for (ParamSpec& s : declare(cfg, l)) specs.push_back(std::move(s));
+  return specs;
+}
+
 void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages) {
   DIT_CHECK(opt.recompute_blocks >= 0, "train.recompute_blocks = ", opt.recompute_blocks,
             ": expected 0 (every block) or a positive count");
@@ -27,14 +34,16 @@ void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>
   }
 }
 
-DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
+DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> chunks, Comm& tp,
                    std::int64_t pad_multiple, StageOptions options)
-    : be_(&be), cfg_(cfg), layout_(layout), options_(options), tp_(&tp) {
+    : be_(&be), cfg_(cfg), options_(options), tp_(&tp) {
   cfg.validate();
-  DIT_CHECK(0 <= layout.first_block && layout.first_block <= layout.end_block &&
-                layout.end_block <= cfg.depth,
-            "stage blocks [", layout.first_block, ", ", layout.end_block, ") outside the model's ",
-            cfg.depth, " blocks");
+  DIT_CHECK(!chunks.empty(), "a pipeline stage without model chunks");
+  for (const StageLayout& layout : chunks)
+    DIT_CHECK(0 <= layout.first_block && layout.first_block <= layout.end_block &&
+                  layout.end_block <= cfg.depth,
+              "stage blocks [", layout.first_block, ", ", layout.end_block,
+              ") outside the model's ", cfg.depth, " blocks");
   DIT_CHECK(cfg.num_heads % tp.size() == 0 && cfg.mlp_hidden() % tp.size() == 0 &&
                 (6 * cfg.hidden_size) % tp.size() == 0,
             "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
@@ -43,25 +52,36 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& 
   DIT_CHECK(!options.sequence_parallel || (tp.size() > 1 && cfg.num_patches() % tp.size() == 0),
             "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),
             " tokens per image (tp = ", tp.size(), ")");
-  params_ = std::make_unique<ParamSet>(be, declare(cfg, layout), tp.size(), tp.rank(), pad_multiple);
-  if (layout.has_embed) embed_ = std::make_unique<Embedders>(be, cfg, *params_);
-  for (int b = layout.first_block; b < layout.end_block; ++b)
-    blocks_.emplace_back(cfg, *params_, b, tp,
-                         options.sequence_parallel ? Tokens::SequenceParallel : Tokens::Replicated);
-  if (layout.has_final) final_ = std::make_unique<FinalLayer>(cfg, *params_);
+  params_ = std::make_unique<ParamSet>(be, declare(cfg, chunks), tp.size(), tp.rank(), pad_multiple);
+  for (const StageLayout& layout : chunks) {
+    Chunk& c = chunks_.emplace_back();
+    c.layout = layout;
+    if (layout.has_embed) c.embed = std::make_unique<Embedders>(be, cfg, *params_);
+    for (int b = layout.first_block; b < layout.end_block; ++b)
+      c.blocks.emplace_back(cfg, *params_, b, tp,
+                            options.sequence_parallel ? Tokens::SequenceParallel : Tokens::Replicated);
+    if (layout.has_final) c.final = std::make_unique<FinalLayer>(cfg, *params_);
+  }
+}
+
+std::vector<StageLayout> DiTStage::layouts() const {
+  std::vector<StageLayout> out;
+  for (const Chunk& c : chunks_) out.push_back(c.layout);
+  return out;
 }
 
 std::int64_t DiTStage::local_tokens() const {
   return cfg_.num_patches() / (options_.sequence_parallel ? tp_->size() : 1);
 }
 
-StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch) const {
+StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch, int chunk) const {
   Backend& be = *be_;
+  const Chunk& ch = chunks_.at(chunk);
   StageActs a;
   const DType dt = be.compute_dtype();
   const bool sp = options_.sequence_parallel;
-  if (embed_) {
-    a.embed = embed_->forward(be, in.images, in.t, in.ids, saved);
+  if (ch.embed) {
+    a.embed = ch.embed->forward(be, in.images, in.t, in.ids, saved);
     a.x_in = a.embed.x0;
     a.c = a.embed.c;
     if (sp) {
@@ -77,31 +97,32 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch)
   a.silu_c = saved.tensor(a.c.shape, dt);
   be.silu_fwd(a.c, a.silu_c);
   Tensor x = a.x_in;
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+  for (std::size_t i = 0; i < ch.blocks.size(); ++i) {
     const Arena::Mark m = scratch.mark();
-    a.blocks.push_back(blocks_[i].forward(be, x, a.silu_c, saved, scratch,
-                                          options_.mode_of(static_cast<int>(i))));
+    a.blocks.push_back(ch.blocks[i].forward(be, x, a.silu_c, saved, scratch,
+                                            options_.mode_of(static_cast<int>(i))));
     scratch.rewind(m);
     x = a.blocks.back().x_out;
   }
-  if (final_) {
+  if (ch.final) {
     const Arena::Mark m = scratch.mark();
     if (sp) {  // the final layer sees every token
       const Tensor all = saved.tensor({x.dim(0), cfg_.num_patches(), cfg_.hidden_size}, dt);
       gather_tokens(*tp_, be, x, all, scratch);
       x = all;
     }
-    a.final = final_->forward(be, x, a.silu_c, saved, scratch);
+    a.final = ch.final->forward(be, x, a.silu_c, saved, scratch);
     scratch.rewind(m);
   }
   return a;
 }
 
-void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const {
+void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int chunk) const {
   Backend& be = *be_;
+  const Chunk& ch = chunks_.at(chunk);
   const DType dt = be.compute_dtype();
   Tensor dsilu_final;
-  if (final_) {
+  if (ch.final) {
     DIT_CHECK(g.dx.shape == a.x_out().shape && g.dc.shape == a.c.shape,
               "last stage backward: dx/dc buffers of shapes ", a.x_out().shape.str(), " and ",
               a.c.shape.str(), " are needed");
@@ -110,31 +131,31 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch) const
     const Arena::Mark m = scratch.mark();
     if (options_.sequence_parallel) {  // dx of every token, identical on the tp ranks: keep ours
       const Tensor all = scratch.tensor(a.final.x_in.shape, dt);
-      final_->backward(be, a.final, a.silu_c, g.dout, all, dsilu_final, scratch);
+      ch.final->backward(be, a.final, a.silu_c, g.dout, all, dsilu_final, scratch);
       split_tokens(*tp_, be, all, g.dx, scratch);
     } else {
-      final_->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
+      ch.final->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
     }
     scratch.rewind(m);
   }
   // Blocks add their tp-partial dL/dSiLU(c) here; one all-reduce per microbatch completes it.
   Tensor dsilu = scratch.tensor(a.c.shape, dt);
   be.fill(dsilu, 0.f);
-  for (std::size_t i = blocks_.size(); i-- > 0;) {
+  for (std::size_t i = ch.blocks.size(); i-- > 0;) {
     const Arena::Mark m = scratch.mark();
-    blocks_[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch);
+    ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch);
     scratch.rewind(m);
   }
   tp_->all_reduce_sum(dsilu);
-  if (final_) be.axpy(1.f, dsilu_final, dsilu);  // replicated over tp: added after the reduce
+  if (ch.final) be.axpy(1.f, dsilu_final, dsilu);  // replicated over tp: added after the reduce
   be.silu_bwd(a.c, dsilu, g.dc, Accumulate::Add);
-  if (!embed_) return;
+  if (!ch.embed) return;
   Tensor dx0 = g.dx;
   if (options_.sequence_parallel) {  // the patch embedding's grad needs every token's
     dx0 = scratch.tensor(a.embed.x0.shape, dt);
     gather_tokens(*tp_, be, g.dx, dx0, scratch);
   }
-  embed_->backward(be, a.embed, dx0, g.dc, g.dimages, scratch);
+  ch.embed->backward(be, a.embed, dx0, g.dc, g.dimages, scratch);
 }
 
 }  // namespace dit

@@ -1,7 +1,8 @@
 // The slice of a DiT that one pipeline stage owns: a contiguous run of blocks, plus the embedders
-// on the first stage and the final layer on the last. Forward and backward of one microbatch;
-// between stages flow (x: N x T x D, c: N x D) forward and (dx, dc) backward. With one stage this
-// is the whole model.
+// on the first stage and the final layer on the last; under interleaved 1F1B, several such runs
+// (chunks), all in one ParamSet. Forward and backward of one microbatch through one chunk; between
+// stages flow (x: N x T x D, c: N x D) forward and (dx, dc) backward. With one stage this is the
+// whole model.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 
 namespace dit {
 
+// One chunk of the model: what a stage owns without interleaving.
 struct StageLayout {
   int first_block = 0, end_block = 0;  // blocks [first_block, end_block)
   bool has_embed = true, has_final = true;
@@ -34,7 +36,8 @@ struct StageOptions {
                : recompute;
   }
 };
-// Throws naming train.recompute_blocks when it asks for more blocks than some stage has.
+// Throws naming train.recompute_blocks when it asks for more blocks than some stage (with
+// virtual stages: some chunk) has.
 void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages);
 
 // Inputs of one microbatch: images/t/ids on the first stage, (x, c) from the previous otherwise.
@@ -65,33 +68,44 @@ class DiTStage {
  public:
   // pad_multiple: the flat parameter buffers are padded to a multiple of it (the dp size, so
   // ZeRO shards are equal).
-  DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
+  // chunks: this rank's model chunks in the order the schedule numbers them (one without
+  // interleaving).
+  DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> chunks, Comm& tp,
            std::int64_t pad_multiple = 1, StageOptions options = {});
+  DiTStage(Backend& be, const DiTConfig& cfg, StageLayout layout, Comm& tp,
+           std::int64_t pad_multiple = 1, StageOptions options = {})
+      : DiTStage(be, cfg, std::vector<StageLayout>{layout}, tp, pad_multiple, options) {}
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const StageLayout& layout);
+  static std::vector<ParamSpec> declare(const DiTConfig& cfg, const std::vector<StageLayout>& chunks);
 
   ParamSet& params() { return *params_; }
   const ParamSet& params() const { return *params_; }
   const DiTConfig& config() const { return cfg_; }
-  const StageLayout& layout() const { return layout_; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  const StageLayout& layout(int chunk = 0) const { return chunks_.at(chunk).layout; }
+  std::vector<StageLayout> layouts() const;  // every chunk's, in chunk order
   const StageOptions& options() const { return options_; }
   // Tokens of x this rank holds between blocks and stages: T, or T/tp with sequence parallelism.
   std::int64_t local_tokens() const;
-  const Embedders* embedders() const { return embed_.get(); }
+  const Embedders* embedders() const { return chunks_.front().embed.get(); }
 
-  StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch) const;
+  StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch, int chunk = 0) const;
   // Parameter gradients accumulate into params().grad(...).
-  void backward(const StageActs& acts, StageGrads& g, Arena& scratch) const;
+  void backward(const StageActs& acts, StageGrads& g, Arena& scratch, int chunk = 0) const;
 
  private:
+  struct Chunk {
+    StageLayout layout;
+    std::unique_ptr<Embedders> embed;
+    std::vector<DiTBlock> blocks;
+    std::unique_ptr<FinalLayer> final;
+  };
   Backend* be_;
   DiTConfig cfg_;
-  StageLayout layout_;
   StageOptions options_;
   Comm* tp_;
   std::unique_ptr<ParamSet> params_;
-  std::unique_ptr<Embedders> embed_;
-  std::vector<DiTBlock> blocks_;
-  std::unique_ptr<FinalLayer> final_;
+  std::vector<Chunk> chunks_;
 };
 
 }  // namespace dit

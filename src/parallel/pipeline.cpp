@@ -10,8 +10,11 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-// Message tags: one forward and one backward message stream per microbatch.
-int tag(int mb, Op op) { return 2 * mb + (op == Op::Backward ? 1 : 0); }
+// Message tags: one forward and one backward message stream per (chunk, microbatch), named by the
+// receiver's chunk (a message that wraps around from the last stage to stage 0 changes chunk).
+int tag(int chunk, int mb, int microbatches, Op op) {
+  return 2 * (chunk * microbatches + mb) + (op == Op::Backward ? 1 : 0);
+}
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Comm& pp, Allocator& alloc, CommWatch* watch)
@@ -24,23 +27,24 @@ void PipelineExecutor::drain(Slot& s, PipelineTiming& t) {
   t.wait_s += now_s() - t0;
 }
 
-PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, PipelineTiming& t) {
+PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, PipelineTiming& t) {
   for (Slot& s : slots_)
     if (s.microbatch < 0) {
       drain(s, t);  // its previous microbatch's messages must have left before reuse
       s.arena->reset();
       s.microbatch = mb;
+      s.chunk = chunk;
       s.message_bytes = 0;
       return s;
     }
-  slots_.push_back(Slot{std::make_unique<Arena>(*alloc_), {}, mb});
+  slots_.push_back(Slot{std::make_unique<Arena>(*alloc_), {}, {}, {}, mb, chunk});
   return slots_.back();
 }
 
-PipelineExecutor::Slot& PipelineExecutor::slot_of(int mb) {
+PipelineExecutor::Slot& PipelineExecutor::slot_of(int mb, int chunk) {
   for (Slot& s : slots_)
-    if (s.microbatch == mb) return s;
-  DIT_FAIL("pipeline: backward of microbatch ", mb, " before its forward");
+    if (s.microbatch == mb && s.chunk == chunk) return s;
+  DIT_FAIL("pipeline: backward of microbatch ", mb, " (chunk ", chunk, ") before its forward");
 }
 
 void PipelineExecutor::release(Slot& s) { s.microbatch = -1; }
@@ -53,56 +57,82 @@ void PipelineExecutor::count_messages(Slot& s, const std::vector<Tensor>& buffer
   peak_messages_ = std::max(peak_messages_, live);
 }
 
+// keep: a backward follows, so the slot stays and its gradient's receive is posted now.
+void PipelineExecutor::run_forward(const Action& a, bool keep, PipelineStage& stage, PipelineTiming& t) {
+  const int me = pp_->rank(), pp = pp_->size(), mb = a.microbatch;
+  Slot& s = acquire(mb, a.chunk, t);
+  std::vector<Tensor> in = stage.forward_inputs(mb, a.chunk, *s.arena);
+  count_messages(s, in);
+  const double t0 = now_s();
+  note(mb, "forward");
+  std::vector<Request> recvs;
+  const int from = (me + pp - 1) % pp, to = (me + 1) % pp;
+  for (const Tensor& x : in)
+    recvs.push_back(pp_->irecv(x, from, tag(a.chunk, mb, microbatches_, Op::Forward)));
+  for (Request& r : recvs) pp_->wait(r);
+  const double t1 = now_s();
+  std::vector<Tensor> out = stage.forward(mb, a.chunk, in, *s.arena);
+  t.wait_s += t1 - t0;
+  t.compute_s += now_s() - t1;
+  DIT_CHECK(me < pp - 1 || a.chunk < chunks_ - 1 || out.empty(),
+            "pipeline: the last stage has nothing to send forward");
+  const int next_chunk = me == pp - 1 ? a.chunk + 1 : a.chunk;
+  for (const Tensor& x : out)
+    s.sends.push_back(pp_->isend(x, to, tag(next_chunk, mb, microbatches_, Op::Forward)));
+  if (!keep) {  // forward only: the slot is free once its sends have left
+    release(s);
+    return;
+  }
+  s.grads = stage.backward_inputs(mb, a.chunk, *s.arena);
+  count_messages(s, s.grads);
+  for (const Tensor& x : s.grads)
+    s.recvs.push_back(pp_->irecv(x, to, tag(a.chunk, mb, microbatches_, Op::Backward)));
+}
+
+void PipelineExecutor::run_backward(const Action& a, PipelineStage& stage, PipelineTiming& t) {
+  const int me = pp_->rank(), pp = pp_->size(), mb = a.microbatch;
+  Slot& s = slot_of(mb, a.chunk);
+  const double t0 = now_s();
+  note(mb, "backward");
+  for (Request& r : s.recvs) pp_->wait(r);
+  s.recvs.clear();
+  const double t1 = now_s();
+  std::vector<Tensor> out = stage.backward(mb, a.chunk, s.grads, *s.arena);
+  s.grads.clear();
+  t.wait_s += t1 - t0;
+  t.compute_s += now_s() - t1;
+  DIT_CHECK(me > 0 || a.chunk > 0 || out.empty(),
+            "pipeline: the first stage has nothing to send backward");
+  const int to = (me + pp - 1) % pp, prev_chunk = me == 0 ? a.chunk - 1 : a.chunk;
+  for (const Tensor& x : out)
+    s.sends.push_back(pp_->isend(x, to, tag(prev_chunk, mb, microbatches_, Op::Backward)));
+  release(s);
+}
+
 PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int microbatches,
                                      PipelineStage& stage) {
   PipelineTiming t;
-  const int me = pp_->rank(), last = pp_->size() - 1;
-  DIT_CHECK(microbatches <= kMaxMicrobatches, "pipeline: at most ", kMaxMicrobatches,
-            " microbatches per step (MPI tag space)");
+  microbatches_ = microbatches;
+  chunks_ = 1;
   bool any_backward = false;
-  for (const Action& a : actions) any_backward |= a.op == Op::Backward;
   for (const Action& a : actions) {
-    const int mb = a.microbatch;
-    if (a.op == Op::Forward) {
-      Slot& s = acquire(mb, t);
-      std::vector<Tensor> in = stage.forward_inputs(mb, *s.arena);
-      count_messages(s, in);
-      const double t0 = now_s();
-      note(mb, "forward");
-      std::vector<Request> recvs;
-      for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me - 1, tag(mb, Op::Forward)));
-      for (Request& r : recvs) pp_->wait(r);
-      const double t1 = now_s();
-      std::vector<Tensor> out = stage.forward(mb, in, *s.arena);
-      t.wait_s += t1 - t0;
-      t.compute_s += now_s() - t1;
-      DIT_CHECK(me < last || out.empty(), "pipeline: the last stage has nothing to send forward");
-      for (const Tensor& x : out) s.sends.push_back(pp_->isend(x, me + 1, tag(mb, Op::Forward)));
-      if (!any_backward) release(s);  // forward only: the slot is free once its sends have left
-    } else {
-      Slot& s = slot_of(mb);
-      std::vector<Tensor> in = stage.backward_inputs(mb, *s.arena);
-      count_messages(s, in);
-      const double t0 = now_s();
-      note(mb, "backward");
-      std::vector<Request> recvs;
-      for (const Tensor& x : in) recvs.push_back(pp_->irecv(x, me + 1, tag(mb, Op::Backward)));
-      for (Request& r : recvs) pp_->wait(r);
-      const double t1 = now_s();
-      std::vector<Tensor> out = stage.backward(mb, in, *s.arena);
-      t.wait_s += t1 - t0;
-      t.compute_s += now_s() - t1;
-      DIT_CHECK(me > 0 || out.empty(), "pipeline: the first stage has nothing to send backward");
-      for (const Tensor& x : out) s.sends.push_back(pp_->isend(x, me - 1, tag(mb, Op::Backward)));
-      release(s);
-    }
+    any_backward |= a.op == Op::Backward;
+    chunks_ = std::max(chunks_, a.chunk + 1);
+  }
+  DIT_CHECK(microbatches * chunks_ <= kMaxMicrobatches, "pipeline: at most ", kMaxMicrobatches,
+            " (chunk, microbatch) pairs per step (MPI tag space)");
+  for (const Action& a : actions) {
+    if (a.op == Op::Forward)
+      run_forward(a, any_backward, stage, t);
+    else
+      run_backward(a, stage, t);
   }
   // Every message must have left before returning.
-  note(-1, "");
   for (Slot& s : slots_) {
     drain(s, t);
     DIT_CHECK(s.microbatch < 0, "pipeline: microbatch ", s.microbatch, " never ran backward");
   }
+  note(-1, "");
   return t;
 }
 

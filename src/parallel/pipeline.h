@@ -1,8 +1,12 @@
 // The pipeline executor: carries out a schedule (schedule.h) on one stage, receiving inputs from
 // the previous stage and gradients from the next with non-blocking point-to-point messages.
 // Sends never block (isend; buffers stay alive until they complete) and each stage blocks only
-// on the receive its next action needs, so any schedule that respects the data dependencies
-// cannot deadlock. The executor knows nothing of DiT: it drives the PipelineStage interface.
+// on the receive its next action needs. The receive of a microbatch's gradient is posted as soon
+// as its forward is done, so a send never waits for its receiver to reach an action: reusing a
+// slot (which waits for the slot's sends) cannot block either, and any schedule that respects the
+// data dependencies cannot deadlock. Interleaved schedules name a chunk per action: chunk c of
+// stage s is model chunk c * pp + s, so messages wrap around from the last stage to stage 0.
+// The executor knows nothing of DiT: it drives the PipelineStage interface.
 #pragma once
 
 #include <memory>
@@ -15,22 +19,26 @@
 
 namespace dit {
 
-// Microbatches of one step are told apart by MPI tags; this many fit the tag space any MPI grants.
+// (chunk, microbatch) pairs of one step are told apart by MPI tags; this many fit the tag space any
+// MPI grants.
 inline constexpr int kMaxMicrobatches = 15999;
 
-// What a stage does for one microbatch. Tensors it returns must live in `arena` (the
-// microbatch's own arena, kept until its backward is done and its messages have left).
+// What a stage does for one microbatch of one of its chunks (chunk 0 unless interleaved). Tensors
+// it returns must live in `arena` (the microbatch's own arena, kept until its backward is done and
+// its messages have left).
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
   // Buffers to receive this microbatch's forward inputs into (empty on the first stage).
-  virtual std::vector<Tensor> forward_inputs(int mb, Arena& arena) = 0;
+  virtual std::vector<Tensor> forward_inputs(int mb, int chunk, Arena& arena) = 0;
   // Runs forward; returns the tensors for the next stage (empty on the last stage).
-  virtual std::vector<Tensor> forward(int mb, const std::vector<Tensor>& inputs, Arena& arena) = 0;
+  virtual std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs,
+                                      Arena& arena) = 0;
   // Buffers to receive the gradients of this microbatch's outputs into (empty on the last stage).
-  virtual std::vector<Tensor> backward_inputs(int mb, Arena& arena) = 0;
+  virtual std::vector<Tensor> backward_inputs(int mb, int chunk, Arena& arena) = 0;
   // Runs backward; returns the gradients for the previous stage (empty on the first stage).
-  virtual std::vector<Tensor> backward(int mb, const std::vector<Tensor>& grads, Arena& arena) = 0;
+  virtual std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads,
+                                       Arena& arena) = 0;
 };
 
 struct PipelineTiming {
@@ -54,22 +62,27 @@ class PipelineExecutor {
   struct Slot {
     std::unique_ptr<Arena> arena;
     std::vector<Request> sends;  // messages sent from this slot's tensors
-    int microbatch = -1;
+    std::vector<Tensor> grads;   // the backward inputs, received into since the forward
+    std::vector<Request> recvs;  // their receives
+    int microbatch = -1, chunk = 0;
     std::size_t message_bytes = 0;  // receive buffers allocated in this slot's arena
   };
-  Slot& acquire(int mb, PipelineTiming& t);
-  Slot& slot_of(int mb);
+  Slot& acquire(int mb, int chunk, PipelineTiming& t);
+  Slot& slot_of(int mb, int chunk);
+  void run_forward(const Action& a, bool keep, PipelineStage& stage, PipelineTiming& t);
+  void run_backward(const Action& a, PipelineStage& stage, PipelineTiming& t);
   void release(Slot& s);
   void count_messages(Slot& s, const std::vector<Tensor>& buffers);
   void drain(Slot& s, PipelineTiming& t);
 
+  Comm* pp_;
+  Allocator* alloc_;
   void note(int mb, const char* action) {
     if (watch_) watch_->microbatch = mb, watch_->action = action;
   }
 
-  Comm* pp_;
-  Allocator* alloc_;
   CommWatch* watch_;
+  int microbatches_ = 0, chunks_ = 1;  // of the run in progress (message tags, peers)
   std::vector<Slot> slots_;
   std::size_t peak_messages_ = 0;
 };

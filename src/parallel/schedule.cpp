@@ -47,13 +47,69 @@ std::vector<Action> make_gpipe(int pp, int stage, int m) {
   return a;
 }
 
-std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int m) {
+namespace {
+// The order in which a rank visits its (chunk, microbatch) pairs: microbatches in groups of pp,
+// each group through chunk 0, 1, ..., v - 1 (backward: v - 1, ..., 0). The m % pp leftover
+// microbatches join the last group, which is then pp + m % pp long (m when m < pp).
+std::vector<Action> visit_order(Op op, int pp, int m, int v) {
+  std::vector<Action> out;
+  const int groups = std::max(1, m / pp);
+  for (int g = 0; g < groups; ++g) {
+    const int first = g * pp, end = g + 1 == groups ? m : first + pp;
+    for (int k = 0; k < v; ++k)
+      for (int mb = first; mb < end; ++mb)
+        out.push_back({op, mb, op == Op::Forward ? k : v - 1 - k});
+  }
+  return out;
+}
+}  // namespace
+
+void check_virtual_stages(ScheduleKind kind, int pp, int m, int v) {
+  DIT_CHECK(v >= 1, "parallel.virtual_stages = ", v, ": expected 1 or more chunks per rank");
+  if (v == 1) return;
+  DIT_CHECK(kind == ScheduleKind::OneFOneB, "parallel.virtual_stages = ", v,
+            " needs parallel.schedule = \"1f1b\" (interleaved 1F1B); GPipe has no virtual stages");
+  DIT_CHECK(pp >= 2, "parallel.virtual_stages = ", v, " needs parallel.pp >= 2 (it is ", pp,
+            "): virtual stages interleave chunks over pipeline ranks");
+  DIT_CHECK(m * v <= 16000, "parallel.virtual_stages = ", v, " with ", m,
+            " microbatches: at most 16000 (chunk, microbatch) pairs per step (MPI tag space)");
+}
+
+std::vector<Action> make_interleaved(int pp, int stage, int m, int v) {
+  check_args(pp, stage, m);
+  check_virtual_stages(ScheduleKind::OneFOneB, pp, m, v);
+  if (v == 1) return make_1f1b(pp, stage, m);
+  const std::vector<Action> fwd = visit_order(Op::Forward, pp, m, v);
+  const std::vector<Action> bwd = visit_order(Op::Backward, pp, m, v);
+  const int total = m * v;
+  // Megatron's warmup, with the last group's length in place of pp: enough forwards in flight
+  // that the first backward's gradient can come back around every rank (checked for deadlock by
+  // the tests for every pp <= 8, v <= 4, m <= 4 pp, multiples of pp or not).
+  const int last_group = m < pp ? m : pp + m % pp;
+  const int warmup = std::min(total, (pp - stage - 1) * 2 + (v - 1) * last_group);
+  std::vector<Action> a(fwd.begin(), fwd.begin() + warmup);
+  for (int k = 0; k < total - warmup; ++k) {
+    a.push_back(fwd[warmup + k]);
+    a.push_back(bwd[k]);
+  }
+  for (int k = total - warmup; k < total; ++k) a.push_back(bwd[k]);
+  return a;
+}
+
+std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int m, int v) {
+  check_virtual_stages(kind, pp, m, v);
+  if (v > 1) return make_interleaved(pp, stage, m, v);
   return kind == ScheduleKind::GPipe ? make_gpipe(pp, stage, m) : make_1f1b(pp, stage, m);
 }
 
-std::vector<Action> make_forward_only(int m) {
+std::vector<Action> make_forward_only(int m, int pp, int v) {
+  check_virtual_stages(ScheduleKind::OneFOneB, pp, m, v);
+  // Microbatch by microbatch, each through this rank's chunks in order. Forward only, a slot is
+  // reused at the next action and waits for its last send's receiver to post; in this order that
+  // receiver is at most one action ahead on the next rank, so the waits never form a cycle.
   std::vector<Action> a;
-  for (int i = 0; i < m; ++i) a.push_back({Op::Forward, i});
+  for (int i = 0; i < m; ++i)
+    for (int c = 0; c < v; ++c) a.push_back({Op::Forward, i, c});
   return a;
 }
 
@@ -66,6 +122,8 @@ int max_in_flight(const std::vector<Action>& actions) {
   return peak;
 }
 
-double theoretical_bubble(int pp, int m) { return double(pp - 1) / double(m + pp - 1); }
+double theoretical_bubble(int pp, int m, int v) {
+  return double(pp - 1) / (double(v) * m + pp - 1);
+}
 
 }  // namespace dit

@@ -42,7 +42,7 @@ struct RunResult {
 
 // Runs the training on the first layout.world() ranks of MPI_COMM_WORLD; others return ran=false.
 RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind::OneFOneB,
-                     StageOptions stage = {}) {
+                     StageOptions stage = {}, int virtual_stages = 1, const DiTConfig& cfg = model()) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto world = MpiComm::world();
@@ -55,7 +55,8 @@ RunResult run_layout(const Layout& layout, ScheduleKind schedule = ScheduleKind:
   TrainConfig tc = train();
   tc.schedule = schedule;
   tc.stage = stage;
-  Trainer trainer(be, ctx, model(), tc, data);
+  tc.virtual_stages = virtual_stages;
+  Trainer trainer(be, ctx, cfg, tc, data);
   for (int i = 0; i < kSteps; ++i) r.losses.push_back(trainer.step().loss);
   r.params = gather_global(trainer.model(), ctx, host_copy(be, trainer.model().params().flat_values()));
   r.ran = true;
@@ -249,5 +250,52 @@ TEST(GradReduce, Bf16HalvesTheReduceScatterAndFollowsFp32) {
     std::printf("[ grad reduce ] dp bytes per step: fp32 %llu, bf16 %llu\n", (unsigned long long)b32,
               (unsigned long long)b16);
 }
+
+
+// Interleaved 1F1B (virtual stages): the same losses and parameters as one rank. The model has 8
+// blocks so that pp 4 x v 2 chunks each get one; microbatches per step: 4 (dp 1), 2 (dp 2), 1 (dp 4),
+// so m = pp, m < pp and m a multiple of pp all run.
+struct InterleavedCase {
+  Layout layout;
+  int v;
+  StageOptions stage;
+};
+
+class InterleavedLayouts : public ::testing::TestWithParam<InterleavedCase> {};
+
+DiTConfig deep_model() { return tiny_dit(2, 8, 4, 5); }
+
+TEST_P(InterleavedLayouts, MatchesSingleRank) {
+  const InterleavedCase c = GetParam();
+  static const RunResult ref = run_layout({1, 1, 1}, ScheduleKind::OneFOneB, {}, 1, deep_model());
+  const RunResult r = run_layout(c.layout, ScheduleKind::OneFOneB, c.stage, c.v, deep_model());
+  if (!r.ran || !ref.ran) return;
+  ASSERT_EQ(r.losses.size(), ref.losses.size());
+  for (std::size_t i = 0; i < r.losses.size(); ++i)
+    EXPECT_LE(std::abs(r.losses[i] - ref.losses[i]), 1e-5 * std::abs(ref.losses[i]))
+        << c.layout.str() << " v " << c.v << " step " << i << ": " << r.losses[i] << " vs " << ref.losses[i];
+  EXPECT_NE(ref.losses.front(), ref.losses.back());
+  double worst = 0;
+  for (const auto& [name, want] : ref.params) {
+    const double e = rel_l2(r.params.at(name), want);
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 1e-5) << c.layout.str() << " v " << c.v << " " << name;
+  }
+  std::printf("[ interleaved %s v %d ] losses %.6f .. %.6f, worst parameter rel L2 %.2e\n",
+              c.layout.str().c_str(), c.v, r.losses.front(), r.losses.back(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, InterleavedLayouts,
+    ::testing::Values(InterleavedCase{{1, 2, 1}, 2, {}}, InterleavedCase{{1, 4, 1}, 2, {}},
+                      InterleavedCase{{2, 2, 2}, 2, {}}, InterleavedCase{{1, 4, 2}, 2, {}},
+                      InterleavedCase{{1, 2, 4}, 4, {}},
+                      InterleavedCase{{2, 2, 1}, 3, {Recompute::Selective, 0, true}}),
+    [](const auto& info) {
+      const InterleavedCase& c = info.param;
+      return "tp" + std::to_string(c.layout.tp) + "_pp" + std::to_string(c.layout.pp) + "_dp" +
+             std::to_string(c.layout.dp) + "_v" + std::to_string(c.v) +
+             (c.stage.sequence_parallel ? "_sp" : "");
+    });
 
 }  // namespace dit

@@ -1,0 +1,81 @@
+// The performance model on hand-made plans: with free links the simulated pipeline takes
+// (v m + pp - 1) chunk-microbatch times (the schedule tables' own fill and drain), links and the
+// data-parallel reduction add their modelled seconds, and ranks sharing cores slow down.
+#include <gtest/gtest.h>
+
+#include "app/predict.h"
+
+namespace dit {
+
+namespace {
+LayoutPlan plan(int pp, int dp, int m, int v, double flops) {
+  LayoutPlan p;
+  p.layout = {1, pp, dp};
+  p.micro_batch = 1;
+  p.microbatches = m;
+  p.tokens = 1;
+  p.precision = "fp32";
+  p.virtual_stages = v;
+  for (int s = 0; s < pp; ++s) {
+    StagePlan st;
+    st.stage = s;
+    st.flops = flops;
+    p.stages.push_back(st);
+  }
+  return p;
+}
+PredictParams unit_machine() {
+  PredictParams h;
+  h.flops_per_s = 1;
+  h.rows_half = 0;
+  h.latency_us = 0;
+  h.intra_gbps = h.inter_gbps = 1e9;  // effectively free
+  h.step_overhead_s = 0;
+  return h;
+}
+}  // namespace
+
+TEST(Predict, PipelineFillAndDrainFromTheTables) {
+  const PredictParams h = unit_machine();
+  // 24 FLOP per rank per step at 1 FLOP/s: forward 1 s and backward 2 s per microbatch (m = 8).
+  const Prediction a = predict_step(plan(4, 1, 8, 1, 24), h, 8, ScheduleKind::OneFOneB);
+  EXPECT_NEAR(a.pipeline_s, (8 + 3) * 3.0, 1e-9);
+  EXPECT_NEAR(a.bubble, 3.0 / 11.0, 1e-9);
+  EXPECT_NEAR(a.step_s, a.pipeline_s, 1e-9);
+  // Two virtual stages: chunks of half the time, fill and drain in chunk times.
+  const Prediction b = predict_step(plan(4, 1, 8, 2, 24), h, 8, ScheduleKind::OneFOneB);
+  EXPECT_NEAR(b.pipeline_s, (16 + 3) * 1.5, 1e-9);
+  EXPECT_NEAR(b.bubble, theoretical_bubble(4, 8, 2), 1e-9);
+  EXPECT_LT(b.step_s, a.step_s);
+  // GPipe has the same fill and drain with equal stages.
+  EXPECT_NEAR(predict_step(plan(4, 1, 8, 1, 24), h, 8, ScheduleKind::GPipe).pipeline_s, 33.0, 1e-9);
+  EXPECT_NEAR(a.images_per_s, 8 / a.step_s, 1e-12);
+}
+
+TEST(Predict, LinksDataParallelAndSharedCores) {
+  PredictParams h = unit_machine();
+  LayoutPlan p = plan(2, 2, 4, 1, 12);
+  for (StagePlan& s : p.stages) {
+    s.pp_bytes = 4;  // 4 sends of 1 byte per step on each stage (stage 0 forward, stage 1 backward)
+    s.dp_bytes = 10;
+    s.dp_calls = 2;
+  }
+  const double free_links = predict_step(p, h, 8, ScheduleKind::OneFOneB).step_s;
+  h.intra_gbps = h.inter_gbps = 1e-9;  // 1 byte/s
+  h.latency_us = 1e6;                  // 1 s per message
+  const Prediction slow = predict_step(p, h, 8, ScheduleKind::OneFOneB);
+  EXPECT_GT(slow.pipeline_s, free_links + 2.0);  // at least one message each way on the critical path
+  EXPECT_NEAR(slow.dp_s, 10 + 2, 1e-6);          // bytes / bandwidth + calls x latency
+  // Four data-parallel ranks on two cores run at half speed; a pipeline's waiting ranks leave
+  // their share to the busy ones, so it slows down less.
+  PredictParams c = unit_machine();
+  c.cores = 2;
+  const double alone = predict_step(plan(1, 4, 4, 1, 12), unit_machine(), 8, ScheduleKind::OneFOneB).pipeline_s;
+  EXPECT_NEAR(predict_step(plan(1, 4, 4, 1, 12), c, 8, ScheduleKind::OneFOneB).pipeline_s, 2 * alone, 1e-9);
+  const double pipe = predict_step(plan(4, 1, 4, 1, 12), unit_machine(), 8, ScheduleKind::OneFOneB).pipeline_s;
+  const double pipe_shared = predict_step(plan(4, 1, 4, 1, 12), c, 8, ScheduleKind::OneFOneB).pipeline_s;
+  EXPECT_GT(pipe_shared, pipe);
+  EXPECT_LT(pipe_shared, 2 * pipe);
+}
+
+}  // namespace dit
