@@ -140,6 +140,25 @@ else
   grep -q "cuda" <<<"$out" || fail "train.backend=cuda refused without naming cuda: $out"
 fi
 echo "ok: train.backend is honoured"
+# Recomputation changes what is kept, never the numbers.
+run rc_sel --set train.recompute=\"selective\"
+run rc_full --set train.recompute=\"full\" --set model.depth=2
+run rc_full1 --set train.recompute=\"full\" --set train.recompute_blocks=1 --set model.depth=2
+differs base rc_sel activation_bytes train.recompute
+differs rc_full rc_full1 activation_bytes train.recompute_blocks
+cmp -s "$SCRATCH/base.loss" "$SCRATCH/rc_sel.loss" || fail "train.recompute changed the losses"
+echo "ok: train.recompute keeps the losses bit for bit"
+run bf16_dp2 -n 2 --set train.precision=bf16
+run bf16_dp2_r -n 2 --set train.precision=bf16 --set train.grad_reduce=\"bf16\"
+python3 - "$SCRATCH" <<'PY' || fail "train.grad_reduce did not lower the gradient bytes"
+import json, sys
+d = sys.argv[1]
+a, b = (json.load(open(f"{d}/{n}/accounting.json"))[0]["dp_bytes"] for n in ("bf16_dp2", "bf16_dp2_r"))
+sys.exit(0 if b < a else 1)
+PY
+echo "ok: train.grad_reduce changes the dp bytes"
+# train.deterministic selects cuDNN engines: the CPU backend is deterministic either way.
+echo "skip: train.deterministic acts on the CUDA backend only (no GPU here)"
 
 # [parallel] (real ranks)
 run tp2 -n 2 --set parallel.tp=2
@@ -150,6 +169,16 @@ differs base pp2 pp_bytes parallel.pp
 differs pp2 pp2_gpipe activation_bytes parallel.schedule
 run pp2_layers -n 2 --set parallel.pp=2 --set model.depth=3 --set "parallel.pp_layers=[2,1]"
 differs pp2 pp2_layers optimizer_state_bytes parallel.pp_layers
+run tp2_sp -n 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+differs tp2 tp2_sp activation_bytes parallel.sequence_parallel
+run pp2_v2 -n 2 --set parallel.pp=2 --set model.depth=4 --set parallel.virtual_stages=2
+run pp2_v1 -n 2 --set parallel.pp=2 --set model.depth=4
+differs pp2_v1 pp2_v2 pp_bytes parallel.virtual_stages
+# parallel.timeout_s: a stopped rank is detected after it (tests/cli/no_hang.sh); here, it is read.
+out=$($MPIRUN -n 2 "$DIT_MP" "${BASE[@]}" --run-dir "$SCRATCH/to" --set parallel.tp=2 --set parallel.timeout_s=-1 2>&1) &&
+  fail "parallel.timeout_s = -1 ran"
+grep -q "parallel.timeout_s" <<<"$out" || fail "parallel.timeout_s = -1 refused without naming it: $out"
+echo "ok: parallel.timeout_s is read (its effect: no_hang.sh)"
 
 # [data]
 refused "none.h5 does not exist" --set data.path="$SCRATCH/none.h5" --set data.prepare=none
