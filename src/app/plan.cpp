@@ -27,9 +27,10 @@ const std::vector<Hardware>& hardware_table() {
       {"a100-80g", 80, 312, 19.5, 8, 300, 25, 5},
       {"h100", 80, 989, 67, 8, 450, 50, 5},
       {"h200", 141, 989, 67, 8, 450, 50, 5},
-      // This machine class (ENV.md): 2 cores, ~0.215 TFLOP/s fp32 shared by every rank, MPI over
-      // shared memory. bf16 runs convert to fp32 for arithmetic, so both peaks are the fp32 one.
-      {"cpu", 24, 0.215, 0.215, 64, 5, 1, 5, true},
+      // This machine class (ENV.md): 2 cores of ~0.11 TFLOP/s fp32 each (one compute thread per
+      // rank), MPI over shared memory; bf16 converts to fp32 for arithmetic, so both peaks are
+      // the fp32 one. Its GEMMs keep their speed down to a few rows.
+      {"cpu", 24, 0.1075, 0.1075, 64, 5, 1, 5, 2, 16},
   };
   return table;
 }
@@ -150,12 +151,12 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
 
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency) {
   const Layout& l = p.layout;
-  // GEMMs of few rows run far from peak: the efficiency falls off below ~512 rows per GEMM
-  // (micro-batch x tokens), a saturating curve rows / (rows + 512).
+  // GEMMs of few rows run far from peak: a saturating curve rows / (rows + gemm_half_rows) of
+  // rows = micro-batch x tokens. On a CPU, a rank has one core while the ranks fit the cores.
   const double rows = double(p.micro_batch) * p.tokens;
-  const double ranks_sharing = hw.shared_peak ? std::min(l.world(), hw.gpus_per_node) : 1;
+  const double share = hw.cores > 0 ? std::min(1.0, double(hw.cores) / l.world()) : 1.0;
   const double peak = (p.precision == "fp32" ? hw.fp32_tflops : hw.bf16_tflops) * 1e12 * efficiency *
-                      rows / (rows + 512) / ranks_sharing;
+                      rows / (rows + hw.gemm_half_rows) * share;
   auto link = [&](bool within_node) { return (within_node ? hw.intra_gbps : hw.inter_gbps) * 1e9; };
   const double tp_bw = link(l.tp <= hw.gpus_per_node);
   const double pp_bw = link(l.world() <= hw.gpus_per_node);

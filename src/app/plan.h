@@ -26,7 +26,10 @@ struct Hardware {
   double intra_gbps = 0;      // GB/s within a node (NVLink, or PCIe)
   double inter_gbps = 0;      // GB/s across nodes (InfiniBand)
   double latency_us = 0;      // per collective or message
-  bool shared_peak = false;   // the peak is the node's, shared by its ranks (a CPU)
+  // A CPU: the peaks are per core, `cores` of them shared by the node's ranks (one compute thread
+  // each); 0 for a GPU (one per rank).
+  int cores = 0;
+  double gemm_half_rows = 512;  // GEMM rows (micro-batch x tokens) at which it reaches half speed
 };
 const std::vector<Hardware>& hardware_table();
 // Throws naming the known names.
