@@ -1,29 +1,17 @@
-// Fréchet distance and k-NN precision/recall (see metrics.h). Eigen for the symmetric
-// eigendecompositions; exact pairwise distances (the sets here are thousands of rows at most).
+// Fréchet distance and k-NN precision/recall (see metrics.h). The matrix square roots come from
+// the CPU backend's host linear algebra; exact pairwise distances (the sets here are thousands of
+// rows at most).
 #include "eval/metrics.h"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/linalg.h"
 #include "core/error.h"
 
 namespace dit::eval {
 
 namespace {
-
-using Mat = Eigen::MatrixXd;
-
-Mat as_matrix(const std::vector<double>& v, std::int64_t f) {
-  return Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(v.data(), f, f);
-}
-
-// The PSD square root of a symmetric matrix.
-Mat sqrt_psd(const Mat& m) {
-  Eigen::SelfAdjointEigenSolver<Mat> es(0.5 * (m + m.transpose()));
-  const Eigen::VectorXd root = es.eigenvalues().cwiseMax(0.0).cwiseSqrt();
-  return es.eigenvectors() * root.asDiagonal() * es.eigenvectors().transpose();
-}
 
 double squared_distance(const double* a, const double* b, std::int64_t f) {
   double s = 0;
@@ -87,10 +75,14 @@ double frechet_distance(const Gaussian& a, const Gaussian& b) {
     const double d = a.mu[static_cast<std::size_t>(j)] - b.mu[static_cast<std::size_t>(j)];
     mean += d * d;
   }
-  const Mat s1 = as_matrix(a.sigma, a.f), s2 = as_matrix(b.sigma, b.f);
-  const Mat r1 = sqrt_psd(s1);
-  const double cross = sqrt_psd(r1 * s2 * r1).trace();
-  return mean + s1.trace() + s2.trace() - 2.0 * cross;
+  const std::int64_t f = a.f;
+  const std::vector<double> r1 = linalg::sqrt_psd(a.sigma, f);
+  const std::vector<double> cross = linalg::sqrt_psd(linalg::matmul(linalg::matmul(r1, b.sigma, f), r1, f), f);
+  double trace = 0;
+  for (std::int64_t i = 0; i < f; ++i)
+    trace += a.sigma[static_cast<std::size_t>(i * f + i)] + b.sigma[static_cast<std::size_t>(i * f + i)] -
+             2.0 * cross[static_cast<std::size_t>(i * f + i)];
+  return mean + trace;
 }
 
 PrecisionRecall precision_recall(const Features& real, const Features& generated, int k) {
