@@ -1,7 +1,6 @@
 // Gathering and printing the rank map (see rank_map.h).
 #include "app/rank_map.h"
 
-#include <mpi.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -78,8 +77,11 @@ std::string rank_map(const ParallelContext& ctx, const std::string& device) {
   const std::string where = device.empty() ? "cores " + cores() : device;
   std::strncpy(mine + kHost, where.c_str(), kWhere - 1);
   std::vector<char> all(static_cast<std::size_t>(n) * sizeof mine);
-  // The world communicator of the context is MPI_COMM_WORLD here (the train command's).
-  DIT_MPI_CHECK(MPI_Gather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD));
+  // The records travel as int32 words (sizeof mine is a multiple of 4) through the world Comm.
+  constexpr std::int64_t kWords = sizeof mine / sizeof(std::int32_t);
+  static_assert(sizeof mine % sizeof(std::int32_t) == 0);
+  ctx.world->all_gather(Tensor{mine, DType::I32, {kWords}, Device::Host},
+                        Tensor{all.data(), DType::I32, {n * kWords}, Device::Host});
   if (ctx.world_rank != 0) return "";
   std::vector<RankPlace> places;
   for (int r = 0; r < n; ++r) {

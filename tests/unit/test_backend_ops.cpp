@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "core/arena.h"
 #include "core/philox.h"
+#include "backend_params.h"
 #include "reference_ops.h"
 #include "value_checks.h"
 
@@ -769,18 +770,7 @@ TEST_P(BackendOps, ShapeMismatchesThrow) {
   EXPECT_THROW(be().gate_residual_fwd(x, alloc({2, 3, 4}), {alloc({3, 24}), 2}), Error);
 }
 
-// "cuda" and "cuda:bf16" skip, saying why, where no GPU is visible. Test names allow only
-// letters, digits and '_', so "cuda:bf16" is reported as cuda_bf16.
-INSTANTIATE_TEST_SUITE_P(Backends, BackendOps,
-                         ::testing::Values(std::string("cpu"), std::string("cpu:bf16"),
-                                           std::string("cpu:fp16"), std::string("cuda"),
-                                           std::string("cuda:bf16"), std::string("cuda:fp16")),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, all_backends(), backend_test_name);
 
 }  // namespace
 }  // namespace dit

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/philox.h"
 #include "diffusion/losses.h"
+#include "backend_params.h"
 #include "reference_ops.h"
 
 namespace dit {
@@ -164,16 +165,7 @@ TEST_P(TrainOps, FusedOptimizerPassEqualsTheSeparateSteps) {
   EXPECT_NEAR(got, want, 1e-6 * want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TrainOps,
-                         ::testing::Values(std::string("cpu"), std::string("cpu:bf16"),
-                                           std::string("cpu:fp16"), std::string("cuda"),
-                                           std::string("cuda:bf16"), std::string("cuda:fp16")),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, TrainOps, all_backends(), backend_test_name);
 
 }  // namespace
 }  // namespace dit
