@@ -37,9 +37,9 @@ bool has_fletcher32(hid_t dataset) {
   return false;
 }
 
-// One tensor of /weights, its checksum verified by HDF5 while reading (a flipped bit fails the
-// read); a tensor stored without a checksum is refused, since nothing could verify it.
-std::vector<float> read_checked(const h5::File& f, const std::string& name, const Shape& expected) {
+}  // namespace
+
+std::vector<float> read_weight_tensor(const h5::File& f, const std::string& name, const Shape& expected) {
   const std::string ds = "/weights/" + name;
   DIT_CHECK(f.exists(ds), f.path(), ": tensor '", name, "' is missing (a weights file holds /weights/<name>)");
   const Shape s = f.shape(ds);
@@ -56,18 +56,37 @@ std::vector<float> read_checked(const h5::File& f, const std::string& name, cons
   return values;
 }
 
-// Writes the file `tmp`; throws on the first failure (the caller removes `tmp`). The file is
-// closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
-void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
-                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
-  // A user block for the seal (whole-file CRC-32); the 1.10 format checksums HDF5's metadata too.
-  h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);
-  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  DIT_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: file format 1.10");
-  h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
-  DIT_CHECK(bool(f), "cannot create the file");
+void write_sealed_file(const std::string& path, const std::function<void(hid_t file, const std::string& tmp)>& fill) {
+  h5::silence_errors();
+  const std::string tmp = path + ".tmp";
+  try {
+    {
+      // A user block for the seal (whole-file CRC-32); the 1.10 format checksums HDF5's metadata too.
+      h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);
+      h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+      DIT_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: file format 1.10");
+      h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+      DIT_CHECK(bool(f), "cannot create the file");
+      fill(f.get(), tmp);
+      // Closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
+      DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
+    }
+    h5::seal_file(tmp);
+    std::filesystem::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
+    const std::string cause = write_failure_cause(path);
+    DIT_FAIL("cannot write ", path, ": ", cause.empty() ? std::string(e.what()) : cause);
+  }
+}
+
+namespace {
+// The weights file's groups and tensors; throws on the first failure.
+void fill_weights_file(hid_t file, const std::string& tmp, const DiTConfig& cfg,
+                       const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
   {
-    h5::Handle c(H5Gcreate2(f.get(), "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    h5::Handle c(H5Gcreate2(file, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(c), "cannot create /config");
     attr_int(c.get(), "input_size", cfg.input_size);
     attr_int(c.get(), "patch_size", cfg.patch_size);
@@ -82,31 +101,21 @@ void write_weights_file(const std::string& tmp, const DiTConfig& cfg,
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
-    h5::Handle w(H5Gcreate2(f.get(), "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(w), "cannot create /weights");
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
     for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums
       ckpt::write_tensor(w.get(), name, shapes.at(name), values.data(), tmp);
   }
-  DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
 }
 }  // namespace
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
-  h5::silence_errors();
-  const std::string tmp = path + ".tmp";
-  try {
-    write_weights_file(tmp, cfg, tensors, diffusion_steps);
-    h5::seal_file(tmp);
-    std::filesystem::rename(tmp, path);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
-    const std::string cause = write_failure_cause(path);
-    DIT_FAIL("cannot write ", path, ": ", cause.empty() ? std::string(e.what()) : cause);
-  }
+  write_sealed_file(path, [&](hid_t file, const std::string& tmp) {
+    fill_weights_file(file, tmp, cfg, tensors, diffusion_steps);
+  });
 }
 
 // Weights files are sealed (sealed_h5.h): checked whole before HDF5 parses them.
@@ -146,7 +155,7 @@ void load_weights(const std::string& path, ParamSet& ps) {
   const h5::File file = h5::File::open_read(path);
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
-    const std::vector<float> values = read_checked(file, s.name, s.global);
+    const std::vector<float> values = read_weight_tensor(file, s.name, s.global);
     // A non-finite weight would surface much later as a NaN image or loss; name it here.
     for (std::size_t k = 0; k < values.size(); ++k)
       DIT_CHECK(std::isfinite(values[k]), path, ": tensor '", s.name, "' holds ", std::isnan(values[k]) ? "NaN" : "Inf", " at ",

@@ -4,12 +4,19 @@
 // optimizer state are a separate format (sharded, see checkpoint.h).
 #pragma once
 
+#include <hdf5.h>
+
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "layers/dit_config.h"
 #include "layers/params.h"
+
+namespace dit::h5 {
+class File;
+}
 
 namespace dit {
 
@@ -24,5 +31,12 @@ int read_weights_diffusion_steps(const std::string& path);
 // Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
 // without one is refused), and every value finite; errors name the file and the tensor.
 void load_weights(const std::string& path, ParamSet& ps);
+
+// The pieces, for other files of float32 tensors under /weights (the evaluation classifier):
+// one tensor `/weights/<name>`, its shape checked and its checksum verified while reading (a
+// tensor stored without one is refused); and a sealed file written by `fill` under a temporary
+// name, sealed, then renamed into place (removed on any failure; the error names `path`).
+std::vector<float> read_weight_tensor(const h5::File& f, const std::string& name, const Shape& expected);
+void write_sealed_file(const std::string& path, const std::function<void(hid_t file, const std::string& tmp)>& fill);
 
 }  // namespace dit
