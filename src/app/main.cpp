@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/collective.h"
+#include "app/evaluate.h"
 #include "app/plan.h"
 #include "app/memory_check.h"
 #include "app/predict.h"
@@ -133,7 +134,7 @@ dit::RunConfig resolve_config(const TrainFlags& f) {
 // `train` is the default: insert it when the first argument is not a subcommand.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const char* subs[] = {"train", "sample", "verify", "prepare-data", "inspect", "plan", "help"};
+  static const char* subs[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "help"};
   const bool top_level = !args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "--version");
   bool has_sub = false;
   if (!args.empty())
@@ -175,6 +176,33 @@ int run(int argc, char** argv) {
   sample->add_option("--backend", sopt.backend, "cpu or cuda")->capture_default_str();
   sample->add_option("--precision", sopt.precision, "fp32, bf16 or fp16 (storage of weights and activations)")
       ->capture_default_str();
+
+  dit::EvaluateOptions eopt;
+  eopt.sample.per_class = 100;
+  std::string eval_classes;
+  auto* evaluate = app.add_subcommand(
+      "evaluate", "Sample quality: FID, precision/recall and class accuracy in a classifier's feature space against "
+                  "a labelled reference set, with the real-data floor (samples drawn from weights, or a samples file)");
+  evaluate->add_option("--run", eopt.sample.run_dir, "A training run folder (its ema.h5 and config.toml)");
+  evaluate->add_option("--weights", eopt.sample.weights, "A weights HDF5 file");
+  evaluate->add_option("--samples", eopt.samples_file, "A samples HDF5 file (samples, labels), e.g. from dit_mp sample");
+  evaluate->add_option("--config", eopt.config, "Config naming data.path and [eval] (default: the run's, else the demo's)");
+  evaluate->add_option("--reference", eopt.reference, "Reference dataset HDF5 (default: <data.path>_test.h5)");
+  evaluate->add_option("--classifier", eopt.classifier, "Classifier HDF5 (default: <data.path>_classifier.h5, trained when missing)");
+  evaluate->add_option("--train-data", eopt.train_data, "Training dataset for the floor and the classifier (default: data.path)");
+  evaluate->add_flag("--train-classifier", eopt.train_classifier, "Train the classifier (again) before evaluating");
+  evaluate->add_option("--json", eopt.json, "Write the result as JSON (default with --run: <run>/eval.json)");
+  evaluate->add_option("--samples-out", eopt.samples_out, "Also write the drawn samples (HDF5)");
+  evaluate->add_option("--classes", eval_classes, "Comma-separated classes (default: all)");
+  evaluate->add_option("--per-class", eopt.sample.per_class, "Samples per class")->capture_default_str();
+  evaluate->add_option("--steps", eopt.sample.steps, "Sampler steps")->capture_default_str();
+  evaluate->add_option("--sampler", eopt.sample.sampler, "ddim or ddpm")->capture_default_str();
+  evaluate->add_option("--cfg-scale", eopt.sample.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();
+  evaluate->add_option("--seed", eopt.sample.seed, "Sampling seed")->capture_default_str();
+  evaluate->add_option("--tp", eopt.sample.tp, "Tensor-parallel size")->capture_default_str();
+  evaluate->add_option("--pp", eopt.sample.pp, "Pipeline stages")->capture_default_str();
+  evaluate->add_option("--backend", eopt.sample.backend, "cpu or cuda")->capture_default_str();
+  evaluate->add_option("--precision", eopt.sample.precision, "fp32, bf16 or fp16")->capture_default_str();
 
   dit::VerifyOptions vopt;
   std::string groups, schedule = "1f1b";
@@ -257,6 +285,10 @@ int run(int argc, char** argv) {
   if (*sample) {
     collective_check([&] { sopt.classes = parse_ints(classes, "--classes"); });
     return dit::run_sample(sopt);
+  }
+  if (*evaluate) {
+    collective_check([&] { eopt.sample.classes = parse_ints(eval_classes, "--classes"); });
+    return dit::run_evaluate(eopt);
   }
   if (*verify) {
     vopt.groups = split_list(groups);

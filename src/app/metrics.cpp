@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -32,6 +33,12 @@ std::string num(double v) {
   return b;
 }
 }  // namespace
+
+void MetricsWriter::write_eval(std::int64_t step, const std::string& json) {
+  if (!f_) return;
+  std::fprintf(f_, "{\"step\": %lld, \"eval\": %s}\n", static_cast<long long>(step), json.c_str());
+  std::fflush(f_);
+}
 
 void MetricsWriter::write(const LogRow& r) {
   if (!f_) return;
@@ -127,6 +134,32 @@ void ConsoleLog::step(const LogRow& r) {
   std::printf("\r\033[K[%s] %s", bar.c_str(), text);
   std::fflush(stdout);
   bar_open_ = true;
+}
+
+Progress::Progress(std::string what, std::int64_t total, bool enabled)
+    : what_(std::move(what)), total_(std::max<std::int64_t>(total, 1)), enabled_(enabled),
+      tty_(enabled && use_progress_bar()),
+      start_s_(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()) {}
+
+void Progress::update(std::int64_t done) {
+  if (!enabled_) return;
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double elapsed = now - start_s_;
+  const double eta = done > 0 ? elapsed * double(total_ - done) / double(done) : -1;
+  char text[256];
+  std::snprintf(text, sizeof text, "%s %lld/%lld  %s elapsed  ETA %s", what_.c_str(), static_cast<long long>(done),
+                static_cast<long long>(total_), format_duration(elapsed).c_str(),
+                done > 0 ? format_duration(eta).c_str() : "?");
+  if (tty_) {
+    const int width = 24, filled = static_cast<int>(width * done / total_);
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.resize(width, '.');
+    std::printf("\r\033[K[%s] %s%s", bar.c_str(), text, done >= total_ ? "\n" : "");
+  } else if (done >= next_line_ || done >= total_) {
+    std::printf("%s\n", text);
+    next_line_ = done + std::max<std::int64_t>(1, total_ / 10);
+  }
+  std::fflush(stdout);
 }
 
 void ConsoleLog::line(const std::string& text) {

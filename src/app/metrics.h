@@ -24,6 +24,8 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);
   ~MetricsWriter();
   void write(const LogRow& r);  // one JSON line, flushed
+  // {"step": N, "eval": <json>}: a sample-quality measurement (train.eval_every).
+  void write_eval(std::int64_t step, const std::string& json);
 
  private:
   std::FILE* f_ = nullptr;
@@ -39,6 +41,21 @@ class ConsoleLog {
  private:
   bool tty_;
   bool bar_open_ = false;
+};
+
+// Progress of a long loop on rank 0 (e.g. sampling): a bar with the ETA on a terminal, else a
+// line about every 10% of the way. Other ranks pass enabled = false and print nothing.
+class Progress {
+ public:
+  Progress(std::string what, std::int64_t total, bool enabled);
+  void update(std::int64_t done);  // done of total; the last call (done == total) ends the bar
+
+ private:
+  std::string what_;
+  std::int64_t total_;
+  bool enabled_, tty_;
+  double start_s_;
+  std::int64_t next_line_ = 0;
 };
 
 std::string format_bytes(double bytes);

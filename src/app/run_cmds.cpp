@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "app/collective.h"
+#include "app/evaluate.h"
 #include "app/gather.h"
 #include "app/memory_check.h"
 #include "app/metrics.h"
@@ -309,6 +310,13 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
       prepare_fashion_mnist(kFashionMnistDir, cfg.data.path, "train");
     }
   });
+  // Sample quality during training: the reference set and classifier ready before step 1.
+  std::unique_ptr<QualityJudge> judge;
+  collective_check([&] {
+    if (cfg.train.eval_every == 0 || world_rank() != 0) return;
+    prepare_evaluation(eval_paths(cfg), cfg.data.prepare);
+    judge = std::make_unique<QualityJudge>(eval_paths(cfg));
+  });
   std::unique_ptr<Dataset> data;
   collective_check([&] {
     data = open_dataset(cfg.data.path, cfg.data.latent_scale);
@@ -382,10 +390,41 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     req.cfg_official = cfg.sample.cfg_official;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
+    req.progress = true;
     const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (sample.per_class)",
                                     [&] { return sample_images(*be, ctx, *ema, req); });
     const std::string wrote = write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string());
     if (ctx.world_rank == 0) console.line("wrote " + wrote);
+  };
+  // Cheap settings ([eval]): the EMA samples per_class images of every class; rank 0 judges them.
+  auto evaluate = [&](std::int64_t step) {
+    WatchPhase watch(ctx.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
+    auto ema = ema_stage(*be, ctx, trainer);
+    SampleRequest req;
+    req.labels = grid_labels({}, model.num_classes, cfg.eval.per_class);
+    req.num_steps = cfg.eval.num_steps;
+    req.sampler = cfg.sample.sampler;
+    req.cfg_scale = cfg.sample.cfg_scale;
+    req.cfg_official = cfg.sample.cfg_official;
+    req.diffusion_steps = cfg.diffusion.steps;
+    req.seed = cfg.sample.seed;
+    const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (eval.per_class)",
+                                    [&] { return sample_images(*be, ctx, *ema, req); });
+    if (ctx.world_rank != 0) return;
+    eval::ImageSet set;
+    set.n = std::int64_t(req.labels.size());
+    set.c = model.in_channels, set.h = model.input_size, set.w = model.input_size;
+    set.pixels = samples;
+    set.labels = req.labels;
+    const QualityReport r = judge->judge(set);
+    metrics.write_eval(step, quality_json(r));
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "eval step %lld: FID %.2f (real-data floor %.2f), precision %.3f, recall %.3f, class accuracy "
+                  "%.1f%% (real %.1f%%), %lld samples",
+                  static_cast<long long>(step), r.samples.fid, r.floor.fid, r.samples.precision, r.samples.recall,
+                  100 * r.samples.class_accuracy, 100 * r.floor.class_accuracy, static_cast<long long>(r.samples.n));
+    console.line(text);
   };
   auto checkpoint = [&] {
     WatchPhase watch(ctx.watch.get(), "checkpoint save", CommWatch::kSlowPhaseFactor);
@@ -462,6 +501,7 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
       std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(s + 1));
       sample_grid(name);
     }
+    if (cfg.train.eval_every > 0 && (s + 1) % cfg.train.eval_every == 0 && s + 1 < tc.steps) evaluate(s + 1);
     // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
     if (s + 1 < tc.steps) {
       if (const int sig = agree_stop(*ctx.world)) {
@@ -493,6 +533,7 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     save_weights((paths.dir / "ema.h5").string(), model, ema_w, cfg.diffusion.steps);
   }
   sample_grid("samples.png");
+  if (cfg.train.eval_every > 0) evaluate(tc.steps);
   if (ctx.world_rank == 0) {
     console.line("done in " + format_duration(now_s() - t0) + "; samples: " + (paths.dir / "samples.png").string());
     const std::string plots = write_run_plots(paths.dir.string());
@@ -501,14 +542,14 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   return 0;
 }
 
-int run_sample(const SampleOptions& opt) {
+SampledImages sample_from_weights(const SampleOptions& opt) {
   Layout layout;
   std::string weights = opt.weights;
   DiTConfig model;
   int diffusion_steps = 1000;
   const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
-    DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "sample: give exactly one of --run DIR or --weights FILE");
+    DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "give exactly one of --run DIR or --weights FILE");
     if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
     DIT_CHECK(fs::exists(weights), weights, " does not exist",
               opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
@@ -520,8 +561,9 @@ int run_sample(const SampleOptions& opt) {
               model.num_heads, " heads");
     for (int c : opt.classes)
       DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
-    DIT_CHECK(opt.per_class >= 1 && opt.steps >= 2 && opt.steps <= diffusion_steps && opt.cfg_scale >= 1.0,
-              "sample: --per-class >= 1, 2 <= --steps <= ", diffusion_steps,
+    DIT_CHECK(opt.per_class >= 1 && opt.per_class <= 100000 && opt.steps >= 2 && opt.steps <= diffusion_steps &&
+                  opt.cfg_scale >= 1.0,
+              "--per-class in [1, 100000], 2 <= --steps <= ", diffusion_steps,
               " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
     check_memory_fits(sampling_memory_need(model, layout, std::int64_t(opt.per_class) *
@@ -546,10 +588,19 @@ int run_sample(const SampleOptions& opt) {
   req.cfg_official = opt.cfg_official;
   req.diffusion_steps = diffusion_steps;
   req.seed = opt.seed;
-  const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class)",
-                                  [&] { return sample_images(*be, ctx, stage, req); });
-  const std::string wrote = write_samples(model, samples, req.labels, opt.per_class, opt.out);
-  if (ctx.world_rank == 0) std::printf("wrote %s\n", wrote.c_str());
+  req.progress = true;
+  SampledImages out;
+  out.model = model;
+  out.samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class)",
+                           [&] { return sample_images(*be, ctx, stage, req); });
+  out.labels = req.labels;
+  return out;
+}
+
+int run_sample(const SampleOptions& opt) {
+  const SampledImages s = sample_from_weights(opt);
+  const std::string wrote = write_samples(s.model, s.samples, s.labels, opt.per_class, opt.out);
+  if (world_rank() == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;
 }
 

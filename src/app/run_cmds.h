@@ -39,4 +39,13 @@ struct SampleOptions {
 
 int run_sample(const SampleOptions& opt);
 
+// What run_sample draws before writing it: opt.per_class images of each of opt.classes (all
+// when empty) from the weights at opt's layout, on every rank.
+struct SampledImages {
+  DiTConfig model;
+  std::vector<float> samples;  // (n, C, H, W) in the model's range
+  std::vector<int> labels;     // (n,)
+};
+SampledImages sample_from_weights(const SampleOptions& opt);
+
 }  // namespace dit

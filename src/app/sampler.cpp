@@ -5,6 +5,7 @@
 
 #include "app/dit_pipeline.h"
 #include "app/gather.h"
+#include "app/metrics.h"
 #include "core/philox.h"
 #include "diffusion/sampling.h"
 #include "diffusion/schedule.h"
@@ -52,6 +53,8 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
   std::vector<float> xin(static_cast<std::size_t>(rows * per));
   std::vector<float> tin(static_cast<std::size_t>(rows));
 
+  Progress progress("sampling " + std::to_string(total) + " images: step", sched.num_timesteps,
+                    req.progress && ctx.world_rank == 0);
   for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
     for (std::int64_t i = 0; i < rows; ++i) {
       std::copy(x.begin() + (i % n) * per, x.begin() + (i % n + 1) * per, xin.begin() + i * per);
@@ -99,6 +102,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
     std::vector<float> xf(x.begin(), x.end());
     ctx.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, ctx.layout.pp - 1);
     std::copy(xf.begin(), xf.end(), x.begin());
+    progress.update(sched.num_timesteps - step);
   }
   // Every rank gets all samples: each is owned by tp 0 of stage 0 in its dp replica.
   std::vector<float> all(static_cast<std::size_t>(total * per), 0.f);

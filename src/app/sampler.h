@@ -21,6 +21,7 @@ struct SampleRequest {
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
   int diffusion_steps = 1000;
   std::uint64_t seed = 0;
+  bool progress = false;       // world rank 0 prints the sampler's progress with an ETA
 };
 
 // Returns the samples (N, C, H, W) on every rank. `stage` holds the weights to sample from

@@ -53,6 +53,17 @@ void relu_backward(const std::vector<float>& y, std::vector<float>& g) {
     if (y[i] <= 0.f) g[i] = 0.f;
 }
 
+// Image `src` moved by (dy, dx) pixels into `dst`, the uncovered border filled with -1 (black):
+// the training augmentation (garments shifted within the frame).
+void shifted_copy(const float* src, int c, int h, int w, int dy, int dx, float* dst) {
+  for (int ch = 0; ch < c; ++ch)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const int sy = y - dy, sx = x - dx;
+        dst[(ch * h + y) * w + x] = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? src[(ch * h + sy) * w + sx] : -1.f;
+      }
+}
+
 std::vector<std::uint32_t> shuffled(std::int64_t n, std::mt19937_64& gen) {
   std::vector<std::uint32_t> order(n);
   for (std::int64_t i = 0; i < n; ++i) order[i] = std::uint32_t(i);
@@ -185,6 +196,7 @@ double Classifier::train(const ImageSet& train, const ImageSet& test, const Clas
     v.emplace_back(p.value.size());
   }
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  const std::int64_t total = how.epochs * ((train.n + how.batch - 1) / how.batch);
   std::int64_t step = 0;
   Activations a;
   std::vector<float> xb;
@@ -200,20 +212,23 @@ double Classifier::train(const ImageSet& train, const ImageSet& test, const Clas
       yb.resize(n);
       for (int i = 0; i < n; ++i) {
         const std::int64_t src = order[start + i];
-        std::copy_n(train.pixels.data() + src * train.image_size(), train.image_size(),
-                    xb.data() + std::int64_t(i) * train.image_size());
+        const int dy = int(gen() % (2 * how.max_shift + 1)) - how.max_shift;
+        const int dx = int(gen() % (2 * how.max_shift + 1)) - how.max_shift;
+        shifted_copy(train.pixels.data() + src * train.image_size(), c_, h_, w_, dy, dx,
+                     xb.data() + std::int64_t(i) * train.image_size());
         yb[i] = train.labels[src];
       }
       forward(xb.data(), n, a);
       loss_sum += backward(xb.data(), yb.data(), n, a, grads);
       ++batches, ++step;
       const double c1 = 1 - std::pow(b1, double(step)), c2 = 1 - std::pow(b2, double(step));
+      const double lr = how.lr * 0.5 * (1 + std::cos(3.14159265358979 * double(step - 1) / double(total)));
       for (std::size_t p = 0; p < params_.size(); ++p)
         for (std::size_t i = 0; i < grads[p].size(); ++i) {
           const double g = grads[p][i];
           m[p][i] = float(b1 * m[p][i] + (1 - b1) * g);
           v[p][i] = float(b2 * v[p][i] + (1 - b2) * g * g);
-          params_[p].value[i] -= float(how.lr * (m[p][i] / c1) / (std::sqrt(v[p][i] / c2) + eps));
+          params_[p].value[i] -= float(lr * (m[p][i] / c1) / (std::sqrt(v[p][i] / c2) + eps));
         }
     }
     test_accuracy_ = accuracy(test);

@@ -30,9 +30,10 @@ struct ImageSet {
 ImageSet load_images(const Dataset& data, std::int64_t limit = 0);
 
 struct ClassifierTraining {
-  int epochs = 4;
+  int epochs = 6;
   int batch = 128;
-  double lr = 1e-3;  // Adam
+  double lr = 2e-3;   // Adam, cosine decay to 0 over the epochs
+  int max_shift = 2;  // augmentation: each image moved by up to this many pixels in x and y
   std::uint64_t seed = 0;
 };
 

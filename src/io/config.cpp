@@ -54,6 +54,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"beta2", &t.beta2}, {"eps", &t.eps}, {"grad_clip", &t.grad_clip},
         {"ema_decay", &t.ema_decay}, {"ema_warmup", &t.ema_warmup}, {"seed", &t.seed},
         {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
+        {"eval_every", &t.eval_every},
         {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
         {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
@@ -70,6 +71,9 @@ std::vector<Section> sections(RunConfig& c) {
        {{"num_steps", &s.num_steps}, {"sampler", &s.sampler}, {"cfg_scale", &s.cfg_scale},
         {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
         {"seed", &s.seed}}},
+      {"eval",
+       {{"classifier", &c.eval.classifier}, {"reference", &c.eval.reference},
+        {"per_class", &c.eval.per_class}, {"num_steps", &c.eval.num_steps}}},
       {"run",
        {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}, {"checkpoint_dir", &c.run.checkpoint_dir},
         {"resume", &c.run.resume}, {"init_from", &c.run.init_from}}},
@@ -542,6 +546,8 @@ void validate_train(const TrainSection& t) {
   require(t.log_every >= 1, "train.log_every", t.log_every, "an integer >= 1");
   require(t.sample_every >= 0, "train.sample_every", t.sample_every,
           "an integer >= 0 (0 = only at the end)");
+  require(t.eval_every >= 0, "train.eval_every", t.eval_every,
+          "an integer >= 0 (0 = never; N = every N steps and at the end)");
   require(t.peak_tflops > 0, "train.peak_tflops", t.peak_tflops, "a value > 0");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every,
           "an integer >= 0 (0 = only at the end)");
@@ -636,6 +642,10 @@ void RunConfig::validate() const {
   require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
   require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
   validate_sample(sample, diffusion.steps, model.dit.num_classes);
+  require(eval.per_class >= 1 && eval.per_class <= 100000, "eval.per_class", eval.per_class,
+          "an integer in [1, 100000]");
+  require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,
+          "an integer in [2, diffusion.steps = " + show(diffusion.steps) + "]");
   require(!run.dir.empty(), "run.dir", run.dir, "a folder for the run's outputs");
 }
 

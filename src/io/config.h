@@ -39,6 +39,7 @@ struct TrainSection {
   std::uint64_t seed = 0;
   int log_every = 10;
   int sample_every = 0;  // 0 = only at the end
+  int eval_every = 0;    // sample quality ([eval]) every N steps and at the end; 0 = never
   int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   int keep_checkpoints = 3;  // newest complete checkpoints kept; 0 = all
   double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
@@ -84,6 +85,16 @@ struct SampleSection {
   bool operator==(const SampleSection&) const = default;
 };
 
+// Sample quality during training (train.eval_every) and the defaults of `dit_mp evaluate`: a
+// classifier's feature space and predictions against a labelled reference set (see app/evaluate.h).
+struct EvalSection {
+  std::string classifier;  // "" = <data.path without .h5>_classifier.h5, trained when missing
+  std::string reference;   // "" = <data.path without .h5>_test.h5 (Fashion-MNIST's test split is prepared)
+  int per_class = 20;      // samples per class (cheap: the final numbers come from dit_mp evaluate)
+  int num_steps = 25;      // sampler steps (sample.sampler, sample.cfg_scale)
+  bool operator==(const EvalSection&) const = default;
+};
+
 struct RunSection {
   std::string dir = "runs/fashion_mnist";
   bool overwrite = false;
@@ -100,6 +111,7 @@ struct RunConfig {
   ParallelSection parallel;
   DataSection data;
   SampleSection sample;
+  EvalSection eval;
   RunSection run;
 
   // The Fashion-MNIST demo: a small DiT on 32x32 padded garments, 10 classes.

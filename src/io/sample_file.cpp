@@ -1,6 +1,7 @@
 // Raw sample files (see sample_file.h).
 #include "io/sample_file.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "io/h5.h"
@@ -30,6 +31,29 @@ void write_samples_h5(const std::string& path, const std::vector<float>& samples
               tmp, ": cannot write labels");
   }
   std::filesystem::rename(tmp, path);
+}
+
+SamplesFile read_samples_h5(const std::string& path) {
+  h5::silence_errors();
+  const h5::File f = h5::File::open_read(path);
+  DIT_CHECK(f.exists("/samples") && f.exists("/labels"), path,
+            ": expected datasets 'samples' (N, C, H, W) and 'labels' (N,), as dit_mp sample writes");
+  const Shape s = f.shape("/samples"), l = f.shape("/labels");
+  DIT_CHECK(s.rank == 4 && s[0] >= 1 && s[1] >= 1 && s[1] <= 16 && s[2] >= 1 && s[2] <= 4096 && s[3] >= 1 &&
+                s[3] <= 4096 && s.numel() <= (std::int64_t(1) << 31),
+            path, ": samples has shape ", s.str(), ", expected (N, C, H, W) with C <= 16, sides <= 4096");
+  DIT_CHECK(l.rank == 1 && l[0] == s[0], path, ": labels has shape ", l.str(), ", expected (", s[0], ",)");
+  SamplesFile out;
+  out.channels = int(s[1]), out.height = int(s[2]), out.width = int(s[3]);
+  const h5::Array values = f.read("/samples", s);
+  out.samples.assign(values.values.begin(), values.values.end());
+  for (std::size_t i = 0; i < out.samples.size(); ++i)
+    DIT_CHECK(std::isfinite(out.samples[i]), path, ": samples holds a non-finite value at flat index ", i);
+  for (const std::int64_t v : f.read_ints("/labels")) {
+    DIT_CHECK(v >= 0 && v < 1000000, path, ": labels holds ", v, ", expected a class index >= 0");
+    out.labels.push_back(int(v));
+  }
+  return out;
 }
 
 }  // namespace dit

@@ -40,7 +40,7 @@ expect_fail "global_batch = 18 is not divisible" "${D[@]}" --tp 1 --pp 1 --globa
 mkdir -p "$SCRATCH/exists" && echo keep > "$SCRATCH/exists/notes.txt"
 expect_fail "run folder .*exists already exists" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/exists"
 [[ $(cat "$SCRATCH/exists/notes.txt") == keep ]] || fail "the existing run folder was touched"
-expect_fail "sample: give exactly one of --run DIR or --weights FILE" sample --out "$SCRATCH/x.png"
+expect_fail "give exactly one of --run DIR or --weights FILE" sample --out "$SCRATCH/x.png"
 # Sizes that cannot fit are refused at once, naming the setting, before anything is allocated.
 quick_fail() {  # quick_fail REGEX ARGS...: as expect_fail, and within 15 s
   local t0=$SECONDS
