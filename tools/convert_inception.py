@@ -90,6 +90,8 @@ def main():
     p.add_argument("source", help="PyTorch state dict of the FID Inception-V3 (.pth)")
     p.add_argument("out", help="HDF5 file to write")
     a = p.parse_args()
+    if not os.path.isfile(a.source):
+        sys.exit(f"convert_inception: {a.source}: no such file; expected the FID Inception-V3 state dict (.pth)")
     n = convert(a.source, a.out)
     print(f"wrote {a.out}: {n} tensors")
 
