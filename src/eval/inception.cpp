@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kFormat = "dit_mp inception-v3 fid";
 constexpr std::int64_t kVersion = 1;
 constexpr double kBatchNormEps = 1e-3;
-constexpr const char* kRemedy = "convert the PyTorch state dict with tools/convert_inception.py (see docs/inception.md)";
+constexpr const char* kRemedy =
+    "convert the PyTorch state dict with tools/convert_inception.py (see docs/inception.md)";
 
 // ---- the convolution table -------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ struct Taps {
 
 Taps taps(int in, int out) {
   Taps t;
-  t.i0.resize(std::size_t(out)), t.i1.resize(std::size_t(out)), t.w0.resize(std::size_t(out)), t.w1.resize(std::size_t(out));
+  const std::size_t n = std::size_t(out);
+  t.i0.resize(n), t.i1.resize(n), t.w0.resize(n), t.w1.resize(n);
   const float scale = static_cast<float>(in) / static_cast<float>(out);
   for (int o = 0; o < out; ++o) {
     const std::size_t k = std::size_t(o);

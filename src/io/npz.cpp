@@ -138,16 +138,21 @@ std::vector<unsigned char> extract(const Bytes& b, const Member& m, const std::s
     std::uint64_t in_left = m.compressed;
     int rc = Z_OK;
     while (rc == Z_OK) {  // zlib counts in 32 bits: feed and drain in pieces; no progress ends it
-      if (z.avail_in == 0 && in_left > 0) z.avail_in = uInt(std::min<std::uint64_t>(in_left, 1u << 30)), in_left -= z.avail_in;
+      if (z.avail_in == 0 && in_left > 0) {
+        z.avail_in = uInt(std::min<std::uint64_t>(in_left, 1u << 30));
+        in_left -= z.avail_in;
+      }
       if (z.avail_out == 0) z.avail_out = uInt(std::min<std::uint64_t>(m.size - z.total_out, 1u << 30));
       rc = inflate(&z, Z_NO_FLUSH);
     }
     const std::uint64_t out_done = z.total_out;
     inflateEnd(&z);
-    DIT_CHECK(rc == Z_STREAM_END && out_done == m.size, where, ": damaged .npz (the compressed data does not inflate to ",
+    DIT_CHECK(rc == Z_STREAM_END && out_done == m.size, where,
+              ": damaged .npz (the compressed data does not inflate to ",
               m.size, " bytes)");
   } else {
-    DIT_FAIL(where, " uses zip compression method ", m.method, "; expected stored (np.savez) or deflate (np.savez_compressed)");
+    DIT_FAIL(where, " uses zip compression method ", m.method,
+             "; expected stored (np.savez) or deflate (np.savez_compressed)");
   }
   const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), out.data(), out.size());
   DIT_CHECK(crc == m.crc, where, ": damaged .npz (CRC-32 mismatch)");
@@ -176,7 +181,8 @@ std::vector<std::int64_t> parse_shape(const std::string& text, const std::string
   while (p < text.size()) {
     while (p < text.size() && (text[p] == ' ' || text[p] == ',' || text[p] == ')')) ++p;
     if (p >= text.size()) break;
-    DIT_CHECK(std::isdigit(static_cast<unsigned char>(text[p])), where, ": malformed shape ", text, " in the .npy header");
+    DIT_CHECK(std::isdigit(static_cast<unsigned char>(text[p])), where, ": malformed shape ", text,
+              " in the .npy header");
     std::int64_t v = 0;
     while (p < text.size() && std::isdigit(static_cast<unsigned char>(text[p]))) {
       DIT_CHECK(v < (std::int64_t(1) << 40), where, ": implausible shape ", text);

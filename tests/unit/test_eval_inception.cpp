@@ -37,7 +37,10 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
 
 double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
   double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
   return std::sqrt(num / den);
 }
 
@@ -113,7 +116,8 @@ TEST(ReferenceNpz, BadFilesGetOneLineNamingFileAndArray) {
                {"wrong_shape.npz", "'sigma' has shape (4, 3), expected (4, 4)"});
   expect_error([] { load_reference_npz(kNpz + "stored_f8.npz"); }, {"'mu' has shape (4,), expected (2048,)"});
   expect_error([] { load_reference_npz(kNpz + "integer_sigma.npz", 4); }, {"'sigma'", "<i8", "float32 or float64"});
-  expect_error([] { load_reference_npz(kNpz + "nan_sigma.npz", 4); }, {"nan_sigma.npz", "'sigma' holds NaN or Inf at [2, 1]"});
+  expect_error([] { load_reference_npz(kNpz + "nan_sigma.npz", 4); },
+               {"nan_sigma.npz", "'sigma' holds NaN or Inf at [2, 1]"});
   expect_error([] { load_reference_npz(kNpz + "nope.npz", 4); }, {"nope.npz", "cannot open"});
   expect_error([] { load_reference_npz(std::string(DIT_TEST_DATA) + "/dit_tiny_golden.h5", 4); },
                {"dit_tiny_golden.h5", "not a .npz"});
@@ -162,7 +166,9 @@ TEST(InceptionReference, FeaturesAndFidMatchPytorch) {
   const std::string dir = reference_dir(why);
   if (dir.empty()) GTEST_SKIP() << why;
   using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   const auto t0 = Clock::now();
   const InceptionV3 net = InceptionV3::load(dir + "/inception_random.h5");
   const h5::File ref = h5::File::open_read(dir + "/reference.h5");
