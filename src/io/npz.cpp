@@ -124,7 +124,9 @@ std::vector<unsigned char> extract(const Bytes& b, const Member& m, const std::s
   DIT_CHECK(b.le(at, 4, "local header") == kLocalHeader, where, ": damaged .npz (bad local header)");
   const std::uint64_t data = at + 30 + b.le(at + 26, 2, "local header") + b.le(at + 28, 2, "local header");
   b.need(data, m.compressed, ("array '" + key + "'").c_str());
-  DIT_CHECK(m.size < (std::uint64_t(1) << 36), where, " claims ", m.size, " bytes: implausibly large");
+  // Deflate expands at most ~1032:1, so a larger claimed size is damage (and is not allocated).
+  DIT_CHECK(m.size <= m.compressed * 1032 + 1024, where, ": damaged .npz (", m.compressed, " compressed bytes claim ",
+            m.size, ")");
   std::vector<unsigned char> out;
   if (m.method == 0) {
     DIT_CHECK(m.compressed == m.size, where, ": damaged .npz (stored sizes differ)");
@@ -212,10 +214,15 @@ Array parse_npy(const std::vector<unsigned char>& npy, const std::string& where)
                 (descr[3] == '4' || descr[3] == '8'),
             where, " holds dtype ", descr, "; expected float32 or float64");
   const std::size_t item = descr[3] == '4' ? 4 : 8;
+  const std::uint64_t bytes = npy.size() - start - header_len;
   std::int64_t n = 1;
-  for (std::int64_t d : a.shape) n *= d;
-  DIT_CHECK(npy.size() - start - header_len == std::uint64_t(n) * item, where, " has ", npy.size() - start - header_len,
-            " data bytes for shape ", a.shape_text(), " of ", descr, " (", std::uint64_t(n) * item, " expected)");
+  for (std::int64_t d : a.shape) {  // bounded by the bytes present, so the product cannot overflow
+    DIT_CHECK(d == 0 || std::uint64_t(n) <= bytes / std::uint64_t(d), where, " has ", bytes,
+              " data bytes, too few for shape ", a.shape_text());
+    n *= d;
+  }
+  DIT_CHECK(bytes == std::uint64_t(n) * item, where, " has ", bytes, " data bytes for shape ", a.shape_text(), " of ",
+            descr, " (", std::uint64_t(n) * item, " expected)");
   const unsigned char* data = npy.data() + start + header_len;
   const bool big = descr[1] == '>';
   std::vector<double> v(static_cast<std::size_t>(n));
