@@ -2,7 +2,7 @@
 // record, zip64 included) gives each member's sizes and method; np.savez stores members
 // (method 0) and np.savez_compressed deflates them (method 8, inflated here with zlib). The sizes
 // in the central directory are used, not the local headers': numpy's writer leaves 0xFFFFFFFF in
-// the local headers of its zip64 members.
+// the local headers of its zip64 members. Only the directory and the requested member are read.
 #include "io/npz.h"
 
 #include <zlib.h>
@@ -11,7 +11,6 @@
 #include <cctype>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 #include "core/error.h"
 
@@ -23,33 +22,53 @@ constexpr std::uint32_t kEndOfDirectory = 0x06054b50, kZip64End = 0x06064b50, kZ
 constexpr std::uint32_t kDirectoryEntry = 0x02014b50, kLocalHeader = 0x04034b50;
 constexpr std::uint32_t kMax32 = 0xFFFFFFFFu;
 
-// The whole archive in memory with bounds-checked little-endian reads; an out-of-range read is
-// a truncated or damaged file.
+// A window of the archive in memory, addressed by file offsets, with bounds-checked little-endian
+// reads; an out-of-range read is a truncated or damaged file.
 struct Bytes {
   std::string path;
+  std::uint64_t file_size = 0, base = 0;
   std::vector<unsigned char> data;
-  std::uint64_t size() const { return data.size(); }
   void need(std::uint64_t at, std::uint64_t n, const char* what) const {
-    DIT_CHECK(at <= size() && n <= size() - at, path, ": truncated or damaged .npz (", what, " at byte ", at,
-              " runs past the end of the ", size(), "-byte file)");
+    DIT_CHECK(at >= base && at - base <= data.size() && n <= data.size() - (at - base), path,
+              ": truncated or damaged .npz (", what, " at byte ", at, " runs past the end of the ", file_size,
+              "-byte file or its zip directory)");
   }
   std::uint64_t le(std::uint64_t at, int bytes, const char* what) const {
     need(at, std::uint64_t(bytes), what);
     std::uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | data[at + std::uint64_t(i)];
+    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | data[at - base + std::uint64_t(i)];
     return v;
   }
+  const unsigned char* at(std::uint64_t offset) const { return data.data() + (offset - base); }
 };
 
-Bytes load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DIT_CHECK(in.good(), path, ": cannot open (missing or unreadable); expected a .npz of mu and sigma");
-  Bytes b;
-  b.path = path;
-  b.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  DIT_CHECK(!in.bad(), path, ": read error");
-  return b;
-}
+// The open archive. Only the zip directory and the requested member are read: published reference
+// batches can hold gigabytes of images next to their mu and sigma.
+class Archive {
+ public:
+  explicit Archive(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    DIT_CHECK(in_.good(), path, ": cannot open (missing or unreadable); expected a .npz of mu and sigma");
+    in_.seekg(0, std::ios::end);
+    size_ = std::uint64_t(in_.tellg());
+  }
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }
+  Bytes window(std::uint64_t at, std::uint64_t n, const char* what) {
+    Bytes b{path_, size_, at, {}};
+    DIT_CHECK(at <= size_ && n <= size_ - at, path_, ": truncated or damaged .npz (", what, " at byte ", at,
+              " runs past the end of the ", size_, "-byte file)");
+    b.data.resize(n);
+    in_.seekg(std::streamoff(at));
+    in_.read(reinterpret_cast<char*>(b.data.data()), std::streamsize(n));
+    DIT_CHECK(in_.good(), path_, ": read error at byte ", at);
+    return b;
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+};
 
 struct Member {
   std::string name;
@@ -73,26 +92,38 @@ void apply_zip64(const Bytes& b, std::uint64_t extra, std::uint64_t extra_len, M
   }
 }
 
-std::vector<Member> directory(const Bytes& b) {
-  DIT_CHECK(b.size() >= 22, b.path, ": not a .npz archive (", b.size(), " bytes, too short for a zip file)");
-  // The end record is the last 22 bytes unless an archive comment (at most 65535 bytes) follows.
-  std::uint64_t end = b.size() - 22;
-  const std::uint64_t stop = b.size() > 22 + 65535 ? b.size() - 22 - 65535 : 0;
-  while (b.le(end, 4, "end record") != kEndOfDirectory) {
-    DIT_CHECK(end > stop, b.path, ": not a .npz archive (no zip end-of-directory record; truncated or not a zip)");
+// The central directory: its place from the end record (the last 22 bytes unless an archive
+// comment of at most 65535 bytes follows; zip64 records when the counts overflow).
+Bytes central_directory(Archive& a, std::uint64_t& count) {
+  DIT_CHECK(a.size() >= 22, a.path(), ": not a .npz archive (", a.size(), " bytes, too short for a zip file)");
+  const std::uint64_t tail_len = std::min<std::uint64_t>(a.size(), 22 + 65535 + 20);
+  const Bytes tail = a.window(a.size() - tail_len, tail_len, "end record");
+  std::uint64_t end = a.size() - 22;
+  while (tail.le(end, 4, "end record") != kEndOfDirectory) {
+    DIT_CHECK(end > tail.base, a.path(),
+              ": not a .npz archive (no zip end-of-directory record; truncated or not a zip)");
     --end;
   }
-  std::uint64_t count = b.le(end + 10, 2, "end record"), offset = b.le(end + 16, 4, "end record");
-  if ((count == 0xFFFF || offset == kMax32) && end >= 20 && b.le(end - 20, 4, "zip64 locator") == kZip64Locator) {
-    const std::uint64_t z = b.le(end - 20 + 8, 8, "zip64 locator");
-    DIT_CHECK(b.le(z, 4, "zip64 end record") == kZip64End, b.path, ": damaged .npz (bad zip64 end record)");
-    count = b.le(z + 32, 8, "zip64 end record");
-    offset = b.le(z + 48, 8, "zip64 end record");
+  count = tail.le(end + 10, 2, "end record");
+  std::uint64_t bytes = tail.le(end + 12, 4, "end record"), offset = tail.le(end + 16, 4, "end record");
+  if ((count == 0xFFFF || bytes == kMax32 || offset == kMax32) && end >= tail.base + 20 &&
+      tail.le(end - 20, 4, "zip64 locator") == kZip64Locator) {
+    const Bytes z = a.window(tail.le(end - 20 + 8, 8, "zip64 locator"), 56, "zip64 end record");
+    DIT_CHECK(z.le(z.base, 4, "zip64 end record") == kZip64End, a.path(), ": damaged .npz (bad zip64 end record)");
+    count = z.le(z.base + 32, 8, "zip64 end record");
+    bytes = z.le(z.base + 40, 8, "zip64 end record");
+    offset = z.le(z.base + 48, 8, "zip64 end record");
   }
+  return a.window(offset, bytes, "zip directory");
+}
+
+std::vector<Member> directory(Archive& a) {
+  std::uint64_t count = 0;
+  const Bytes b = central_directory(a, count);
   std::vector<Member> members;
-  std::uint64_t at = offset;
+  std::uint64_t at = b.base;
   for (std::uint64_t i = 0; i < count; ++i) {
-    DIT_CHECK(b.le(at, 4, "directory entry") == kDirectoryEntry, b.path, ": damaged .npz (directory entry ", i,
+    DIT_CHECK(b.le(at, 4, "directory entry") == kDirectoryEntry, a.path(), ": damaged .npz (directory entry ", i,
               " at byte ", at, " has a bad signature)");
     Member m;
     m.flags = std::uint32_t(b.le(at + 8, 2, "directory entry"));
@@ -100,11 +131,12 @@ std::vector<Member> directory(const Bytes& b) {
     m.crc = std::uint32_t(b.le(at + 16, 4, "directory entry"));
     m.compressed = b.le(at + 20, 4, "directory entry");
     m.size = b.le(at + 24, 4, "directory entry");
-    const std::uint64_t name_len = b.le(at + 28, 2, "directory entry"), extra_len = b.le(at + 30, 2, "directory entry");
+    const std::uint64_t name_len = b.le(at + 28, 2, "directory entry");
+    const std::uint64_t extra_len = b.le(at + 30, 2, "directory entry");
     const std::uint64_t comment_len = b.le(at + 32, 2, "directory entry");
     m.local_offset = b.le(at + 42, 4, "directory entry");
     b.need(at + 46, name_len + extra_len, "member name");
-    m.name.assign(reinterpret_cast<const char*>(b.data.data() + at + 46), name_len);
+    m.name.assign(reinterpret_cast<const char*>(b.at(at + 46)), name_len);
     apply_zip64(b, at + 46 + name_len, extra_len, m);
     members.push_back(m);
     at += 46 + name_len + extra_len + comment_len;
@@ -117,25 +149,26 @@ std::string key_of(const std::string& member) {
 }
 
 // The member's bytes, inflated if deflated, with the CRC-32 checked.
-std::vector<unsigned char> extract(const Bytes& b, const Member& m, const std::string& key) {
-  const std::string where = b.path + ": array '" + key + "'";
+std::vector<unsigned char> extract(Archive& a, const Member& m, const std::string& key) {
+  const std::string where = a.path() + ": array '" + key + "'";
   DIT_CHECK(!(m.flags & 1), where, " is encrypted; expected a plain .npz");
-  const std::uint64_t at = m.local_offset;
-  DIT_CHECK(b.le(at, 4, "local header") == kLocalHeader, where, ": damaged .npz (bad local header)");
-  const std::uint64_t data = at + 30 + b.le(at + 26, 2, "local header") + b.le(at + 28, 2, "local header");
-  b.need(data, m.compressed, ("array '" + key + "'").c_str());
+  const Bytes header = a.window(m.local_offset, 30, "local header");
+  DIT_CHECK(header.le(m.local_offset, 4, "local header") == kLocalHeader, where, ": damaged .npz (bad local header)");
+  const std::uint64_t data = m.local_offset + 30 + header.le(m.local_offset + 26, 2, "local header") +
+                             header.le(m.local_offset + 28, 2, "local header");
+  const Bytes payload = a.window(data, m.compressed, ("array '" + key + "'").c_str());
   // Deflate expands at most ~1032:1, so a larger claimed size is damage (and is not allocated).
   DIT_CHECK(m.size <= m.compressed * 1032 + 1024, where, ": damaged .npz (", m.compressed, " compressed bytes claim ",
             m.size, ")");
   std::vector<unsigned char> out;
   if (m.method == 0) {
     DIT_CHECK(m.compressed == m.size, where, ": damaged .npz (stored sizes differ)");
-    out.assign(b.data.begin() + std::ptrdiff_t(data), b.data.begin() + std::ptrdiff_t(data + m.size));
+    out = payload.data;
   } else if (m.method == 8) {
     out.resize(m.size);
     z_stream z{};
     DIT_CHECK(inflateInit2(&z, -MAX_WBITS) == Z_OK, where, ": zlib cannot start inflating");
-    z.next_in = const_cast<unsigned char*>(b.data.data() + data);
+    z.next_in = const_cast<unsigned char*>(payload.data.data());
     z.next_out = out.data();
     std::uint64_t in_left = m.compressed;
     int rc = Z_OK;
@@ -266,16 +299,17 @@ std::string Array::shape_text() const {
 
 std::vector<std::string> keys(const std::string& path) {
   std::vector<std::string> out;
-  for (const Member& m : directory(load(path))) out.push_back(key_of(m.name));
+  Archive a(path);
+  for (const Member& m : directory(a)) out.push_back(key_of(m.name));
   return out;
 }
 
 Array read(const std::string& path, const std::string& key) {
-  const Bytes b = load(path);
-  const std::vector<Member> members = directory(b);
+  Archive a(path);
+  const std::vector<Member> members = directory(a);
   std::string have;
   for (const Member& m : members) {
-    if (key_of(m.name) == key) return parse_npy(extract(b, m, key), path + ": array '" + key + "'");
+    if (key_of(m.name) == key) return parse_npy(extract(a, m, key), path + ": array '" + key + "'");
     have += (have.empty() ? "" : ", ") + key_of(m.name);
   }
   DIT_FAIL(path, ": no array '", key, "' in the .npz (it holds: ", have.empty() ? "nothing" : have, ")");
