@@ -5,12 +5,7 @@
 # complete state dict (here wrapped in {"state_dict": ...}) converts into a sealed file. The unit
 # test InceptionReference.* loads converted files and checks the numbers.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3
-TOOLS=$(cd "$(dirname "$0")/../../tools" && pwd)
-if ! $PY -c "import torch, h5py" 2>/dev/null; then
-  echo "SKIP: $PY lacks torch or h5py (install python3-torch python3-h5py)"
-  exit 0
-fi
+python_tools_or_skip
 cd "$SCRATCH"
 $PY - "$TOOLS" <<'PY'
 import collections, sys, torch

@@ -17,6 +17,7 @@
 #include "eval/inception_ops.h"
 #include "io/h5.h"
 #include "io/npz.h"
+#include "reference_ops.h"
 
 namespace dit::eval {
 namespace {
@@ -33,15 +34,6 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
     const std::string what = e.what();
     for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
   }
-}
-
-double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 TEST(InceptionOps, ResizeMatchesPytorchBilinear) {
@@ -184,7 +176,7 @@ TEST(InceptionReference, FeaturesAndFidMatchPytorch) {
                                          int(xb.shape[2]), int(xb.shape[3]));
   const double features_s = seconds_since(t1);
   const auto t2 = Clock::now();
-  const double err_a = rel_l2(ga.data, fa.values), err_b = rel_l2(gb.data, fb.values);
+  const double err_a = ref::rel_l2(ga.data, fa.values), err_b = ref::rel_l2(gb.data, fb.values);
   double rms = 0;
   for (double v : fa.values) rms += v * v;
   EXPECT_GT(rms, 1e-3 * double(fa.values.size()));  // the features carry signal
