@@ -5,6 +5,7 @@
 // last E block max-pools). tools/torch_inception.py is the PyTorch twin that the test compares with.
 #include "eval/inception.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
