@@ -15,10 +15,11 @@ PACKAGES=(
   python3 python3-matplotlib   # benchmarks/scaling/study.py: the scaling-study driver and its plots
 )
 # Python side: tools/dit_checkpoint.py (official .pt weights in and out), the PyTorch reference
-# DiT and its tests, and tools/plot_run.py (matplotlib). DIT_WITH_PYTHON=0 skips them (those tests
-# then print why they skip).
+# DiT and its tests, tools/plot_run.py (matplotlib), and the Inception-V3 FID reference check
+# (tools/inception_reference.py: scipy's sqrtm, as the community's FID code computes it).
+# DIT_WITH_PYTHON=0 skips them (those tests then print why they skip).
 if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
-  PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib)
+  PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib python3-scipy)
 fi
 # scripts/fuzz.sh: clang with libFuzzer and its OpenMP runtime. DIT_WITH_FUZZ=0 skips them (CI's
 # fuzz tests then use the deterministic driver, which needs nothing more).

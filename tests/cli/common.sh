@@ -18,6 +18,17 @@ TINY=(--set model.hidden_size=64 --set model.depth=2 --set model.num_heads=4 --s
       --set train.global_batch=16 --set train.micro_batch=2 --set train.warmup=0 --set train.lr=2e-3
       --set sample.num_steps=4 --set sample.per_class=2)
 
+# The tests of the python tools: PY (Debian's python3, which has PyTorch and h5py) and TOOLS; without
+# them the test prints why and ends as passed, skipped.
+python_tools_or_skip() {
+  PY=/usr/bin/python3
+  TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../tools" && pwd)
+  if ! $PY -c "import torch, h5py" 2>/dev/null; then
+    echo "SKIP: $PY lacks torch or h5py (install python3-torch python3-h5py)"
+    exit 0
+  fi
+}
+
 fail() {
   echo "FAIL: $*" >&2
   exit 1

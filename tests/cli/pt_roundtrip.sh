@@ -4,12 +4,7 @@
 # (golden-style relative error <= 1e-5), and exported back to a state dict that the official
 # architecture loads strictly, tensor for tensor; a sharded checkpoint exports the same way.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3
-TOOLS=$(cd "$(dirname "$0")/../../tools" && pwd)
-if ! $PY -c "import torch, h5py" 2>/dev/null; then
-  echo "SKIP: $PY lacks torch or h5py (install python3-torch python3-h5py)"
-  exit 0
-fi
+python_tools_or_skip
 cd "$SCRATCH"
 # 1. A model of the official architecture with weights off the zero init, saved as official .pt.
 $PY - "$TOOLS" <<'PY'

@@ -3,12 +3,7 @@
 # refused by tools/dit_checkpoint.py import and tools/make_golden.py with one line on stderr, and
 # the file is never created; a plain state dict still imports.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3
-TOOLS=$(cd "$(dirname "$0")/../../tools" && pwd)
-if ! $PY -c "import torch, h5py" 2>/dev/null; then
-  echo "SKIP: $PY lacks torch or h5py (install python3-torch python3-h5py)"
-  exit 0
-fi
+python_tools_or_skip
 cd "$SCRATCH"
 $PY - "$SCRATCH/pwned" <<'PY'
 import sys, torch
