@@ -10,6 +10,7 @@
 
 #include "app/collective.h"
 #include "core/error.h"
+#include "eval/inception.h"
 #include "eval/metrics.h"
 #include "io/h5_dataset.h"
 #include "io/prepare.h"
@@ -66,7 +67,7 @@ EvalPaths eval_paths(const RunConfig& cfg) {
   return p;
 }
 
-void prepare_evaluation(const EvalPaths& paths, const std::string& prepare) {
+void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, const eval::ClassifierTraining& how) {
   if (!fs::exists(paths.train_data) && prepare == "fashion-mnist") {
     std::printf("preparing Fashion-MNIST (train) into %s\n", paths.train_data.c_str());
     if (fs::path(paths.train_data).has_parent_path()) fs::create_directories(fs::path(paths.train_data).parent_path());
@@ -87,7 +88,7 @@ void prepare_evaluation(const EvalPaths& paths, const std::string& prepare) {
   const eval::ImageSet test = load_pixels(paths.reference, "reference set");
   const H5Dataset meta(paths.train_data);
   eval::Classifier net(train.c, train.h, train.w, meta.num_classes(), 0);
-  const double acc = net.train(train, test, {});
+  const double acc = net.train(train, test, how);
   net.save(paths.classifier, paths.train_data);
   std::printf("classifier test accuracy %.2f%% on %s\n", 100 * acc, paths.reference.c_str());
 }
@@ -198,8 +199,41 @@ std::string quality_json(const QualityReport& r) {
   return os.str();
 }
 
+namespace {
+
+void write_json_file(const std::string& path, const std::string& json) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json << "\n";
+    DIT_CHECK(out.good(), "cannot write ", path);
+  }
+  fs::rename(tmp, path);
+  std::printf("wrote %s\n", path.c_str());
+}
+
+// FID in Inception-V3 pool features against a .npz of reference mu/sigma. Latent samples must be
+// decoded to pictures first: the network takes 1 or 3 channel images in [-1, 1].
+std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& images) {
+  DIT_CHECK(images.c == 1 || images.c == 3, "--inception: samples have ", images.c,
+            " channels; Inception takes pictures (1 or 3 channels): decode latent samples with the VAE first");
+  const eval::Gaussian ref = eval::load_reference_npz(opt.reference_stats);
+  const eval::Features f =
+      eval::inception_features(opt.inception, images.pixels, int(images.n), images.c, images.h, images.w);
+  const double fid = eval::frechet_distance(eval::fit_gaussian(f), ref);
+  std::printf("FID %.4f in Inception-V3 pool features (%d-d) of %lld samples against %s\n", fid,
+              eval::kInceptionFeatures, static_cast<long long>(images.n), opt.reference_stats.c_str());
+  char b[128];
+  std::snprintf(b, sizeof b, "{\"feature_space\": \"inception-v3\", \"n\": %lld, \"fid\": %.8g, ",
+                static_cast<long long>(images.n), fid);
+  return std::string(b) + "\"reference_stats\": \"" + opt.reference_stats + "\"}";
+}
+
+}  // namespace
+
 int run_evaluate(const EvaluateOptions& opt) {
   const bool from_weights = !opt.sample.run_dir.empty() || !opt.sample.weights.empty();
+  const bool inception = !opt.inception.empty() || !opt.reference_stats.empty();
   RunConfig cfg = RunConfig::demo();
   EvalPaths paths;
   collective_check([&] {
@@ -214,9 +248,20 @@ int run_evaluate(const EvaluateOptions& opt) {
     if (!opt.reference.empty()) paths.reference = opt.reference;
     if (!opt.classifier.empty()) paths.classifier = opt.classifier;
     if (!opt.train_data.empty()) paths.train_data = opt.train_data;
+    if (inception) {
+      DIT_CHECK(!opt.inception.empty() && !opt.reference_stats.empty(),
+                "evaluate: --inception FILE.h5 and --reference-stats FILE.npz go together");
+      DIT_CHECK(fs::is_regular_file(opt.inception), "--inception ", opt.inception, ": no such file");
+      DIT_CHECK(fs::is_regular_file(opt.reference_stats), "--reference-stats ", opt.reference_stats, ": no such file");
+      return;
+    }
     if (world_rank() != 0) return;
     if (opt.train_classifier && fs::exists(paths.classifier)) fs::remove(paths.classifier);
-    prepare_evaluation(paths, opt.reference.empty() && opt.train_data.empty() ? cfg.data.prepare : "none");
+    DIT_CHECK(opt.classifier_epochs >= 1 && opt.classifier_epochs <= 1000, "--classifier-epochs ",
+              opt.classifier_epochs, ": expected 1 to 1000");
+    eval::ClassifierTraining how;
+    how.epochs = opt.classifier_epochs;
+    prepare_evaluation(paths, opt.reference.empty() && opt.train_data.empty() ? cfg.data.prepare : "none", how);
   });
   if (!from_weights && opt.samples_file.empty()) return 0;  // --train-classifier alone
   eval::ImageSet images;
@@ -238,21 +283,18 @@ int run_evaluate(const EvaluateOptions& opt) {
     } else if (!opt.samples_out.empty()) {
       write_samples_h5(opt.samples_out, images.pixels, images.labels, images.c, images.h, images.w);
     }
-    const QualityJudge judge(paths);
-    const QualityReport r = judge.judge(images);
-    std::printf("%s", quality_table(r).c_str());
     std::string json = opt.json;
     if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
-    if (!json.empty()) {
-      const std::string tmp = json + ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << quality_json(r) << "\n";
-        DIT_CHECK(out.good(), "cannot write ", json);
-      }
-      fs::rename(tmp, json);
-      std::printf("wrote %s\n", json.c_str());
+    std::string result;
+    if (inception) {
+      result = inception_fid(opt, images);
+    } else {
+      const QualityJudge judge(paths);
+      const QualityReport r = judge.judge(images);
+      std::printf("%s", quality_table(r).c_str());
+      result = quality_json(r);
     }
+    if (!json.empty()) write_json_file(json, result);
   });
   return 0;
 }

@@ -28,7 +28,8 @@ EvalPaths eval_paths(const RunConfig& cfg);
 // Rank 0's work before judging: prepares a missing Fashion-MNIST test split when `prepare` is
 // "fashion-mnist", and trains and saves the classifier when its file is missing (a few minutes
 // once; each epoch prints a line). Throws one line naming a missing or unusable file.
-void prepare_evaluation(const EvalPaths& paths, const std::string& prepare);
+void prepare_evaluation(const EvalPaths& paths, const std::string& prepare,
+                        const eval::ClassifierTraining& how = {});
 
 struct SetQuality {
   std::int64_t n = 0;
@@ -65,8 +66,12 @@ struct EvaluateOptions {
   std::string config;        // a TOML config naming data.path and [eval] (default: the run's, or the demo's)
   std::string reference, classifier, train_data;  // override the config's
   bool train_classifier = false;  // (re)train the classifier first, even if its file exists
+  int classifier_epochs = eval::ClassifierTraining{}.epochs;
   std::string json;          // where to write the result (default: <run>/eval.json, or none)
   std::string samples_out;   // also write the drawn samples here (HDF5)
+  // ImageNet-scale runs: FID in Inception-V3 pool features (tools/convert_inception.py makes the
+  // weights file) against published reference statistics (a .npz of mu and sigma).
+  std::string inception, reference_stats;
 };
 
 int run_evaluate(const EvaluateOptions& opt);

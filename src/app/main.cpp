@@ -191,8 +191,13 @@ int run(int argc, char** argv) {
   evaluate->add_option("--classifier", eopt.classifier, "Classifier HDF5 (default: <data.path>_classifier.h5, trained when missing)");
   evaluate->add_option("--train-data", eopt.train_data, "Training dataset for the floor and the classifier (default: data.path)");
   evaluate->add_flag("--train-classifier", eopt.train_classifier, "Train the classifier (again) before evaluating");
+  evaluate->add_option("--classifier-epochs", eopt.classifier_epochs, "Epochs when training the classifier")
+      ->capture_default_str();
   evaluate->add_option("--json", eopt.json, "Write the result as JSON (default with --run: <run>/eval.json)");
   evaluate->add_option("--samples-out", eopt.samples_out, "Also write the drawn samples (HDF5)");
+  evaluate->add_option("--inception", eopt.inception,
+                       "Inception-V3 FID weights (HDF5, from tools/convert_inception.py): FID in its pool features");
+  evaluate->add_option("--reference-stats", eopt.reference_stats, "With --inception: reference mu/sigma (.npz)");
   evaluate->add_option("--classes", eval_classes, "Comma-separated classes (default: all)");
   evaluate->add_option("--per-class", eopt.sample.per_class, "Samples per class")->capture_default_str();
   evaluate->add_option("--steps", eopt.sample.steps, "Sampler steps")->capture_default_str();

@@ -27,6 +27,8 @@ fingerprint() {
 import json, sys
 d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+open(f"{d}.eval", "w").write("\n".join(json.dumps(r) for r in rows if "eval" in r) + "\n")
+rows = [r for r in rows if "eval" not in r]
 for key in ["loss", "vb", "lr", "mfu", "loss_scale"]:
     open(f"{d}.{key}", "w").write(" ".join(repr(r[key]) for r in rows) + "\n")
 open(f"{d}.rows", "w").write(f"{len(rows)}\n")
@@ -204,6 +206,22 @@ for kv in num_steps=3 sampler=\"ddpm\" cfg_scale=1.0 per_class=2 classes=[0,1] s
   run "s_${kv%%=*}" --set "sample.$kv"
   differs base "s_${kv%%=*}" samples "sample.${kv%%=*}"
 done
+
+# train.eval_every and [eval], with a classifier trained for one epoch on the same images
+"$DIT_MP" evaluate --train-classifier --train-data "$SCRATCH/fm_test.h5" --reference "$SCRATCH/fm_test.h5" \
+  --classifier "$SCRATCH/c.h5" --classifier-epochs 1 > "$SCRATCH/c.log" 2>&1 || { cat "$SCRATCH/c.log"; fail "classifier"; }
+EV=(--set train.eval_every=1 --set eval.classifier=\""$SCRATCH/c.h5"\" --set eval.reference=\""$SCRATCH/fm_test.h5"\"
+    --set eval.per_class=2 --set eval.num_steps=2)
+run ev "${EV[@]}"
+[[ $(grep -c '"eval"' "$SCRATCH/ev/metrics.jsonl") == 2 ]] || fail "train.eval_every=1 did not evaluate at steps 1 and 2"
+differs base ev eval train.eval_every
+run ev_pc "${EV[@]}" --set eval.per_class=3
+differs ev ev_pc eval eval.per_class
+run ev_steps "${EV[@]}" --set eval.num_steps=3
+differs ev ev_steps eval eval.num_steps
+refused "fm_test.h5: no /classifier group" "${EV[@]}" --set eval.classifier=\""$SCRATCH/fm_test.h5"\"
+refused "the reference set .*nowhere.h5 does not exist" "${EV[@]}" --set eval.reference=\""$SCRATCH/nowhere.h5"\" \
+  --set data.prepare=\"none\"
 
 # [run]
 [[ -s "$SCRATCH/base/model.h5" ]] || fail "run.dir: the run folder lacks model.h5"
