@@ -6,6 +6,8 @@
       the same for each run, plus one figure comparing them (default: comparison.png in the
       current folder): smoothed loss and images/s of every run on shared axes.
 
+quality.png (when the run measured sample quality, train.eval_every): FID against its real-data
+floor, and class accuracy, per evaluated step.
 loss.png: the loss and its two terms (MSE and the variational bound), raw (thin) and smoothed
 (an exponential moving average, thick), on a log scale. throughput.png: images/s and MFU per
 logged step. Each file is written under a temporary name and renamed, so a reader never sees half
@@ -23,7 +25,7 @@ def read_metrics(run_dir):
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(path):
         sys.exit(f"plot_run.py: {path} does not exist (is {run_dir} a dit_mp run folder?)")
-    rows = {}
+    rows, evals = {}, {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -33,10 +35,12 @@ def read_metrics(run_dir):
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"plot_run.py: {path}:{n}: not JSON ({e})")
-            rows[r["step"]] = r  # a resumed run rewrote later steps: the last row of a step counts
+            # A resumed run rewrote later steps: the last row of a step counts. Sample-quality
+            # rows ({"step", "eval"}) are kept apart.
+            (evals if "eval" in r else rows)[r["step"]] = r
     if not rows:
         sys.exit(f"plot_run.py: {path} has no rows yet")
-    return [rows[s] for s in sorted(rows)]
+    return [rows[s] for s in sorted(rows)], [evals[s] for s in sorted(evals)]
 
 
 def smooth(values, span):
@@ -76,6 +80,26 @@ def plot_loss(plt, rows, run_dir):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     save(fig, os.path.join(run_dir, "loss.png"))
+    plt.close(fig)
+
+
+def plot_quality(plt, evals, run_dir):
+    steps = [e["step"] for e in evals]
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    a1.plot(steps, [e["eval"]["samples"]["fid"] for e in evals], "o-", color="C0", label="samples")
+    a1.plot(steps, [e["eval"]["floor"]["fid"] for e in evals], "--", color="C7", label="real data (floor)")
+    a1.set_yscale("log")
+    a1.set_ylabel("FID (classifier features)")
+    a2.plot(steps, [100 * e["eval"]["samples"]["class_accuracy"] for e in evals], "o-", color="C2", label="samples")
+    a2.plot(steps, [100 * e["eval"]["floor"]["class_accuracy"] for e in evals], "--", color="C7",
+            label="real data")
+    a2.set_ylabel("class accuracy (%)")
+    a2.set_xlabel("step")
+    for a in (a1, a2):
+        a.grid(True, which="both", alpha=0.3)
+        a.legend()
+    a1.set_title(f"{os.path.basename(os.path.normpath(run_dir))}: sample quality")
+    save(fig, os.path.join(run_dir, "quality.png"))
     plt.close(fig)
 
 
@@ -125,7 +149,10 @@ def main():
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="dit_mp run folders (with metrics.jsonl)")
     p.add_argument("--out", default="comparison.png", help="the comparison figure (several runs only)")
     args = p.parse_args()
-    runs = [(d, read_metrics(d)) for d in args.runs]
+    runs, evals = [], {}
+    for d in args.runs:
+        rows, evals[d] = read_metrics(d)
+        runs.append((d, rows))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -138,6 +165,9 @@ def main():
         plot_loss(plt, rows, run_dir)
         plot_throughput(plt, rows, run_dir)
         print(f"wrote {os.path.join(run_dir, 'loss.png')} and {os.path.join(run_dir, 'throughput.png')}")
+        if evals[run_dir]:
+            plot_quality(plt, evals[run_dir], run_dir)
+            print(f"wrote {os.path.join(run_dir, 'quality.png')}")
     if len(runs) > 1:
         plot_comparison(plt, runs, args.out)
         print(f"wrote {args.out}")

@@ -50,6 +50,8 @@ $MPIRUN -n 2 "$DIT_MP" --tp 1 --pp 2 --steps 4 --data "$FM" --run-dir "$SCRATCH/
   { cat "$SCRATCH/train.txt"; fail "training with train.eval_every failed"; }
 [[ $(grep -c '"eval": {"samples"' "$SCRATCH/run/metrics.jsonl") == 2 ]] || fail "expected eval rows at steps 2 and 4"
 grep -q "eval step 4: FID" "$SCRATCH/train.txt" || fail "no eval line in the log"
+/usr/bin/python3 "$(dirname "$0")/../../tools/plot_run.py" "$SCRATCH/run" > "$SCRATCH/plot.txt" 2>&1 &&
+  [[ -s "$SCRATCH/run/quality.png" && -s "$SCRATCH/run/loss.png" ]] || { cat "$SCRATCH/plot.txt"; fail "plot_run.py"; }
 $MPIRUN -n 2 "$DIT_MP" evaluate --run "$SCRATCH/run" --per-class 3 --steps 3 --tp 2 "${EV[@]}" \
   > "$SCRATCH/eval_run.txt" 2>&1 || { cat "$SCRATCH/eval_run.txt"; fail "evaluate --run failed"; }
 grep -q "sampling 30 images: step 3/3 .*ETA" "$SCRATCH/eval_run.txt" || fail "no sampling progress with an ETA"
