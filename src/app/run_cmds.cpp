@@ -379,43 +379,38 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   double window_s = 0;
   std::int64_t window_steps = 0;
   StepStats st;
-  auto sample_grid = [&](const std::string& name) {
+  // The EMA's samples: per_class images of each of `classes` (all when empty), on every rank.
+  auto draw_ema = [&](const std::vector<int>& classes, int per_class, int num_steps, const std::string& what) {
     WatchPhase watch(ctx.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
     auto ema = ema_stage(*be, ctx, trainer);
     SampleRequest req;
-    req.labels = grid_labels(cfg.sample.classes, model.num_classes, cfg.sample.per_class);
-    req.num_steps = cfg.sample.num_steps;
+    req.labels = grid_labels(classes, model.num_classes, per_class);
+    req.num_steps = num_steps;
     req.sampler = cfg.sample.sampler;
     req.cfg_scale = cfg.sample.cfg_scale;
     req.cfg_official = cfg.sample.cfg_official;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
     req.progress = true;
-    const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (sample.per_class)",
-                                    [&] { return sample_images(*be, ctx, *ema, req); });
-    const std::string wrote = write_samples(model, samples, req.labels, cfg.sample.per_class, (paths.dir / name).string());
+    auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (" + what + ")",
+                              [&] { return sample_images(*be, ctx, *ema, req); });
+    return std::make_pair(std::move(samples), req.labels);
+  };
+  auto sample_grid = [&](const std::string& name) {
+    const auto [samples, labels] = draw_ema(cfg.sample.classes, cfg.sample.per_class, cfg.sample.num_steps,
+                                            "sample.per_class");
+    const std::string wrote = write_samples(model, samples, labels, cfg.sample.per_class, (paths.dir / name).string());
     if (ctx.world_rank == 0) console.line("wrote " + wrote);
   };
-  // Cheap settings ([eval]): the EMA samples per_class images of every class; rank 0 judges them.
+  // Cheap settings ([eval]): every class; rank 0 judges the samples.
   auto evaluate = [&](std::int64_t step) {
-    WatchPhase watch(ctx.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
-    auto ema = ema_stage(*be, ctx, trainer);
-    SampleRequest req;
-    req.labels = grid_labels({}, model.num_classes, cfg.eval.per_class);
-    req.num_steps = cfg.eval.num_steps;
-    req.sampler = cfg.sample.sampler;
-    req.cfg_scale = cfg.sample.cfg_scale;
-    req.cfg_official = cfg.sample.cfg_official;
-    req.diffusion_steps = cfg.diffusion.steps;
-    req.seed = cfg.sample.seed;
-    const auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (eval.per_class)",
-                                    [&] { return sample_images(*be, ctx, *ema, req); });
+    auto [samples, labels] = draw_ema({}, cfg.eval.per_class, cfg.eval.num_steps, "eval.per_class");
     if (ctx.world_rank != 0) return;
     eval::ImageSet set;
-    set.n = std::int64_t(req.labels.size());
+    set.n = std::int64_t(labels.size());
     set.c = model.in_channels, set.h = model.input_size, set.w = model.input_size;
-    set.pixels = samples;
-    set.labels = req.labels;
+    set.pixels = std::move(samples);
+    set.labels = std::move(labels);
     const QualityReport r = judge->judge(set);
     metrics.write_eval(step, quality_json(r));
     char text[256];
