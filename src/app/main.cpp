@@ -165,6 +165,8 @@ int run(int argc, char** argv) {
   sample->add_option("--weights", sopt.weights, "A weights HDF5 file (/config and /weights)");
   sample->add_option("--classes", classes, "Comma-separated class rows, e.g. 0,3,7 (default: all)");
   sample->add_option("--per-class", sopt.per_class, "Images per class row")->capture_default_str();
+  sample->add_option("--batch", sopt.batch, "Images sampled at once (split over data-parallel replicas)")
+      ->capture_default_str();
   sample->add_option("--steps", sopt.steps, "Sampler steps")->capture_default_str();
   sample->add_option("--sampler", sopt.sampler, "ddim or ddpm")->capture_default_str();
   sample->add_option("--cfg-scale", sopt.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();
@@ -200,6 +202,8 @@ int run(int argc, char** argv) {
   evaluate->add_option("--reference-stats", eopt.reference_stats, "With --inception: reference mu/sigma (.npz)");
   evaluate->add_option("--classes", eval_classes, "Comma-separated classes (default: all)");
   evaluate->add_option("--per-class", eopt.sample.per_class, "Samples per class")->capture_default_str();
+  evaluate->add_option("--batch", eopt.sample.batch, "Images sampled at once (split over data-parallel replicas)")
+      ->capture_default_str();
   evaluate->add_option("--steps", eopt.sample.steps, "Sampler steps")->capture_default_str();
   evaluate->add_option("--sampler", eopt.sample.sampler, "ddim or ddpm")->capture_default_str();
   evaluate->add_option("--cfg-scale", eopt.sample.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();

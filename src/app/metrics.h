@@ -49,13 +49,14 @@ class Progress {
  public:
   Progress(std::string what, std::int64_t total, bool enabled);
   void update(std::int64_t done);  // done of total; the last call (done == total) ends the bar
+  void advance() { update(++done_); }
 
  private:
   std::string what_;
   std::int64_t total_;
   bool enabled_, tty_;
   double start_s_;
-  std::int64_t next_line_ = 0;
+  std::int64_t next_line_ = 0, done_ = 0;
 };
 
 std::string format_bytes(double bytes);

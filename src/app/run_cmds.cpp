@@ -391,7 +391,9 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     req.cfg_official = cfg.sample.cfg_official;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
-    req.progress = true;
+    Progress progress("sampling " + std::to_string(req.labels.size()) + " images: step", num_steps,
+                      ctx.world_rank == 0);
+    req.progress = &progress;
     auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (" + what + ")",
                               [&] { return sample_images(*be, ctx, *ema, req); });
     return std::make_pair(std::move(samples), req.labels);
@@ -561,9 +563,11 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
               "--per-class in [1, 100000], 2 <= --steps <= ", diffusion_steps,
               " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
-    check_memory_fits(sampling_memory_need(model, layout, std::int64_t(opt.per_class) *
-                                                              (opt.classes.empty() ? model.num_classes : opt.classes.size())),
-                      ranks_per_node, "--per-class or --classes");
+    DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
+    const std::int64_t total =
+        std::int64_t(opt.per_class) * std::int64_t(opt.classes.empty() ? model.num_classes : opt.classes.size());
+    check_memory_fits(sampling_memory_need(model, layout, std::min<std::int64_t>(total, opt.batch)), ranks_per_node,
+                      "--batch");
     std::string why;
     DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
               " --precision ", opt.precision, ": ", why);
@@ -575,20 +579,31 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
   const auto stages = partition_stages(model, layout.pp);
   DiTStage stage(*be, model, stages[ctx.coord.pp], *ctx.tp, layout.dp);
   collective_check([&] { load_weights(weights, stage.params()); });  // every rank reads it: one message
-  SampleRequest req;
-  req.labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
-  req.num_steps = opt.steps;
-  req.sampler = opt.sampler;
-  req.cfg_scale = opt.cfg_scale;
-  req.cfg_official = opt.cfg_official;
-  req.diffusion_steps = diffusion_steps;
-  req.seed = opt.seed;
-  req.progress = true;
+  // Batches of at most opt.batch images; each draws the noise one call for all would (first_index).
+  const std::vector<int> labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
+  const std::int64_t total = std::int64_t(labels.size()), batches = (total + opt.batch - 1) / opt.batch;
+  Progress progress("sampling " + std::to_string(total) + " images" +
+                        (batches > 1 ? " in " + std::to_string(batches) + " batches" : "") + ": step",
+                    batches * opt.steps, ctx.world_rank == 0);
   SampledImages out;
   out.model = model;
-  out.samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class)",
-                           [&] { return sample_images(*be, ctx, stage, req); });
-  out.labels = req.labels;
+  out.labels = labels;
+  for (std::int64_t first = 0; first < total; first += opt.batch) {
+    SampleRequest req;
+    req.labels.assign(labels.begin() + first, labels.begin() + std::min(total, first + opt.batch));
+    req.num_steps = opt.steps;
+    req.sampler = opt.sampler;
+    req.cfg_scale = opt.cfg_scale;
+    req.cfg_official = opt.cfg_official;
+    req.diffusion_steps = diffusion_steps;
+    req.seed = opt.seed;
+    req.first_index = first;
+    req.progress = &progress;
+    const std::vector<float> part =
+        allocating("sampling " + std::to_string(req.labels.size()) + " images (--per-class, --batch)",
+                   [&] { return sample_images(*be, ctx, stage, req); });
+    out.samples.insert(out.samples.end(), part.begin(), part.end());
+  }
   return out;
 }
 

@@ -26,6 +26,7 @@ struct SampleOptions {
   std::string weights;     // a weights/golden HDF5 file with /config and /weights
   std::vector<int> classes;  // empty: every class
   int per_class = 8;
+  int batch = 1000;        // images sampled at once (split over the data-parallel replicas)
   int steps = 50;
   std::string sampler = "ddim";
   double cfg_scale = 4.0;

@@ -5,7 +5,6 @@
 
 #include "app/dit_pipeline.h"
 #include "app/gather.h"
-#include "app/metrics.h"
 #include "core/philox.h"
 #include "diffusion/sampling.h"
 #include "diffusion/schedule.h"
@@ -38,7 +37,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
 
   std::vector<double> x(static_cast<std::size_t>(n * per));
   for (std::int64_t i = 0; i < n; ++i) {
-    Philox rng(req.seed, RngPurpose::Sampler, 0, static_cast<std::uint64_t>(lo + i));
+    Philox rng(req.seed, RngPurpose::Sampler, 0, static_cast<std::uint64_t>(req.first_index + lo + i));
     for (std::int64_t j = 0; j < per; ++j) x[i * per + j] = rng.normal();
   }
   std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
@@ -53,8 +52,6 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
   std::vector<float> xin(static_cast<std::size_t>(rows * per));
   std::vector<float> tin(static_cast<std::size_t>(rows));
 
-  Progress progress("sampling " + std::to_string(total) + " images: step", sched.num_timesteps,
-                    req.progress && ctx.world_rank == 0);
   for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
     for (std::int64_t i = 0; i < rows; ++i) {
       std::copy(x.begin() + (i % n) * per, x.begin() + (i % n + 1) * per, xin.begin() + i * per);
@@ -91,7 +88,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
       std::vector<double> noise(x.size());
       for (std::int64_t i = 0; i < n; ++i) {
         Philox rng(req.seed, RngPurpose::Sampler, static_cast<std::uint64_t>(step + 1),
-                   static_cast<std::uint64_t>(lo + i));
+                   static_cast<std::uint64_t>(req.first_index + lo + i));
         for (std::int64_t j = 0; j < per; ++j) noise[i * per + j] = rng.normal();
       }
       x = req.sampler == "ddim"
@@ -102,7 +99,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
     std::vector<float> xf(x.begin(), x.end());
     ctx.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, ctx.layout.pp - 1);
     std::copy(xf.begin(), xf.end(), x.begin());
-    progress.update(sched.num_timesteps - step);
+    if (req.progress) req.progress->advance();
   }
   // Every rank gets all samples: each is owned by tp 0 of stage 0 in its dp replica.
   std::vector<float> all(static_cast<std::size_t>(total * per), 0.f);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/metrics.h"
 #include "layers/dit_stage.h"
 #include "parallel/grid.h"
 
@@ -21,7 +22,9 @@ struct SampleRequest {
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
   int diffusion_steps = 1000;
   std::uint64_t seed = 0;
-  bool progress = false;       // world rank 0 prints the sampler's progress with an ETA
+  std::int64_t first_index = 0;  // the first sample's index in the noise streams: batches of one
+                                 // request (labels[k] is sample first_index + k) draw what one call would
+  Progress* progress = nullptr;  // advanced once per sampler step (rank 0's prints; may be null)
 };
 
 // Returns the samples (N, C, H, W) on every rank. `stage` holds the weights to sample from
