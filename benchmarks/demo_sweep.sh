@@ -15,15 +15,19 @@ OUT=${1:-sweep_demo}
 shift || true
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 DIT_PLOTS=0
 
+# Overrides of the defaults (hidden 96, global batch 32, 8000 steps, lr 1.5e-3 cosine, warm-up 100).
 declare -A SETTINGS=(
   [defaults]=""
-  [old_1000_steps]="train.steps=1000 train.lr=1e-3 train.lr_schedule=\"constant\" train.warmup=50"
-  [constant_lr]="train.lr_schedule=\"constant\" train.lr=1e-3"
-  [lr_2e-3]="train.lr=2e-3"
-  [batch_32]="train.global_batch=32 train.steps=5000 train.lr=1.5e-3"
+  [old_defaults]="model.hidden_size=128 train.global_batch=64 train.steps=1000 train.lr=1e-3 train.lr_schedule=\"constant\" train.warmup=50"
+  [h128_b64]="model.hidden_size=128 train.global_batch=64 train.steps=2500 train.lr=2e-3"
+  [h128_b32]="model.hidden_size=128 train.steps=5000"
+  [h128_b16]="model.hidden_size=128 train.global_batch=16 train.micro_batch=4 train.lr=1e-3"
+  [h96_b64]="train.global_batch=64 train.steps=4500 train.lr=2e-3"
+  [h96_7000]="train.steps=7000"
+  [h64_b64]="model.hidden_size=64 train.global_batch=64 train.steps=6900 train.lr=2e-3"
 )
 names=("$@")
-((${#names[@]})) || names=(defaults old_1000_steps constant_lr lr_2e-3 batch_32)
+((${#names[@]})) || names=(defaults old_defaults h128_b64 h128_b32 h128_b16 h96_b64 h96_7000 h64_b64)
 mkdir -p "$OUT"
 [[ -f "$OUT/summary.tsv" ]] || printf "setting\ttrain_min\teval_min\tclass_acc\tfid\tfloor_fid\tprecision\trecall\n" > "$OUT/summary.tsv"
 for name in "${names[@]}"; do
