@@ -6,6 +6,7 @@
 #include <random>
 
 #include "eval/conv.h"
+#include "reference_ops.h"
 
 namespace dit::eval {
 namespace {
@@ -18,14 +19,7 @@ std::vector<float> random_vec(std::int64_t n, std::uint32_t seed) {
   return v;
 }
 
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using ref::rel_l2;
 
 // Index of input pixel (img, ci, y, x), or -1 outside the image (zero padding).
 std::int64_t in_at(const ConvShape& s, int img, int ci, int y, int x) {
