@@ -242,7 +242,11 @@ int run_evaluate(const EvaluateOptions& opt) {
               "evaluate: give one of --run DIR, --weights FILE or --samples FILE (or only --train-classifier)");
     DIT_CHECK(opt.sample.run_dir.empty() || opt.sample.weights.empty(), "evaluate: give --run or --weights, not both");
     std::string config = opt.config;
-    if (config.empty() && !opt.sample.run_dir.empty()) config = (fs::path(opt.sample.run_dir) / "config.toml").string();
+    if (config.empty() && !opt.sample.run_dir.empty()) {
+      config = (fs::path(opt.sample.run_dir) / "config.toml").string();
+      DIT_CHECK(fs::is_regular_file(config), "--run ", opt.sample.run_dir,
+                ": not a run folder (expected config.toml and ema.h5 in it)");
+    }
     if (!config.empty()) cfg = RunConfig::from_file(config);
     paths = eval_paths(cfg);
     if (!opt.reference.empty()) paths.reference = opt.reference;

@@ -65,6 +65,8 @@ expect_line() {  # expect_line REGEX ARGS...
   grep -q -- "$regex" "$SCRATCH/bad.txt" || { cat "$SCRATCH/bad.txt"; fail "expected '$regex' for: $*"; }
 }
 expect_line "give one of --run DIR, --weights FILE or --samples FILE"
+expect_line "--run $SCRATCH: not a run folder" --run "$SCRATCH"
+expect_line "--batch 0: expected 1 to 1000000" --run "$SCRATCH/run" --batch 0 "${EV[@]}"
 expect_line "missing.h5: cannot open" --samples "$SCRATCH/missing.h5" "${EV[@]}"
 expect_line "go together" --samples "$SCRATCH/real.h5" --inception "$SCRATCH/c.h5"
 /usr/bin/python3 -c "
