@@ -100,6 +100,7 @@ struct QualityJudge::State {
   eval::Features reference;
   eval::Gaussian reference_gaussian;
   std::vector<std::int64_t> reference_order;  // a fixed shuffle: the precision/recall subset
+  std::vector<std::vector<std::int64_t>> train_by_class;  // training rows per class, a fixed shuffle
 };
 
 QualityJudge::QualityJudge(const EvalPaths& paths) : s_(std::make_unique<State>()) {
@@ -113,6 +114,10 @@ QualityJudge::QualityJudge(const EvalPaths& paths) : s_(std::make_unique<State>(
   s_->reference = s_->net->classify(ref).features;
   s_->reference_gaussian = eval::fit_gaussian(s_->reference);
   s_->reference_order = permutation(s_->reference.n, 1);
+  s_->train_by_class.resize(s_->net->num_classes());
+  for (std::int64_t i : permutation(s_->train.n, 2))
+    if (s_->train.labels[i] >= 0 && s_->train.labels[i] < s_->net->num_classes())
+      s_->train_by_class[s_->train.labels[i]].push_back(i);
 }
 
 QualityJudge::~QualityJudge() = default;
@@ -149,8 +154,7 @@ QualityReport QualityJudge::judge(const eval::ImageSet& samples) const {
   r.samples = measure(samples);
   // The floor: for each sample, a real training image of its class (a fixed shuffle, no repeats
   // while the class has images left).
-  std::vector<std::vector<std::int64_t>> by_class(net.num_classes());
-  for (std::int64_t i : permutation(s_->train.n, 2)) by_class[s_->train.labels[i]].push_back(i);
+  const auto& by_class = s_->train_by_class;
   std::vector<std::size_t> used(net.num_classes(), 0);
   std::vector<std::int64_t> rows;
   for (int label : samples.labels) {
