@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the readers (TOML config, dataset, weights, checkpoint index, FID statistics .npz) with
+# Fuzzes the readers (TOML config, dataset, weights, checkpoint index, FID statistics .npz, samples) with
 # libFuzzer and AddressSanitizer: builds build-fuzz/ with clang (-DDIT_FUZZ=ON), runs each target for SECONDS
 # (default 60) from its corpus in tests/data/fuzz/<target>/, then merges the inputs that reach new
 # code back into that corpus (the text config corpus only, by default: the binary corpora stay
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(config dataset weights index npz)
+((${#targets[@]})) || targets=(config dataset weights index npz samples)
 command -v clang++ > /dev/null || { echo "fuzz.sh: clang++ not found (scripts/install_deps.sh installs it)"; exit 1; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDIT_FUZZ=ON -DDIT_CUDA=OFF -DDIT_BUILD_BENCHMARKS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-fuzz.cmake.log 2>&1 || { cat build-fuzz.cmake.log; exit 1; }

@@ -5,6 +5,26 @@
 
 namespace dit::h5 {
 
+namespace {
+
+// A dataset's declared size must be backed by bytes the file stores for it: one flipped byte in a
+// header can declare terabytes (or a dataset that was never written reads as fill values), and
+// reading would allocate all of it first (a virtual dataset's bytes are its sources'). Deflate, the only compression these files use, cannot
+// shrink data by more than about 1032:1.
+void check_stored(const std::string& path, const std::string& dataset, hid_t d, hid_t type,
+                  const Shape& shape) {
+  double declared = static_cast<double>(H5Tget_size(type));
+  for (int i = 0; i < shape.rank; ++i) declared *= static_cast<double>(shape.dims[i]);
+  if (declared == 0) return;
+  Handle dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (dcpl && H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) return;  // its bytes live in the source files
+  const double stored = static_cast<double>(H5Dget_storage_size(d));
+  DIT_CHECK(stored * 1100 >= declared, path, ": dataset '", dataset, "' declares shape ", shape.str(), " (",
+            declared, " bytes) but the file stores ", stored, " bytes of it: damaged, truncated or never written");
+}
+
+}  // namespace
+
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 File File::open_read(const std::string& path) {
@@ -80,6 +100,7 @@ Array File::read(const std::string& dataset) const {
   const H5T_class_t cls = H5Tget_class(type.get());
   DIT_CHECK(cls == H5T_FLOAT || cls == H5T_INTEGER, path_, ": dataset '", dataset,
             "' holds neither floats nor integers");
+  check_stored(path_, dataset, d.get(), type.get(), a.shape);
   constexpr std::int64_t kMaxElements = std::int64_t(1) << 34;  // 128 GiB of doubles
   DIT_CHECK(a.shape.numel() <= kMaxElements, path_, ": dataset '", dataset, "' of shape ",
             a.shape.str(), " is implausibly large");
@@ -101,7 +122,9 @@ std::vector<std::int64_t> File::read_ints(const std::string& dataset) const {
   Handle type(H5Dget_type(d.get()), H5Tclose);
   DIT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, path_, ": dataset '", dataset,
             "' must hold integers");
-  std::vector<std::int64_t> v(static_cast<std::size_t>(shape(dataset).numel()));
+  const Shape s = shape(dataset);
+  check_stored(path_, dataset, d.get(), type.get(), s);
+  std::vector<std::int64_t> v(static_cast<std::size_t>(s.numel()));
   DIT_H5_CHECK(H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), path_,
                " ", dataset);
   return v;

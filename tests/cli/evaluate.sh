@@ -75,4 +75,8 @@ with h5py.File(sys.argv[1], 'w') as g:
     g['samples'] = np.zeros((4, 3, 32, 32), np.float32); g['labels'] = np.zeros(4, np.int32)" "$SCRATCH/rgb.h5"
 expect_line "takes 1x32x32" --samples "$SCRATCH/rgb.h5" "${EV[@]}"
 expect_line "expected datasets 'samples'" --samples "$FM" "${EV[@]}"
+# A 1.6 KB file whose samples (2^31 values) were never written: refused before anything is
+# allocated (it used to take 24 GiB and the OOM killer).
+expect_line "declares shape (524288, 1, 64, 64) .* stores 0 bytes of it" \
+  --samples "$(dirname "$0")/../data/fuzz/samples/never_written_huge.h5" "${EV[@]}"
 echo "ok"
