@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -114,6 +115,32 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
   }
 }
 
+// The sampler options `sample` and `evaluate` share. Returns what reports, after parsing, which of
+// the run-overridable settings the command line gave (the others come from a --run's [sample]).
+std::function<dit::SampleOptions::Given()> add_sampler_options(CLI::App* cmd, dit::SampleOptions& o) {
+  const std::string run = " (with --run: the run's [sample])";
+  auto* steps = cmd->add_option("--steps", o.steps, "Sampler steps" + run)->capture_default_str();
+  auto* sampler = cmd->add_option("--sampler", o.sampler, "ddim or ddpm" + run)->capture_default_str();
+  auto* cfg = cmd->add_option("--cfg-scale", o.cfg_scale, "Classifier-free guidance scale, 1: none" + run)
+                  ->capture_default_str();
+  auto* official = cmd->add_flag("--cfg-official", o.cfg_official,
+                                 "Guide only the first 3 channels, as the official sampler" + run);
+  auto* tmin = cmd->add_option("--cfg-t-min", o.cfg_t_min, "Guide only at noise levels t/T >= this (0: clean)" + run)
+                   ->capture_default_str();
+  auto* tmax = cmd->add_option("--cfg-t-max", o.cfg_t_max, "Guide only at noise levels t/T <= this (1: noise)" + run)
+                   ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();
+  cmd->add_option("--pp", o.pp, "Pipeline stages")->capture_default_str();
+  cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--precision", o.precision, "fp32, bf16 or fp16 (storage of weights and activations)")
+      ->capture_default_str();
+  return [=] {
+    return dit::SampleOptions::Given{steps->count() > 0, sampler->count() > 0, cfg->count() > 0,
+                                     official->count() > 0, tmin->count() > 0, tmax->count() > 0};
+  };
+}
+
 bool pflags_has(const TrainFlags& f, const std::string& key) {
   for (const auto& s : f.sets)
     if (s.rfind(key + "=", 0) == 0) return true;
@@ -167,17 +194,8 @@ int run(int argc, char** argv) {
   sample->add_option("--per-class", sopt.per_class, "Images per class row")->capture_default_str();
   sample->add_option("--batch", sopt.batch, "Images sampled at once (split over data-parallel replicas)")
       ->capture_default_str();
-  sample->add_option("--steps", sopt.steps, "Sampler steps")->capture_default_str();
-  sample->add_option("--sampler", sopt.sampler, "ddim or ddpm")->capture_default_str();
-  sample->add_option("--cfg-scale", sopt.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();
-  sample->add_flag("--cfg-official", sopt.cfg_official, "Guide only the first 3 channels, as the official sampler");
-  sample->add_option("--seed", sopt.seed, "Sampling seed")->capture_default_str();
+  auto sample_given = add_sampler_options(sample, sopt);
   sample->add_option("--out", sopt.out, "Output PNG (raw samples go to the same name with .h5)")->capture_default_str();
-  sample->add_option("--tp", sopt.tp, "Tensor-parallel size")->capture_default_str();
-  sample->add_option("--pp", sopt.pp, "Pipeline stages")->capture_default_str();
-  sample->add_option("--backend", sopt.backend, "cpu or cuda")->capture_default_str();
-  sample->add_option("--precision", sopt.precision, "fp32, bf16 or fp16 (storage of weights and activations)")
-      ->capture_default_str();
 
   dit::EvaluateOptions eopt;
   eopt.sample.per_class = 100;
@@ -204,14 +222,7 @@ int run(int argc, char** argv) {
   evaluate->add_option("--per-class", eopt.sample.per_class, "Samples per class")->capture_default_str();
   evaluate->add_option("--batch", eopt.sample.batch, "Images sampled at once (split over data-parallel replicas)")
       ->capture_default_str();
-  evaluate->add_option("--steps", eopt.sample.steps, "Sampler steps")->capture_default_str();
-  evaluate->add_option("--sampler", eopt.sample.sampler, "ddim or ddpm")->capture_default_str();
-  evaluate->add_option("--cfg-scale", eopt.sample.cfg_scale, "Classifier-free guidance scale (1: none)")->capture_default_str();
-  evaluate->add_option("--seed", eopt.sample.seed, "Sampling seed")->capture_default_str();
-  evaluate->add_option("--tp", eopt.sample.tp, "Tensor-parallel size")->capture_default_str();
-  evaluate->add_option("--pp", eopt.sample.pp, "Pipeline stages")->capture_default_str();
-  evaluate->add_option("--backend", eopt.sample.backend, "cpu or cuda")->capture_default_str();
-  evaluate->add_option("--precision", eopt.sample.precision, "fp32, bf16 or fp16")->capture_default_str();
+  auto evaluate_given = add_sampler_options(evaluate, eopt.sample);
 
   dit::VerifyOptions vopt;
   std::string groups, schedule = "1f1b";
@@ -293,10 +304,12 @@ int run(int argc, char** argv) {
   }
   if (*sample) {
     collective_check([&] { sopt.classes = parse_ints(classes, "--classes"); });
+    sopt.given = sample_given();
     return dit::run_sample(sopt);
   }
   if (*evaluate) {
     collective_check([&] { eopt.sample.classes = parse_ints(eval_classes, "--classes"); });
+    eopt.sample.given = evaluate_given();
     return dit::run_evaluate(eopt);
   }
   if (*verify) {

@@ -389,6 +389,7 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
     req.sampler = cfg.sample.sampler;
     req.cfg_scale = cfg.sample.cfg_scale;
     req.cfg_official = cfg.sample.cfg_official;
+    req.cfg_t_min = cfg.sample.cfg_t_min, req.cfg_t_max = cfg.sample.cfg_t_max;
     req.diffusion_steps = cfg.diffusion.steps;
     req.seed = cfg.sample.seed;
     Progress progress("sampling " + std::to_string(req.labels.size()) + " images: step", num_steps,
@@ -539,7 +540,8 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   return 0;
 }
 
-SampledImages sample_from_weights(const SampleOptions& opt) {
+SampledImages sample_from_weights(const SampleOptions& requested) {
+  SampleOptions opt = requested;
   Layout layout;
   std::string weights = opt.weights;
   DiTConfig model;
@@ -547,7 +549,20 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
   const int ranks_per_node = std::max(1, world_size() / node_count());
   collective_check([&] {
     DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "give exactly one of --run DIR or --weights FILE");
-    if (!opt.run_dir.empty()) weights = (fs::path(opt.run_dir) / "ema.h5").string();
+    if (!opt.run_dir.empty()) {
+      weights = (fs::path(opt.run_dir) / "ema.h5").string();
+      const fs::path config = fs::path(opt.run_dir) / "config.toml";
+      if (fs::is_regular_file(config)) {  // sample as the run says where the command line is silent
+        const SampleSection s = RunConfig::from_file(config.string()).sample;
+        const SampleOptions::Given& g = opt.given;
+        if (!g.steps) opt.steps = s.num_steps;
+        if (!g.sampler) opt.sampler = s.sampler;
+        if (!g.cfg_scale) opt.cfg_scale = s.cfg_scale;
+        if (!g.cfg_official) opt.cfg_official = s.cfg_official;
+        if (!g.cfg_t_min) opt.cfg_t_min = s.cfg_t_min;
+        if (!g.cfg_t_max) opt.cfg_t_max = s.cfg_t_max;
+      }
+    }
     DIT_CHECK(fs::exists(weights), weights, " does not exist",
               opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
     model = read_weights_config(weights);
@@ -563,6 +578,8 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
               "--per-class in [1, 100000], 2 <= --steps <= ", diffusion_steps,
               " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
     DIT_CHECK(opt.sampler == "ddim" || opt.sampler == "ddpm", "--sampler ", opt.sampler, ": expected ddim or ddpm");
+    DIT_CHECK(opt.cfg_t_min >= 0 && opt.cfg_t_min <= opt.cfg_t_max && opt.cfg_t_max <= 1, "--cfg-t-min ",
+              opt.cfg_t_min, " --cfg-t-max ", opt.cfg_t_max, ": expected 0 <= min <= max <= 1 (noise levels)");
     DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
     const std::int64_t total =
         std::int64_t(opt.per_class) * std::int64_t(opt.classes.empty() ? model.num_classes : opt.classes.size());
@@ -582,6 +599,11 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
   // Batches of at most opt.batch images; each draws the noise one call for all would (first_index).
   const std::vector<int> labels = grid_labels(opt.classes, model.num_classes, opt.per_class);
   const std::int64_t total = std::int64_t(labels.size()), batches = (total + opt.batch - 1) / opt.batch;
+  if (world_rank() == 0) {
+    std::printf("sampling: %s, %d steps, CFG %g", opt.sampler.c_str(), opt.steps, opt.cfg_scale);
+    if (opt.cfg_scale != 1) std::printf(" at noise levels [%g, %g]", opt.cfg_t_min, opt.cfg_t_max);
+    std::printf("\n");
+  }
   Progress progress("sampling " + std::to_string(total) + " images" +
                         (batches > 1 ? " in " + std::to_string(batches) + " batches" : "") + ": step",
                     batches * opt.steps, ctx.world_rank == 0);
@@ -595,6 +617,7 @@ SampledImages sample_from_weights(const SampleOptions& opt) {
     req.sampler = opt.sampler;
     req.cfg_scale = opt.cfg_scale;
     req.cfg_official = opt.cfg_official;
+    req.cfg_t_min = opt.cfg_t_min, req.cfg_t_max = opt.cfg_t_max;
     req.diffusion_steps = diffusion_steps;
     req.seed = opt.seed;
     req.first_index = first;

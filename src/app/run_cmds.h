@@ -31,7 +31,14 @@ struct SampleOptions {
   std::string sampler = "ddim";
   double cfg_scale = 4.0;
   bool cfg_official = false;
+  double cfg_t_min = 0.0, cfg_t_max = 1.0;  // guidance only at these noise levels (app/sampler.h)
   std::uint64_t seed = 0;
+  // Which of the settings above the command line gave: with run_dir, the others are the run's
+  // [sample] (how the run was configured to be sampled).
+  struct Given {
+    bool steps = false, sampler = false, cfg_scale = false, cfg_official = false, cfg_t_min = false,
+         cfg_t_max = false;
+  } given;
   std::string out = "samples.png";  // the grid; raw samples go to the same name with .h5
   int tp = 1, pp = 1;
   std::string backend = "cpu";

@@ -33,26 +33,29 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
   const int dp = ctx.layout.dp, r = ctx.coord.dp;
   const std::int64_t lo = total * r / dp, hi = total * (r + 1) / dp, n = hi - lo;
   const bool guided = req.cfg_scale != 1.0;
-  const std::int64_t rows = guided ? 2 * n : n;
+  const std::int64_t max_rows = guided ? 2 * n : n;
 
   std::vector<double> x(static_cast<std::size_t>(n * per));
   for (std::int64_t i = 0; i < n; ++i) {
     Philox rng(req.seed, RngPurpose::Sampler, 0, static_cast<std::uint64_t>(req.first_index + lo + i));
     for (std::int64_t j = 0; j < per; ++j) x[i * per + j] = rng.normal();
   }
-  std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
+  std::vector<std::int32_t> y(static_cast<std::size_t>(max_rows));
   for (std::int64_t i = 0; i < n; ++i) {
     y[i] = req.labels[lo + i];
     if (guided) y[n + i] = cfg.num_classes;  // the null label
   }
-  const int m = forward_microbatches(rows, ctx.layout.pp);
-  const std::int64_t mb_rows = rows / m;
   PipelineExecutor executor(*ctx.pp, be, ctx.watch.get());
-  std::vector<float> out(static_cast<std::size_t>(rows * per_out));
-  std::vector<float> xin(static_cast<std::size_t>(rows * per));
-  std::vector<float> tin(static_cast<std::size_t>(rows));
+  std::vector<float> out(static_cast<std::size_t>(max_rows * per_out));
+  std::vector<float> xin(static_cast<std::size_t>(max_rows * per));
+  std::vector<float> tin(static_cast<std::size_t>(max_rows));
 
   for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
+    const double level = static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps;
+    const bool guide = guided && level >= req.cfg_t_min && level <= req.cfg_t_max;
+    const std::int64_t rows = guide ? 2 * n : n;  // outside the interval: the conditional rows alone
+    const int m = forward_microbatches(rows, ctx.layout.pp);
+    const std::int64_t mb_rows = rows / m;
     for (std::int64_t i = 0; i < rows; ++i) {
       std::copy(x.begin() + (i % n) * per, x.begin() + (i % n + 1) * per, xin.begin() + i * per);
       tin[i] = static_cast<float>(sched.timestep_map[step]);
@@ -76,8 +79,8 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
     executor.run(make_forward_only(m, ctx.layout.pp, stage.chunks()), m, pstage);
 
     if (ctx.last_stage()) {
-      std::vector<double> o64(out.begin(), out.end());
-      if (guided) {
+      std::vector<double> o64(out.begin(), out.begin() + rows * per_out);
+      if (guide) {
         const std::int64_t guided_ch = req.cfg_official ? std::min(3, cfg.in_channels) : cfg.in_channels;
         o64 = diffusion::cfg_combine({rows, cfg.out_channels(), cfg.input_size, cfg.input_size}, o64,
                                      req.cfg_scale, guided_ch);

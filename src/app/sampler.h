@@ -1,5 +1,7 @@
 // Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule, with
-// classifier-free guidance on a doubled batch (conditional rows, then null-label rows). The
+// classifier-free guidance on a doubled batch (conditional rows, then null-label rows), at every
+// step or only in an interval of noise levels (guidance at high noise costs diversity: Kynkäänniemi
+// et al. 2024, "Applying Guidance in a Limited Interval"). The
 // samples are split over dp replicas; each step runs forward-only through the pipeline and the
 // last stage's update of x travels back to stage 0 by a broadcast over the pipeline group.
 #pragma once
@@ -20,6 +22,9 @@ struct SampleRequest {
   std::string sampler = "ddim";  // ddim | ddpm
   double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
+  // Guidance only at the steps whose timestep t has t / diffusion_steps in [cfg_t_min, cfg_t_max]
+  // (0: clean, 1: pure noise); the other steps run the conditional rows alone. [0, 1]: every step.
+  double cfg_t_min = 0.0, cfg_t_max = 1.0;
   int diffusion_steps = 1000;
   std::uint64_t seed = 0;
   std::int64_t first_index = 0;  // the first sample's index in the noise streams: batches of one

@@ -70,7 +70,7 @@ std::vector<Section> sections(RunConfig& c) {
       {"sample",
        {{"num_steps", &s.num_steps}, {"sampler", &s.sampler}, {"cfg_scale", &s.cfg_scale},
         {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
-        {"seed", &s.seed}}},
+        {"cfg_t_min", &s.cfg_t_min}, {"cfg_t_max", &s.cfg_t_max}, {"seed", &s.seed}}},
       {"eval",
        {{"classifier", &c.eval.classifier}, {"reference", &c.eval.reference},
         {"per_class", &c.eval.per_class}, {"num_steps", &c.eval.num_steps}}},
@@ -394,7 +394,8 @@ RunConfig RunConfig::demo() {
   c.parallel.pp = 4;
   c.sample.num_steps = 50;
   c.sample.sampler = "ddim";
-  c.sample.cfg_scale = 4.0;
+  c.sample.cfg_scale = 6.0;  // guided at the less noisy half of the steps only (docs/demo.md)
+  c.sample.cfg_t_max = 0.5;
   c.sample.per_class = 8;
   c.data.path = "data/fashion_mnist.h5";
   c.data.prepare = "fashion-mnist";
@@ -624,6 +625,9 @@ void validate_sample(const SampleSection& s, int diffusion_steps, int num_classe
           "an integer in [2, diffusion.steps = " + show(diffusion_steps) + "]");
   require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
   require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
+  require(s.cfg_t_min >= 0 && s.cfg_t_min <= 1, "sample.cfg_t_min", s.cfg_t_min, "a noise level in [0, 1]");
+  require(s.cfg_t_max >= s.cfg_t_min && s.cfg_t_max <= 1, "sample.cfg_t_max", s.cfg_t_max,
+          "a noise level in [sample.cfg_t_min = " + show(s.cfg_t_min) + ", 1]");
   require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
   for (std::size_t i = 0; i < s.classes.size(); ++i)
     require(s.classes[i] >= 0 && s.classes[i] < num_classes, "sample.classes[" + show(i) + "]",

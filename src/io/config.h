@@ -81,6 +81,8 @@ struct SampleSection {
   int per_class = 8;           // images per class row of the grid
   std::vector<int> classes;    // empty = every class
   bool cfg_official = false;   // guide only the first 3 channels, as the official sampler
+  // Guidance only at noise levels t / diffusion.steps in [cfg_t_min, cfg_t_max] (app/sampler.h).
+  double cfg_t_min = 0.0, cfg_t_max = 1.0;
   std::uint64_t seed = 0;
   bool operator==(const SampleSection&) const = default;
 };

@@ -202,7 +202,9 @@ run lat_official "${LAT[@]}" --set sample.cfg_official=true
 differs lat lat_official samples sample.cfg_official
 
 # [sample]
-for kv in num_steps=3 sampler=\"ddpm\" cfg_scale=1.0 per_class=2 classes=[0,1] seed=3; do
+refused "sample.cfg_t_max = 0.2: expected a noise level in \[sample.cfg_t_min = 0.5, 1\]" \
+  --set sample.cfg_t_min=0.5 --set sample.cfg_t_max=0.2
+for kv in num_steps=3 sampler=\"ddpm\" cfg_scale=1.0 per_class=2 classes=[0,1] seed=3 cfg_t_min=0.5 cfg_t_max=1.0; do
   run "s_${kv%%=*}" --set "sample.$kv"
   differs base "s_${kv%%=*}" samples "sample.${kv%%=*}"
 done

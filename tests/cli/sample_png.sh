@@ -4,7 +4,7 @@
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 $MPIRUN -n 2 "$DIT_MP" --tp 1 --pp 2 --steps 2 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/run" "${TINY[@]}" \
-  > "$SCRATCH/log.txt" 2>&1 || { cat "$SCRATCH/log.txt"; fail "training failed"; }
+  --set sample.cfg_t_max=0.5 > "$SCRATCH/log.txt" 2>&1 || { cat "$SCRATCH/log.txt"; fail "training failed"; }
 $MPIRUN -n 4 "$DIT_MP" sample --run "$SCRATCH/run" --classes 0,3,7 --per-class 4 --steps 5 --sampler ddpm \
   --cfg-scale 2 --tp 2 --out "$SCRATCH/grid.png" > "$SCRATCH/sample.txt" 2>&1 || { cat "$SCRATCH/sample.txt"; fail "sample failed"; }
 python3 - "$SCRATCH/grid.png" "$SCRATCH/grid.h5" <<'PY'
@@ -25,6 +25,25 @@ $MPIRUN -n 2 "$DIT_MP" sample --run "$SCRATCH/run" --classes 0,3,7 --per-class 4
   { cat "$SCRATCH/batched.txt"; fail "batched sample failed"; }
 grep -q "sampling 12 images in 3 batches: step 15/15" "$SCRATCH/batched.txt" || fail "no progress over the batches"
 h5diff -d 1e-5 "$SCRATCH/grid.h5" "$SCRATCH/batched.h5" > /dev/null || fail "batched samples differ from one batch"
+# Guidance in an interval of noise levels: one that holds no step (t/T < 1 always) samples as no
+# guidance at all; [0, 0.5] guides some steps, so it differs from both no guidance and guidance at
+# every step. Settings the command line leaves out are the run's [sample] (trained with
+# sample.cfg_t_max = 0.5 below).
+S=(--run "$SCRATCH/run" --classes 0,3,7 --per-class 4 --steps 5 --sampler ddpm)
+for v in "none --cfg-scale 1" "empty --cfg-scale 2 --cfg-t-min 1 --cfg-t-max 1" "all --cfg-scale 2 --cfg-t-max 1" \
+         "half --cfg-scale 2 --cfg-t-max 0.5" "run --cfg-scale 2"; do
+  set -- $v
+  name=$1; shift
+  "$DIT_MP" sample "${S[@]}" "$@" --out "$SCRATCH/cfg_$name.png" > "$SCRATCH/cfg_$name.txt" 2>&1 ||
+    { cat "$SCRATCH/cfg_$name.txt"; fail "sample $*"; }
+done
+h5diff "$SCRATCH/cfg_none.h5" "$SCRATCH/cfg_empty.h5" > /dev/null || fail "an empty guidance interval still guided"
+h5diff "$SCRATCH/cfg_none.h5" "$SCRATCH/cfg_half.h5" > /dev/null && fail "guidance in [0, 0.5] changed nothing"
+h5diff "$SCRATCH/cfg_all.h5" "$SCRATCH/cfg_half.h5" > /dev/null && fail "guidance in [0, 0.5] guided every step"
+h5diff "$SCRATCH/cfg_half.h5" "$SCRATCH/cfg_run.h5" > /dev/null || fail "sample --run did not take the run's cfg_t_max"
+grep -q "sampling: ddpm, 5 steps, CFG 2 at noise levels \[0, 0.5\]" "$SCRATCH/cfg_run.txt" || fail "settings not printed"
+out=$("$DIT_MP" sample "${S[@]}" --cfg-t-min 0.6 --cfg-t-max 0.4 --out "$SCRATCH/bad.png" 2>&1) && fail "min > max ran"
+grep -q -- "--cfg-t-min 0.6 --cfg-t-max 0.4: expected 0 <= min <= max <= 1" <<<"$out" || fail "min > max: $out"
 # A latent model (4 channels, fast-DiT .npy features) trains to the end and writes raw samples only.
 mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
 /usr/bin/python3 - "$SCRATCH" <<'PY'

@@ -99,7 +99,7 @@ RunConfig unusual_config() {
   c.data.latent_scale = 0.5;
   c.sample.num_steps = 25, c.sample.sampler = "ddpm", c.sample.cfg_scale = 1.5;
   c.sample.per_class = 2, c.sample.classes = {6, 0, 3}, c.sample.cfg_official = true;
-  c.sample.seed = 99;
+  c.sample.cfg_t_min = 0.125, c.sample.cfg_t_max = 0.625, c.sample.seed = 99;
   c.run.dir = "out/unusual", c.run.overwrite = true;
   return c;
 }
