@@ -9,8 +9,8 @@ namespace {
 
 // A dataset's declared size must be backed by bytes the file stores for it: one flipped byte in a
 // header can declare terabytes (or a dataset that was never written reads as fill values), and
-// reading would allocate all of it first (a virtual dataset's bytes are its sources'). Deflate, the only compression these files use, cannot
-// shrink data by more than about 1032:1.
+// reading would allocate all of it first. Deflate, the only compression these files use, cannot
+// shrink data by more than about 1032:1. A virtual dataset's bytes are in its source files.
 void check_stored(const std::string& path, const std::string& dataset, hid_t d, hid_t type,
                   const Shape& shape) {
   double declared = static_cast<double>(H5Tget_size(type));

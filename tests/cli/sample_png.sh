@@ -44,6 +44,10 @@ h5diff "$SCRATCH/cfg_half.h5" "$SCRATCH/cfg_run.h5" > /dev/null || fail "sample 
 grep -q "sampling: ddpm, 5 steps, CFG 2 at noise levels \[0, 0.5\]" "$SCRATCH/cfg_run.txt" || fail "settings not printed"
 out=$("$DIT_MP" sample "${S[@]}" --cfg-t-min 0.6 --cfg-t-max 0.4 --out "$SCRATCH/bad.png" 2>&1) && fail "min > max ran"
 grep -q -- "--cfg-t-min 0.6 --cfg-t-max 0.4: expected 0 <= min <= max <= 1" <<<"$out" || fail "min > max: $out"
+for bad in "--cfg-t-max 1e9" "--cfg-t-min nan" "--cfg-t-max -0.5"; do
+  out=$("$DIT_MP" sample "${S[@]}" $bad --out "$SCRATCH/bad.png" 2>&1) && fail "$bad ran"
+  grep -q -- "expected 0 <= min <= max <= 1 (noise levels)" <<<"$out" || fail "$bad: $out"
+done
 # A latent model (4 channels, fast-DiT .npy features) trains to the end and writes raw samples only.
 mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
 /usr/bin/python3 - "$SCRATCH" <<'PY'
