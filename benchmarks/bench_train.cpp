@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "app/collective.h"
-#include "app/metrics.h"
-#include "app/trainer.h"
+#include "engine/rank_backend.h"
+#include "parallel/world.h"
+#include "run/log.h"
+#include "engine/trainer.h"
 #include "backend/timed_backend.h"
 #include "io/dataset.h"
 #include "parallel/backend_comms.h"
@@ -300,8 +301,9 @@ int main(int argc, char** argv) {
   if (!exit_now) {
     try {
       rc = run(o);
-    } catch (const AgreedFailure&) {
-      rc = 1;  // already reported by the lowest failing rank
+    } catch (const AgreedError& e) {  // every rank has it: rank 0 reports it once
+      if (rank == 0) print_error(e.what(), e.origin_rank());
+      rc = 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_train: rank %d: error: %s\n", rank, e.what());
       std::fflush(stderr);

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "backend/math.h"
+#include "core/clock.h"
 #include "core/arena.h"
 #include "core/tensor.h"
 
@@ -170,7 +171,7 @@ class Backend : public Allocator {
   // the CPU, whose primitives have finished on return, the host clock. Marks count from 0 after
   // clear_marks(). seconds_between(a, b) reads two marks (it waits for b).
   virtual std::size_t mark() {
-    marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    marks_.push_back(now_s());
     return marks_.size() - 1;
   }
   virtual double seconds_between(std::size_t a, std::size_t b) { return marks_.at(b) - marks_.at(a); }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/named.h"
 
 namespace dit {
 
@@ -27,6 +28,11 @@ constexpr std::string_view dtype_name(DType t) {
 }
 
 DType parse_dtype(std::string_view name);  // "fp32" | "bf16" | "fp16"; throws naming the choices
+
+// train.precision: the storage dtype of params, activations and grads.
+inline constexpr Named<DType> kPrecisionNames[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}, {DType::F16, "fp16"}};
+// train.grad_reduce: the dtype of the data-parallel gradient reduction.
+inline constexpr Named<DType> kGradReduceNames[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}};
 
 // bf16 storage as raw bits; round to nearest even, NaN stays NaN.
 inline std::uint16_t float_to_bf16_bits(float f) {

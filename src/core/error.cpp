@@ -5,6 +5,16 @@
 
 #include <cstring>
 
+namespace dit {
+
+std::string describe_exception(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) == nullptr) return e.what();
+  return "out of memory (std::bad_alloc); the model.* sizes, train.micro_batch and sample.per_class decide "
+         "the memory a rank needs";
+}
+
+}  // namespace dit
+
 namespace dit::detail {
 
 void throw_error(const char* file, int line, const std::string& what) {

@@ -3,6 +3,7 @@
 // once as "rank r: ..." and takes every rank down. Checks stay on in release builds.
 #pragma once
 
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,20 @@ class AgreedError : public Error {
  private:
   int origin_rank_;
 };
+
+// Runs `f`; a std::bad_alloc inside becomes a dit::Error "out of memory while <what>", where
+// `what` names what was being allocated and the setting that sized it.
+template <class F>
+auto allocating(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory while " + what);
+  }
+}
+
+// The one-line message for an exception; a bad_alloc that no `allocating` named says so.
+std::string describe_exception(const std::exception& e);
 
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& what);

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "diffusion/schedule.h"
+#include "diffusion/noise_schedule.h"
 
 namespace dit::diffusion {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/metrics.h"
+#include "eval/fid.h"
 
 namespace dit {
 class Dataset;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/metrics.h"
+#include "eval/fid.h"
 
 namespace dit::eval {
 

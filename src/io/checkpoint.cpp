@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "parallel/agree.h"
 #include "io/checkpoint_format.h"
 #include "io/checkpoint_manifest.h"
 #include "layers/dit_stage.h"
@@ -394,18 +395,18 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
   const fs::path rootp(root), final_dir = rootp / step_name(meta.step),
                               tmp = rootp / (".tmp-" + step_name(meta.step));
   try {
-    ckpt::agree(world, [&] {
+    agree(world, [&] {
       check_save_inputs(meta, cfg, ps, ctx, state);
       if (!lead) return;
       fs::create_directories(rootp);
       remove_stale(rootp);
       fs::create_directory(tmp);
     });
-    ckpt::agree(world, [&] {
+    agree(world, [&] {
       write_shard(tmp, meta, ps, ctx, state);
       fault_point_after_shard(world.rank(), meta.step);
     });
-    ckpt::agree(world, [&] {
+    agree(world, [&] {
       if (!lead) return;
       write_index(tmp, meta, cfg, ctx.layout);
       const ckpt::FileSum index_sum = ckpt::file_sum((tmp / ckpt::kIndexFile).string());
@@ -425,7 +426,7 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
 CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, const ParamSet& ps,
                                ParallelContext& ctx, StageState& state) {
   CheckpointMeta meta;
-  ckpt::agree(*ctx.world, [&] {
+  agree(*ctx.world, [&] {
     DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
               "sliced for tp rank ", ps.tp_rank(), " of ", ps.tp(), " on a rank at tp ",
               ctx.coord.tp, " of ", ctx.layout.tp);

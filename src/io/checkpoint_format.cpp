@@ -550,28 +550,4 @@ void fsync_path(const std::string& path) {
   ::close(fd);
 }
 
-void agree(Comm& comm, const std::function<void()>& fn) {
-  std::string msg;
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    msg = *e.what() ? e.what() : "unknown error";
-  } catch (...) {
-    msg = "unknown error";
-  }
-  const int n = comm.size(), me = comm.rank();
-  const double worst = comm.all_reduce_max(msg.empty() ? 0.0 : double(n - me));
-  if (worst == 0) return;
-  const int first = n - static_cast<int>(worst);
-  std::int32_t len = me == first ? static_cast<std::int32_t>(msg.size()) : 0;
-  comm.broadcast(Tensor{&len, DType::I32, {1}, Device::Host}, first);
-  std::vector<std::int32_t> chars(static_cast<std::size_t>(len));
-  if (me == first)
-    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(msg[i]);
-  comm.broadcast(Tensor{chars.data(), DType::I32, {len}, Device::Host}, first);
-  std::string text(chars.size(), '\0');
-  for (std::size_t i = 0; i < chars.size(); ++i) text[i] = static_cast<char>(chars[i]);
-  throw AgreedError(text, first);  // comm is the world in every caller (see the header)
-}
-
 }  // namespace dit::ckpt

@@ -105,9 +105,4 @@ std::string h5_error_text();
 // Flushes a file or folder to disk (best effort for folders).
 void fsync_path(const std::string& path);
 
-// Runs `fn` on every rank of `comm` (the world: the failure is reported as the whole job's); if it
-// throws anywhere, every rank throws dit::AgreedError with the message of the lowest failing rank
-// (no rank is left waiting in a later collective).
-void agree(Comm& comm, const std::function<void()>& fn);
-
 }  // namespace dit::ckpt

@@ -3,10 +3,13 @@
 // and the "did you mean" hints, so a key added there is known to all four at once.
 #include "io/config.h"
 
+#include "io/config_fields.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -14,25 +17,13 @@
 #include <variant>
 
 #include "core/error.h"
-#include "diffusion/schedule.h"
+#include "diffusion/noise_schedule.h"
 #include "io/utf8.h"
 
 namespace dit {
 
-namespace {
+namespace config_fields {
 
-using FieldRef = std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
-                              std::vector<int>*>;
-struct Field {
-  const char* key;
-  FieldRef ref;
-};
-struct Section {
-  const char* name;
-  std::vector<Field> fields;
-};
-
-// Every key of every section, in the order to_toml() writes them. The pointers alias `c`.
 std::vector<Section> sections(RunConfig& c) {
   DiTConfig& m = c.model.dit;
   TrainSection& t = c.train;
@@ -49,19 +40,20 @@ std::vector<Section> sections(RunConfig& c) {
       {"diffusion", {{"steps", &c.diffusion.steps}}},
       {"train",
        {{"global_batch", &t.global_batch}, {"micro_batch", &t.micro_batch}, {"steps", &t.steps},
-        {"lr", &t.lr}, {"warmup", &t.warmup}, {"lr_schedule", &t.lr_schedule},
+        {"lr", &t.lr}, {"warmup", &t.warmup}, {"lr_schedule", choice(&t.lr_schedule, kLrScheduleNames)},
         {"min_lr", &t.min_lr}, {"weight_decay", &t.weight_decay}, {"beta1", &t.beta1},
         {"beta2", &t.beta2}, {"eps", &t.eps}, {"grad_clip", &t.grad_clip},
         {"ema_decay", &t.ema_decay}, {"ema_warmup", &t.ema_warmup}, {"seed", &t.seed},
         {"log_every", &t.log_every}, {"sample_every", &t.sample_every},
         {"eval_every", &t.eval_every},
         {"checkpoint_every", &t.checkpoint_every}, {"keep_checkpoints", &t.keep_checkpoints},
-        {"peak_tflops", &t.peak_tflops}, {"precision", &t.precision}, {"backend", &t.backend},
+        {"peak_tflops", &t.peak_tflops}, {"precision", choice(&t.precision, kPrecisionNames)},
+        {"backend", choice(&t.backend, kBackendNames)},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
-        {"recompute", &t.recompute}, {"recompute_blocks", &t.recompute_blocks},
-        {"grad_reduce", &t.grad_reduce}, {"deterministic", &t.deterministic}}},
+        {"recompute", choice(&t.recompute, kRecomputeNames)}, {"recompute_blocks", &t.recompute_blocks},
+        {"grad_reduce", choice(&t.grad_reduce, kGradReduceNames)}, {"deterministic", &t.deterministic}}},
       {"parallel",
-       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", &p.schedule}, {"pp_layers", &p.pp_layers},
+       {{"tp", &p.tp}, {"pp", &p.pp}, {"schedule", choice(&p.schedule, kScheduleNames)}, {"pp_layers", &p.pp_layers},
         {"sequence_parallel", &p.sequence_parallel}, {"timeout_s", &p.timeout_s},
         {"virtual_stages", &p.virtual_stages}}},
       {"data",
@@ -79,6 +71,19 @@ std::vector<Section> sections(RunConfig& c) {
         {"resume", &c.run.resume}, {"init_from", &c.run.init_from}}},
   };
 }
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const auto& it : items) out += (out.empty() ? "" : sep) + it;
+  return out;
+}
+
+}  // namespace config_fields
+
+namespace {
+
+using namespace config_fields;
+
 
 // ---- names and hints -----------------------------------------------------------------------
 
@@ -114,11 +119,6 @@ std::string closest(const std::string& name, const std::vector<std::string>& can
   return best;
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
-  std::string out;
-  for (const auto& it : items) out += (out.empty() ? "" : sep) + it;
-  return out;
-}
 
 [[noreturn]] void fail_unknown_section(const std::string& origin, const std::string& name,
                                        const std::vector<Section>& secs) {
@@ -158,8 +158,6 @@ std::string type_name(const toml::value& v) {
   }
 }
 
-std::string quote(const std::string& s);
-
 // "a string ("ten")": the type and the value as given, cut short if long.
 std::string describe(const toml::value& v) {
   std::string text = v.is_string() ? quote(v.as_string().str) : toml::format(v);
@@ -187,39 +185,46 @@ double to_float(const toml::value& v, const std::string& key, const std::string&
   return x;
 }
 
-void assign(const FieldRef& ref, const toml::value& v, const std::string& key,
-            const std::string& origin) {
+template <class T>
+void assign_typed(T* dst, const toml::value& v, const std::string& key, const std::string& origin) {
   constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
   constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+  if constexpr (std::is_same_v<T, int>) {
+    *dst = static_cast<int>(to_integer(v, key, origin, kIntMin, kIntMax));
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    *dst = to_integer(v, key, origin, std::numeric_limits<std::int64_t>::min(), kI64Max);
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+    *dst = static_cast<std::uint64_t>(to_integer(v, key, origin, 0, kI64Max));
+  } else if constexpr (std::is_same_v<T, double>) {
+    *dst = to_float(v, key, origin);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) DIT_FAIL(origin, ": ", key, ": expected a boolean (true or false), got ", describe(v));
+    *dst = v.as_boolean();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected a string, got ", describe(v));
+    *dst = v.as_string().str;
+  } else {
+    if (!v.is_array()) DIT_FAIL(origin, ": ", key, ": expected an array of integers, got ", describe(v));
+    std::vector<int> out;
+    const auto& arr = v.as_array();
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      out.push_back(
+          static_cast<int>(to_integer(arr[i], key + "[" + std::to_string(i) + "]", origin, kIntMin, kIntMax)));
+    *dst = std::move(out);
+  }
+}
+
+void assign(const FieldRef& ref, const toml::value& v, const std::string& key, const std::string& origin) {
+  if (const Choice* c = std::get_if<Choice>(&ref)) {
+    if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected one of ", c->allowed, ", got ", describe(v));
+    if (!c->set(v.as_string().str))
+      DIT_FAIL(origin, ": ", key, " = ", quote(v.as_string().str), ": expected one of ", c->allowed);
+    return;
+  }
   std::visit(
-      [&](auto* dst) {
-        using T = std::remove_pointer_t<decltype(dst)>;
-        if constexpr (std::is_same_v<T, int>) {
-          *dst = static_cast<int>(to_integer(v, key, origin, kIntMin, kIntMax));
-        } else if constexpr (std::is_same_v<T, std::int64_t>) {
-          *dst = to_integer(v, key, origin, std::numeric_limits<std::int64_t>::min(), kI64Max);
-        } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-          *dst = static_cast<std::uint64_t>(to_integer(v, key, origin, 0, kI64Max));
-        } else if constexpr (std::is_same_v<T, double>) {
-          *dst = to_float(v, key, origin);
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (!v.is_boolean())
-            DIT_FAIL(origin, ": ", key, ": expected a boolean (true or false), got ", describe(v));
-          *dst = v.as_boolean();
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected a string, got ", describe(v));
-          *dst = v.as_string().str;
-        } else {
-          if (!v.is_array())
-            DIT_FAIL(origin, ": ", key, ": expected an array of integers, got ", describe(v));
-          std::vector<int> out;
-          const auto& arr = v.as_array();
-          for (std::size_t i = 0; i < arr.size(); ++i)
-            out.push_back(static_cast<int>(
-                to_integer(arr[i], key + "[" + std::to_string(i) + "]", origin, kIntMin, kIntMax)));
-          *dst = std::move(out);
-        }
+      [&](const auto& field) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(field)>, Choice>) assign_typed(field, v, key, origin);
       },
       ref);
 }
@@ -285,7 +290,9 @@ void apply_document(RunConfig& c, const toml::value& root, const std::string& or
 
 // ---- typed fields -> TOML text -------------------------------------------------------------
 
-std::string quote(const std::string& s) {
+}  // namespace
+
+std::string config_fields::quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char ch : s) {
     if (ch == '"' || ch == '\\') {
@@ -302,6 +309,8 @@ std::string quote(const std::string& s) {
   return out + "\"";
 }
 
+namespace {
+
 // Shortest text that reads back to the same double, always with a '.' or exponent (TOML float).
 std::string format_double(double x) {
   if (std::isnan(x)) return "nan";
@@ -316,21 +325,30 @@ std::string format_double(double x) {
   return s;
 }
 
-std::string int_list(const std::vector<int>& v) {
+}  // namespace
+
+std::string config_fields::int_list(const std::vector<int>& v) {
   std::string out = "[";
   for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
   return out + "]";
 }
 
+namespace {
+
 std::string render(const FieldRef& ref) {
   return std::visit(
-      [](auto* v) -> std::string {
-        using T = std::remove_pointer_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, double>) return format_double(*v);
-        else if constexpr (std::is_same_v<T, bool>) return *v ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return quote(*v);
-        else if constexpr (std::is_same_v<T, std::vector<int>>) return int_list(*v);
-        else return std::to_string(*v);
+      [](const auto& field) -> std::string {
+        using P = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<P, Choice>) {
+          return quote(field.get());
+        } else {
+          using T = std::remove_pointer_t<P>;
+          if constexpr (std::is_same_v<T, double>) return format_double(*field);
+          else if constexpr (std::is_same_v<T, bool>) return *field ? "true" : "false";
+          else if constexpr (std::is_same_v<T, std::string>) return quote(*field);
+          else if constexpr (std::is_same_v<T, std::vector<int>>) return int_list(*field);
+          else return std::to_string(*field);
+        }
       },
       ref);
 }
@@ -372,7 +390,7 @@ RunConfig RunConfig::demo() {
   m.input_size = 32;  // 28x28 garments padded to 32
   m.patch_size = 4;
   m.in_channels = 1;
-  m.hidden_size = 96;  // the sweep in docs/demo.md: smaller and faster beat wider in 10 minutes
+  m.hidden_size = 96;  // within a 10-minute budget on 2 cores, more steps of a smaller model beat a wider one
   m.depth = 4;
   m.num_heads = 4;
   m.mlp_ratio = 4.0;
@@ -384,17 +402,17 @@ RunConfig RunConfig::demo() {
   c.train.steps = 8000;
   c.train.lr = 1.5e-3;
   c.train.warmup = 100;
-  c.train.lr_schedule = "cosine";
+  c.train.lr_schedule = LrSchedule::Cosine;
   c.train.grad_clip = 1.0;
   c.train.ema_decay = 0.9999;
-  c.train.ema_warmup = true;  // a short run needs the warmed-up decay (see DESIGN.md, EMA)
+  c.train.ema_warmup = true;  // at 0.9999 without warm-up, a short run's EMA is still the zero-initialized model
   c.train.log_every = 50;
   c.train.sample_every = 0;
   c.parallel.tp = 2;
   c.parallel.pp = 4;
   c.sample.num_steps = 50;
   c.sample.sampler = "ddim";
-  c.sample.cfg_scale = 6.0;  // guided at the less noisy half of the steps only (docs/demo.md)
+  c.sample.cfg_scale = 6.0;  // guided at the less noisy half of the steps only: guidance at high noise costs diversity
   c.sample.cfg_t_max = 0.5;
   c.sample.per_class = 8;
   c.data.path = "data/fashion_mnist.h5";
@@ -457,7 +475,8 @@ void RunConfig::set(const std::string& assignment) {
   const std::vector<Section> secs = sections(*this);
   const Section* sec = find_section(secs, section);
   const Field* f = sec ? find_field(*sec, name) : nullptr;
-  if (!parsed || (f && std::holds_alternative<std::string*>(f->ref) && !value.is_string()))
+  const bool text_key = f && (std::holds_alternative<std::string*>(f->ref) || std::holds_alternative<Choice>(f->ref));
+  if (!parsed || (text_key && !value.is_string()))
     value = toml::value(raw);
 
   toml::table entry, doc;
@@ -477,181 +496,6 @@ std::string RunConfig::to_toml() const {
     for (const Field& f : sec.fields) os << f.key << " = " << render(f.ref) << "\n";
   }
   return os.str();
-}
-
-namespace {
-
-template <class T>
-std::string show(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-std::string show(const std::string& v) { return quote(v); }
-std::string show(bool v) { return v ? "true" : "false"; }
-
-// Fails with "key = value: expected <what>" unless `ok`.
-template <class T>
-void require(bool ok, const std::string& key, const T& value, const std::string& what) {
-  if (!ok) DIT_FAIL(key, " = ", show(value), ": expected ", what);
-}
-
-void require_one_of(const std::string& key, const std::string& value,
-                    const std::vector<std::string>& allowed) {
-  require(std::find(allowed.begin(), allowed.end(), value) != allowed.end(), key, value,
-          "one of " + join(allowed));
-}
-
-// Checks that hold for every field of a type: floats are finite, seeds fit a TOML integer.
-void validate_representable(RunConfig copy) {
-  for (const Section& sec : sections(copy))
-    for (const Field& f : sec.fields) {
-      const std::string key = std::string(sec.name) + "." + f.key;
-      if (auto* d = std::get_if<double*>(&f.ref))
-        require(std::isfinite(**d), key, **d, "a finite number");
-      if (auto* u = std::get_if<std::uint64_t*>(&f.ref))
-        require(**u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), key,
-                **u, "an integer in [0, 2^63 - 1] (TOML integers are signed 64-bit)");
-    }
-}
-
-void validate_model(const ModelSection& m) {
-  if (!m.preset.empty()) {
-    try {
-      dit_preset(m.preset);
-    } catch (const Error&) {
-      require(false, "model.preset", m.preset,
-              "one of " + join(dit_preset_names()) + " (or \"\" for the explicit sizes)");
-    }
-  }
-  m.dit.validate();
-}
-
-void validate_train(const TrainSection& t) {
-  require(t.global_batch >= 1, "train.global_batch", t.global_batch, "an integer >= 1");
-  require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "an integer >= 1");
-  require(t.micro_batch <= t.global_batch, "train.micro_batch", t.micro_batch,
-          "a value <= train.global_batch = " + show(t.global_batch));
-  require(t.steps >= 1, "train.steps", t.steps, "an integer >= 1");
-  require(t.lr > 0, "train.lr", t.lr, "a value > 0");
-  require(t.warmup >= 0, "train.warmup", t.warmup, "an integer >= 0 (0 = no warmup)");
-  require_one_of("train.lr_schedule", t.lr_schedule, {"constant", "cosine"});
-  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", t.min_lr,
-          "a value in [0, train.lr = " + show(t.lr) + "]");
-  require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "a value >= 0");
-  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "a value in [0, 1)");
-  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "a value in [0, 1)");
-  require(t.eps > 0, "train.eps", t.eps, "a value > 0");
-  require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "a value >= 0 (0 = no clipping)");
-  require(t.ema_decay >= 0 && t.ema_decay < 1, "train.ema_decay", t.ema_decay,
-          "a value in [0, 1)");
-  require(t.log_every >= 1, "train.log_every", t.log_every, "an integer >= 1");
-  require(t.sample_every >= 0, "train.sample_every", t.sample_every,
-          "an integer >= 0 (0 = only at the end)");
-  require(t.eval_every >= 0, "train.eval_every", t.eval_every,
-          "an integer >= 0 (0 = never; N = every N steps and at the end)");
-  require(t.peak_tflops > 0, "train.peak_tflops", t.peak_tflops, "a value > 0");
-  require(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every,
-          "an integer >= 0 (0 = only at the end)");
-  require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
-          "an integer >= 0 (0 = keep all)");
-  require_one_of("train.precision", t.precision, {"fp32", "bf16", "fp16"});
-  require(std::isfinite(t.loss_scale) && t.loss_scale >= 1, "train.loss_scale", t.loss_scale,
-          "a number >= 1 (the initial fp16 loss scale)");
-  require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
-  require_one_of("train.backend", t.backend, {"cpu", "cuda"});
-  require_one_of("train.recompute", t.recompute, {"none", "selective", "full"});
-  require_one_of("train.grad_reduce", t.grad_reduce, {"fp32", "bf16"});
-  require(t.grad_reduce == "fp32" || t.precision != "fp32", "train.grad_reduce", t.grad_reduce,
-          "\"fp32\" when train.precision = \"fp32\" (a bf16 reduction is for 16-bit runs)");
-  require(t.recompute_blocks >= 0, "train.recompute_blocks", t.recompute_blocks,
-          "an integer >= 0 (0 = every block of each stage)");
-  require(t.recompute_blocks == 0 || t.recompute == "full", "train.recompute_blocks",
-          t.recompute_blocks, "0 unless train.recompute = \"full\" (it is " + quote(t.recompute) + ")");
-}
-
-void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
-  require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
-  require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
-  require_one_of("parallel.schedule", p.schedule, {"1f1b", "gpipe"});
-  require(!p.sequence_parallel || p.tp > 1, "parallel.sequence_parallel", p.sequence_parallel,
-          "false when parallel.tp = 1 (sequence parallelism splits tokens over the tp ranks)");
-  require(!p.sequence_parallel || m.num_patches() % p.tp == 0, "parallel.tp", p.tp,
-          "a divisor of the " + show(m.num_patches()) +
-              " tokens per image with parallel.sequence_parallel (each tp rank keeps an equal share)");
-  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
-          "seconds >= 0 (0: no watchdog)");
-  // Tensor parallelism splits whole heads and the MLP width (DESIGN.md, TP split).
-  require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
-          "a divisor of model.num_heads = " + show(m.num_heads));
-  require(m.mlp_hidden() % p.tp == 0, "parallel.tp", p.tp,
-          "a divisor of the MLP width " + show(m.mlp_hidden()) + " (model.hidden_size x mlp_ratio)");
-  require(p.virtual_stages >= 1, "parallel.virtual_stages", p.virtual_stages,
-          "an integer >= 1 (model chunks per pipeline rank)");
-  if (p.virtual_stages > 1) {
-    require(p.pp >= 2, "parallel.virtual_stages", p.virtual_stages,
-            "1 when parallel.pp = " + show(p.pp) + " (virtual stages interleave chunks over pipeline ranks)");
-    require(p.schedule == "1f1b", "parallel.virtual_stages", p.virtual_stages,
-            "1 with parallel.schedule = \"" + p.schedule + "\" (interleaving is a 1F1B schedule)");
-    require(p.pp * p.virtual_stages <= m.depth, "parallel.virtual_stages", p.virtual_stages,
-            "at most model.depth / parallel.pp = " + show(m.depth) + " / " + show(p.pp) +
-                " (each of the pp x virtual_stages model chunks needs a block)");
-  }
-  const int chunks = p.pp * p.virtual_stages;
-  if (p.pp_layers.empty()) {
-    require(p.pp <= m.depth, "parallel.pp", p.pp,
-            "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
-    return;
-  }
-  std::int64_t sum = 0;  // entries are ints; their sum may not be
-  for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
-    require(p.pp_layers[i] >= 1, "parallel.pp_layers[" + show(i) + "]", p.pp_layers[i],
-            "an integer >= 1 (every stage needs a block)");
-    sum += p.pp_layers[i];
-  }
-  const std::string layers = int_list(p.pp_layers);
-  if (static_cast<int>(p.pp_layers.size()) != chunks)
-    DIT_FAIL("parallel.pp_layers = ", layers, ": expected one entry per ",
-             p.virtual_stages > 1 ? "model chunk (parallel.pp x parallel.virtual_stages = " + show(chunks)
-                                  : "stage (parallel.pp = " + show(p.pp),
-             "), got ", p.pp_layers.size());
-  if (sum != m.depth)
-    DIT_FAIL("parallel.pp_layers = ", layers, ": expected blocks summing to model.depth = ",
-             m.depth, ", got ", sum);
-}
-
-void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
-  require(s.num_steps >= 2 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
-          "an integer in [2, diffusion.steps = " + show(diffusion_steps) + "]");
-  require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
-  require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
-  require(s.cfg_t_min >= 0 && s.cfg_t_min <= 1, "sample.cfg_t_min", s.cfg_t_min, "a noise level in [0, 1]");
-  require(s.cfg_t_max >= s.cfg_t_min && s.cfg_t_max <= 1, "sample.cfg_t_max", s.cfg_t_max,
-          "a noise level in [sample.cfg_t_min = " + show(s.cfg_t_min) + ", 1]");
-  require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
-  for (std::size_t i = 0; i < s.classes.size(); ++i)
-    require(s.classes[i] >= 0 && s.classes[i] < num_classes, "sample.classes[" + show(i) + "]",
-            s.classes[i], "a class in [0, model.num_classes = " + show(num_classes) + ")");
-}
-
-}  // namespace
-
-void RunConfig::validate() const {
-  validate_representable(*this);
-  validate_model(model);
-  require(diffusion.steps >= 1 && diffusion.steps <= diffusion::kMaxDiffusionSteps, "diffusion.steps",
-          diffusion.steps, "an integer in [1, " + show(diffusion::kMaxDiffusionSteps) + "]");
-  validate_train(train);
-  validate_parallel(parallel, model.dit);
-  require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");
-  require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
-  require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
-  validate_sample(sample, diffusion.steps, model.dit.num_classes);
-  require(eval.per_class >= 1 && eval.per_class <= 100000, "eval.per_class", eval.per_class,
-          "an integer in [1, 100000]");
-  require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,
-          "an integer in [2, diffusion.steps = " + show(diffusion.steps) + "]");
-  require(!run.dir.empty(), "run.dir", run.dir, "a folder for the run's outputs");
 }
 
 }  // namespace dit

@@ -1,6 +1,8 @@
 // The run configuration: typed sections with defaults, read from TOML (toml11), overridden by
 // command-line flags and `--set section.key=value`, validated with messages that name the key and
 // the allowed values, and written back as TOML (the resolved config saved in the run folder).
+// Enum-like settings are enums here, parsed once where the config is read; their names come from
+// the enum's own table (kScheduleNames, kRecomputeNames, ...).
 // With no file, the defaults are the Fashion-MNIST demo (configs/fashion_mnist.toml).
 #pragma once
 
@@ -8,7 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_kind.h"
+#include "core/dtype.h"
+#include "layers/dit_block.h"
 #include "layers/dit_config.h"
+#include "optim/adamw.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace dit {
 
@@ -29,7 +36,7 @@ struct TrainSection {
   std::int64_t steps = 1000;
   double lr = 1e-3;
   std::int64_t warmup = 0;
-  std::string lr_schedule = "constant";  // constant | cosine
+  LrSchedule lr_schedule = LrSchedule::Constant;  // constant | cosine
   double min_lr = 0.0;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -42,21 +49,21 @@ struct TrainSection {
   int eval_every = 0;    // sample quality ([eval]) every N steps and at the end; 0 = never
   int checkpoint_every = 0;  // steps between checkpoints; 0 = only at the end
   int keep_checkpoints = 3;  // newest complete checkpoints kept; 0 = all
-  double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: this machine class's fp32 CPU ceiling
-  std::string precision = "fp32";  // fp32 | bf16 | fp16: storage of params, activations, grads
-  std::string backend = "cpu";     // cpu | cuda
+  double peak_tflops = 0.215;  // for MFU: per machine (cpu) or per GPU (cuda); default: a 2-core Zen 4 machine's fp32 ceiling
+  DType precision = DType::F32;    // fp32 | bf16 | fp16: storage of params, activations, grads
+  BackendKind backend = BackendKind::Cpu;  // cpu | cuda
   double loss_scale = 65536;       // fp16: the initial dynamic loss scale
   int loss_scale_window = 1000;    // fp16: clean steps after which the scale doubles
-  std::string recompute = "none";  // none | selective | full: activation recomputation
+  Recompute recompute = Recompute::None;  // none | selective | full: activation recomputation
   int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
-  std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of the dp gradient reduction
+  DType grad_reduce = DType::F32;  // fp32 | bf16: dtype of the dp gradient reduction
   bool deterministic = false;      // GPU: only kernels whose results do not vary run to run
   bool operator==(const TrainSection&) const = default;
 };
 
 struct ParallelSection {
   int tp = 1, pp = 1;
-  std::string schedule = "1f1b";  // 1f1b | gpipe
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // 1f1b | gpipe
   std::vector<int> pp_layers;     // blocks per stage (per model chunk with virtual stages); empty = balanced
   bool sequence_parallel = false; // Megatron sequence parallelism (needs tp > 1)
   // Watchdog: the longest one communication call may wait for its peers before the job is
@@ -81,14 +88,14 @@ struct SampleSection {
   int per_class = 8;           // images per class row of the grid
   std::vector<int> classes;    // empty = every class
   bool cfg_official = false;   // guide only the first 3 channels, as the official sampler
-  // Guidance only at noise levels t / diffusion.steps in [cfg_t_min, cfg_t_max] (app/sampler.h).
+  // Guidance only at noise levels t / diffusion.steps in [cfg_t_min, cfg_t_max] (engine/sampler.h).
   double cfg_t_min = 0.0, cfg_t_max = 1.0;
   std::uint64_t seed = 0;
   bool operator==(const SampleSection&) const = default;
 };
 
 // Sample quality during training (train.eval_every) and the defaults of `dit_mp evaluate`: a
-// classifier's feature space and predictions against a labelled reference set (see app/evaluate.h).
+// classifier's feature space and predictions against a labelled reference set (see eval/quality.h).
 struct EvalSection {
   std::string classifier;  // "" = <data.path without .h5>_classifier.h5, trained when missing
   std::string reference;   // "" = <data.path without .h5>_test.h5 (Fashion-MNIST's test split is prepared)
@@ -127,6 +134,10 @@ struct RunConfig {
   void set(const std::string& assignment);
   void validate() const;
   std::string to_toml() const;
+  // "train.precision = bf16" style names of the enum settings, for messages and for calls that
+  // take a backend by name.
+  std::string precision_str() const { return name_of(kPrecisionNames, train.precision); }
+  std::string backend_str() const { return name_of(kBackendNames, train.backend); }
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "diffusion/schedule.h"
+#include "diffusion/noise_schedule.h"
 #include "io/checkpoint_format.h"
 #include "io/file_safety.h"
 #include "io/golden.h"

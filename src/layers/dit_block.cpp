@@ -73,19 +73,11 @@ void DiTBlock::adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& d
 }
 
 Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::None;
-  if (name == "selective") return Recompute::Selective;
-  if (name == "full") return Recompute::Full;
-  DIT_FAIL("unknown recompute mode '", name, "': expected none, selective or full");
+  if (const auto r = value_of(kRecomputeNames, name)) return *r;
+  DIT_FAIL("unknown recompute mode '", name, "': expected ", names_of(kRecomputeNames, " or "));
 }
 
-std::string recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
-    default: return "none";
-  }
-}
+std::string recompute_name(Recompute r) { return name_of(kRecomputeNames, r); }
 
 void DiTBlock::modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift,
                               Arena& arena, Arena& scratch, Tensor& h, Tensor& mean,

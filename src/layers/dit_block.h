@@ -28,10 +28,13 @@
 #include "layers/dit_config.h"
 #include "layers/linear.h"
 #include "parallel/comm.h"
+#include "core/named.h"
 
 namespace dit {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
+inline constexpr Named<Recompute> kRecomputeNames[] = {
+    {Recompute::None, "none"}, {Recompute::Selective, "selective"}, {Recompute::Full, "full"}};
 enum class Tokens : std::uint8_t { Replicated, SequenceParallel };
 Recompute parse_recompute(const std::string& name);  // "none" | "selective" | "full"
 std::string recompute_name(Recompute r);

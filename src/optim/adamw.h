@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "layers/params.h"
+#include "core/named.h"
 
 namespace dit {
 
@@ -56,6 +57,8 @@ class Optimizer {
 // Learning rate at a step: linear warmup over `warmup` steps, then constant or cosine decay to
 // min_lr at `total` steps.
 enum class LrSchedule : std::uint8_t { Constant, Cosine };
+inline constexpr Named<LrSchedule> kLrScheduleNames[] = {{LrSchedule::Constant, "constant"},
+                                                         {LrSchedule::Cosine, "cosine"}};
 struct LrConfig {
   double lr = 1e-4;
   std::int64_t warmup = 0;
@@ -66,7 +69,8 @@ struct LrConfig {
 double lr_at(const LrConfig& c, std::int64_t step);  // step counts from 0
 
 // EMA decay at step n (counting from 0): the configured decay, warmed up as
-// min(decay, (1 + n) / (10 + n)) unless warmup is off (see DESIGN.md, Optimizer).
+// min(decay, (1 + n) / (10 + n)) unless warmup is off: at 0.9999 from step 0, the EMA of a short
+// run is mostly its zero-initialized start.
 double ema_decay_at(double decay, bool warmup, std::int64_t n);
 
 // torch.nn.utils.clip_grad_norm_: the factor min(1, max_norm / (norm + 1e-6)); 1 when

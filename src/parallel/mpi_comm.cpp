@@ -33,8 +33,8 @@ int count_of(const Tensor& t) {
 
 namespace {
 // DIT_MPI_WAIT=yield: waiting ranks poll and yield their core instead of blocking inside MPI
-// (which spins). Meant for runs with more ranks than cores; measured on the demo it was not
-// consistently faster, so spinning stays the default.
+// (which spins). Meant for runs with more ranks than cores; the gain depends on how busy the
+// cores are, so spinning, MPI's own behaviour, stays the default.
 bool yield_while_waiting() {
   const char* v = std::getenv("DIT_MPI_WAIT");
   return v && std::string(v) == "yield";

@@ -1,15 +1,13 @@
 // Pipeline execution over point-to-point messages (see pipeline.h).
 #include "parallel/pipeline.h"
 
+#include "core/clock.h"
+
 #include <algorithm>
-#include <chrono>
 
 namespace dit {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 // Message tags: one forward and one backward message stream per (chunk, microbatch), named by the
 // receiver's chunk (a message that wraps around from the last stage to stage 0 changes chunk).
 int tag(int chunk, int mb, int microbatches, Op op) {

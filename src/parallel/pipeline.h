@@ -14,7 +14,7 @@
 
 #include "core/arena.h"
 #include "parallel/comm.h"
-#include "parallel/schedule.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/watchdog.h"
 
 namespace dit {

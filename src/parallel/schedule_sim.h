@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "parallel/schedule.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace dit {
 

@@ -18,7 +18,7 @@
 #include <numeric>
 #include <optional>
 
-#include "app/dit_pipeline.h"
+#include "engine/dit_pipeline.h"
 #include "backend/cpu/cpu_backend.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_manifest.h"

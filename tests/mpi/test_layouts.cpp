@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "app/gather.h"
-#include "app/trainer.h"
+#include "engine/global_tensors.h"
+#include "engine/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/backend_comms.h"
 #include "parallel/mpi_comm.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "app/dit_pipeline.h"
+#include "engine/dit_pipeline.h"
 #include "core/error.h"
 #include "io/config.h"
 
@@ -71,8 +71,8 @@ TEST(Config, ImageNetFileIsTheOfficialXL2) {
   EXPECT_EQ(c.train.grad_clip, 0.0);
   EXPECT_EQ(c.train.ema_decay, 0.9999);
   EXPECT_EQ(c.train.steps, 400000);
-  EXPECT_EQ(c.train.backend, "cuda");
-  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.backend, BackendKind::Cuda);
+  EXPECT_EQ(c.train.precision, DType::BF16);
   EXPECT_EQ(c.data.path, "data/imagenet256_latents.h5");
   EXPECT_EQ(c.data.prepare, "none");
 }
@@ -89,11 +89,11 @@ RunConfig unusual_config() {
   c.diffusion.steps = 500;
   TrainSection& t = c.train;
   t.global_batch = 96, t.micro_batch = 12, t.steps = 777, t.lr = 3.3e-4, t.warmup = 17;
-  t.lr_schedule = "cosine", t.min_lr = 1.1e-5, t.weight_decay = 0.05, t.beta1 = 0.85;
+  t.lr_schedule = LrSchedule::Cosine, t.min_lr = 1.1e-5, t.weight_decay = 0.05, t.beta1 = 0.85;
   t.beta2 = 0.95, t.eps = 1e-7, t.grad_clip = 0.5, t.ema_decay = 0.99, t.ema_warmup = false;
   t.seed = 1234567890123ull, t.log_every = 3, t.sample_every = 100, t.peak_tflops = 1.0 / 3;
-  t.precision = "bf16", t.backend = "cuda";
-  c.parallel.tp = 3, c.parallel.pp = 2, c.parallel.schedule = "gpipe";
+  t.precision = DType::BF16, t.backend = BackendKind::Cuda;
+  c.parallel.tp = 3, c.parallel.pp = 2, c.parallel.schedule = ScheduleKind::GPipe;
   c.parallel.pp_layers = {4, 2};
   c.data.path = "some dir/with \"quotes\" and \\ back.h5", c.data.prepare = "none";
   c.data.latent_scale = 0.5;
@@ -336,7 +336,7 @@ TEST(Config, SetAppliesTomlValuesAndBareStrings) {
   c.set("run.dir=2024");  // a string key takes the text even when it reads as a number
   EXPECT_EQ(c.run.dir, "2024");
   c.set("train.lr_schedule=cosine");
-  EXPECT_EQ(c.train.lr_schedule, "cosine");
+  EXPECT_EQ(c.train.lr_schedule, LrSchedule::Cosine);
   c.set("model.preset=");
   EXPECT_EQ(c.model.preset, "");
 }

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "diffusion/losses.h"
 #include "diffusion/sampling.h"
-#include "diffusion/schedule.h"
+#include "diffusion/noise_schedule.h"
 
 namespace dd = dit::diffusion;
 

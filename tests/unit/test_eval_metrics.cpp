@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "core/philox.h"
-#include "eval/metrics.h"
+#include "eval/fid.h"
 
 namespace dit::eval {
 namespace {

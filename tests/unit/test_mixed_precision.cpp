@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "app/trainer.h"
+#include "engine/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/philox.h"
 #include "optim/loss_scale.h"

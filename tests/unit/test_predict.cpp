@@ -3,7 +3,7 @@
 // data-parallel reduction add their modelled seconds, and ranks sharing cores slow down.
 #include <gtest/gtest.h>
 
-#include "app/predict.h"
+#include "plan/predict.h"
 
 namespace dit {
 
@@ -14,7 +14,7 @@ LayoutPlan plan(int pp, int dp, int m, int v, double flops) {
   p.micro_batch = 1;
   p.microbatches = m;
   p.tokens = 1;
-  p.precision = "fp32";
+  p.precision = DType::F32;
   p.virtual_stages = v;
   for (int s = 0; s < pp; ++s) {
     StagePlan st;

@@ -2,7 +2,7 @@
 // a tp group split over two nodes is named, GPUs shared by several ranks are noted.
 #include <gtest/gtest.h>
 
-#include "app/rank_map.h"
+#include "run/rank_map.h"
 
 namespace dit {
 namespace {

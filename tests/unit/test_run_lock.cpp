@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/run_lock.h"
+#include "run/run_lock.h"
 #include "core/error.h"
 
 namespace dit {

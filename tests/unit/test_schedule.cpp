@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "parallel/schedule.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/schedule_sim.h"
 
 namespace dit {

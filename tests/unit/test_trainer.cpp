@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "app/trainer.h"
+#include "engine/trainer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/timed_backend.h"
 #include "io/dataset.h"

@@ -1,0 +1,167 @@
+// `dit_mp evaluate` (see evaluate_cmd.h).
+#include "app/evaluate_cmd.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "eval/fid.h"
+#include "eval/inception.h"
+#include "eval/quality.h"
+#include "io/sample_file.h"
+#include "parallel/world.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_json_file(const std::string& path, const std::string& json) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json << "\n";
+    DIT_CHECK(out.good(), "cannot write ", path);
+  }
+  fs::rename(tmp, path);
+  std::printf("wrote %s\n", path.c_str());
+}
+
+// FID in Inception-V3 pool features against a .npz of reference mu/sigma. Latent samples must be
+// decoded to pictures first: the network takes 1 or 3 channel images in [-1, 1].
+std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& images) {
+  DIT_CHECK(images.c == 1 || images.c == 3, "--inception: samples have ", images.c,
+            " channels; Inception takes pictures (1 or 3 channels): decode latent samples with the VAE first");
+  const eval::Gaussian ref = eval::load_reference_npz(opt.reference_stats);
+  const eval::Features f =
+      eval::inception_features(opt.inception, images.pixels, int(images.n), images.c, images.h, images.w);
+  const double fid = eval::frechet_distance(eval::fit_gaussian(f), ref);
+  std::printf("FID %.4f in Inception-V3 pool features (%d-d) of %lld samples against %s\n", fid,
+              eval::kInceptionFeatures, static_cast<long long>(images.n), opt.reference_stats.c_str());
+  char b[128];
+  std::snprintf(b, sizeof b, "{\"feature_space\": \"inception-v3\", \"n\": %lld, \"fid\": %.8g, ",
+                static_cast<long long>(images.n), fid);
+  return std::string(b) + "\"reference_stats\": \"" + opt.reference_stats + "\"}";
+}
+
+// The files an evaluation reads, checked, with the classifier trained when it is missing (rank 0).
+EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool inception) {
+  RunConfig cfg = RunConfig::demo();
+  DIT_CHECK(int(from_weights) + int(!opt.samples_file.empty()) <= 1 &&
+                (from_weights || !opt.samples_file.empty() || opt.train_classifier),
+            "evaluate: give one of --run DIR, --weights FILE or --samples FILE (or only --train-classifier)");
+  DIT_CHECK(opt.sample.run_dir.empty() || opt.sample.weights.empty(), "evaluate: give --run or --weights, not both");
+  std::string config = opt.config;
+  if (config.empty() && !opt.sample.run_dir.empty()) {
+    config = (fs::path(opt.sample.run_dir) / "config.toml").string();
+    DIT_CHECK(fs::is_regular_file(config), "--run ", opt.sample.run_dir,
+              ": not a run folder (expected config.toml and ema.h5 in it)");
+  }
+  if (!config.empty()) cfg = RunConfig::from_file(config);
+  EvalPaths paths = eval_paths(cfg);
+  if (!opt.reference.empty()) paths.reference = opt.reference;
+  if (!opt.classifier.empty()) paths.classifier = opt.classifier;
+  if (!opt.train_data.empty()) paths.train_data = opt.train_data;
+  if (inception) {
+    DIT_CHECK(!opt.inception.empty() && !opt.reference_stats.empty(),
+              "evaluate: --inception FILE.h5 and --reference-stats FILE.npz go together");
+    DIT_CHECK(fs::is_regular_file(opt.inception), "--inception ", opt.inception, ": no such file");
+    DIT_CHECK(fs::is_regular_file(opt.reference_stats), "--reference-stats ", opt.reference_stats, ": no such file");
+    return paths;
+  }
+  if (world_rank() != 0) return paths;
+  if (opt.train_classifier && fs::exists(paths.classifier)) fs::remove(paths.classifier);
+  DIT_CHECK(opt.classifier_epochs >= 1 && opt.classifier_epochs <= 1000, "--classifier-epochs ",
+            opt.classifier_epochs, ": expected 1 to 1000");
+  eval::ClassifierTraining how;
+  how.epochs = opt.classifier_epochs;
+  prepare_evaluation(paths, opt.reference.empty() && opt.train_data.empty() ? cfg.data.prepare : "none", how);
+  return paths;
+}
+
+// Rank 0: the samples judged (or their Inception FID) and the result written as JSON.
+void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::ImageSet& images, bool inception) {
+  if (!opt.samples_file.empty()) {
+    SamplesFile f = read_samples_h5(opt.samples_file);
+    images.n = std::int64_t(f.labels.size());
+    images.c = f.channels, images.h = f.height, images.w = f.width;
+    images.pixels = std::move(f.samples);
+    images.labels = std::move(f.labels);
+  } else if (!opt.samples_out.empty()) {
+    write_samples_h5(opt.samples_out, images.pixels, images.labels, images.c, images.h, images.w);
+  }
+  std::string json = opt.json;
+  if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
+  std::string result;
+  if (inception) {
+    result = inception_fid(opt, images);
+  } else {
+    const QualityJudge judge(paths);
+    const QualityReport r = judge.judge(images);
+    std::printf("%s", quality_table(r).c_str());
+    result = quality_json(r);
+  }
+  if (!json.empty()) write_json_file(json, result);
+}
+
+}  // namespace
+
+int run_evaluate(const EvaluateOptions& opt) {
+  const bool from_weights = !opt.sample.run_dir.empty() || !opt.sample.weights.empty();
+  const bool inception = !opt.inception.empty() || !opt.reference_stats.empty();
+  EvalPaths paths;
+  collective_check([&] { paths = resolve_evaluation(opt, from_weights, inception); });
+  if (!from_weights && opt.samples_file.empty()) return 0;  // --train-classifier alone
+  eval::ImageSet images;
+  if (from_weights) {
+    SampledImages s = sample_from_weights(opt.sample);
+    images.n = std::int64_t(s.labels.size());
+    images.c = s.model.in_channels, images.h = s.model.input_size, images.w = s.model.input_size;
+    images.pixels = std::move(s.samples);
+    images.labels = std::move(s.labels);
+  }
+  collective_check([&] {
+    if (world_rank() == 0) judge_and_report(opt, paths, images, inception);
+  });
+  return 0;
+}
+
+std::function<int()> add_evaluate_command(CLI::App& app) {
+  auto opt = std::make_shared<EvaluateOptions>();
+  auto classes = std::make_shared<std::string>();
+  EvaluateOptions& e = *opt;
+  e.sample.sample.per_class = 100;
+  CLI::App* cmd = app.add_subcommand(
+      "evaluate", "Sample quality: FID, precision/recall and class accuracy in a classifier's feature space against "
+                  "a labelled reference set, with the real-data floor (samples drawn from weights, or a samples file)");
+  cmd->add_option("--run", e.sample.run_dir, "A training run folder (its ema.h5 and config.toml)");
+  cmd->add_option("--weights", e.sample.weights, "A weights HDF5 file");
+  cmd->add_option("--samples", e.samples_file, "A samples HDF5 file (samples, labels), e.g. from dit_mp sample");
+  cmd->add_option("--config", e.config, "Config naming data.path and [eval] (default: the run's, else the demo's)");
+  cmd->add_option("--reference", e.reference, "Reference dataset HDF5 (default: <data.path>_test.h5)");
+  cmd->add_option("--classifier", e.classifier,
+                  "Classifier HDF5 (default: <data.path>_classifier.h5, trained when missing)");
+  cmd->add_option("--train-data", e.train_data, "Training dataset for the floor and the classifier (default: data.path)");
+  cmd->add_flag("--train-classifier", e.train_classifier, "Train the classifier (again) before evaluating");
+  cmd->add_option("--classifier-epochs", e.classifier_epochs, "Epochs when training the classifier")
+      ->capture_default_str();
+  cmd->add_option("--json", e.json, "Write the result as JSON (default with --run: <run>/eval.json)");
+  cmd->add_option("--samples-out", e.samples_out, "Also write the drawn samples (HDF5)");
+  cmd->add_option("--inception", e.inception,
+                  "Inception-V3 FID weights (HDF5, from tools/convert_inception.py): FID in its pool features");
+  cmd->add_option("--reference-stats", e.reference_stats, "With --inception: reference mu/sigma (.npz)");
+  cmd->add_option("--classes", *classes, "Comma-separated classes (default: all)");
+  cmd->add_option("--per-class", e.sample.sample.per_class, "Samples per class")->capture_default_str();
+  cmd->add_option("--batch", e.sample.batch, "Images sampled at once (split over data-parallel replicas)")
+      ->capture_default_str();
+  auto given = add_sampler_options(cmd, e.sample);
+  return [cmd, opt, classes, given] {
+    if (!*cmd) return -1;
+    collective_check([&] { opt->sample.sample.classes = parse_ints(*classes, "--classes"); });
+    opt->sample.given = given();
+    return run_evaluate(*opt);
+  };
+}
+
+}  // namespace dit

@@ -1,0 +1,100 @@
+// `dit_mp plan` (see plan_cmd.h).
+#include "app/plan_cmd.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "app/train_cmd.h"
+#include "parallel/world.h"
+#include "plan/planner.h"
+#include "plan/predict.h"
+
+namespace dit {
+
+namespace {
+
+struct PlanFlags {
+  TrainFlags train;
+  int dp = 1, gpus = 1, top = 10;
+  std::string hardware, json, fit, calibration;
+  bool predict = false;
+  double efficiency = 0.5;
+};
+
+// --fit: every layout of --gpus devices that fits, ranked by the time model.
+void run_fit(const PlanFlags& f, const RunConfig& cfg) {
+  FitRequest req;
+  req.cfg = cfg;
+  req.gpus = f.gpus;
+  DIT_CHECK(f.gpus >= 1 && f.gpus <= 4096, "--gpus ", f.gpus, ": expected 1 to 4096");
+  char* end = nullptr;
+  const double gib = std::strtod(f.fit.c_str(), &end);
+  const bool number = end && *end == '\0' && end != f.fit.c_str();
+  req.hw = find_hardware(number ? (f.hardware.empty() ? "h100" : f.hardware) : f.fit);
+  if (number) {
+    DIT_CHECK(gib > 0 && gib < 1e6, "--fit ", f.fit, ": expected GPU memory in GiB (e.g. 80)");
+    req.hw.memory_gib = gib;
+  }
+  // Mixed precision unless --precision (or train.precision) asks for another.
+  req.precisions = {f.train.gave("train.precision") ? cfg.train.precision : DType::BF16};
+  const auto rows = fit_layouts(req);
+  std::printf("%s", format_fit(req, rows, f.top).c_str());
+  if (!f.json.empty()) save_json(f.json, fit_json(rows, f.top));
+}
+
+// One layout: its plan, and with --predict its modelled step time.
+void run_plan(const PlanFlags& f, const RunConfig& cfg) {
+  DIT_CHECK(f.dp >= 1 && f.dp <= 65536, "--dp ", f.dp, ": expected 1 to 65536");
+  const Hardware* hw = f.hardware.empty() ? nullptr : &find_hardware(f.hardware);
+  const LayoutPlan p = plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, f.dp});
+  std::printf("%s", format_plan(p, hw).c_str());
+  std::string json = plan_json(p, hw);
+  if (f.predict) {
+    DIT_CHECK(hw || !f.calibration.empty(), "--predict needs --hardware NAME or --calibration FILE");
+    DIT_CHECK(f.efficiency > 0 && f.efficiency <= 1, "--efficiency ", f.efficiency, ": expected a fraction in (0, 1]");
+    const PredictParams pp = f.calibration.empty() ? predict_params_for(*hw, cfg.train.precision, f.efficiency)
+                                                   : load_predict_params(f.calibration);
+    const Prediction r = predict_step(p, pp, cfg.train.global_batch, cfg.parallel.schedule);
+    const std::string pj = prediction_json(r, pp);
+    std::printf("predicted (a model, not a measurement): %s\n", pj.c_str());
+    json.erase(json.find_last_of('}'));
+    json += ", \"prediction\": " + pj + "}\n";
+  }
+  if (!f.json.empty()) save_json(f.json, json);
+}
+
+}  // namespace
+
+std::function<int()> add_plan_command(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Per-rank memory of a layout before running it (the trainer's own allocations), or --fit: the layouts "
+              "that fit given GPUs, ranked by a time model");
+  add_train_options(cmd, f->train);
+  cmd->add_option("--dp", f->dp, "Data-parallel size")->capture_default_str();
+  cmd->add_option("--hardware", f->hardware,
+                  "rtx3090, rtx4090, a100-40g, a100-80g, h100, h200 (or cpu, this machine class): say whether it fits");
+  cmd->add_option("--json", f->json, "Also write the plan as JSON to this file");
+  cmd->add_option("--fit", f->fit, "Search layouts: GPU memory in GiB (e.g. 80) or a hardware name");
+  cmd->add_option("--gpus", f->gpus, "--fit: number of GPUs")->capture_default_str();
+  cmd->add_option("--top", f->top, "--fit: rows to print")->capture_default_str();
+  cmd->add_flag("--predict", f->predict,
+                "Also predict the step time (a model: plan FLOPs/bytes, link model, schedule tables simulated)");
+  cmd->add_option("--calibration", f->calibration, "--predict: a TOML [predict] table (overrides --hardware)");
+  cmd->add_option("--efficiency", f->efficiency, "--predict with --hardware: fraction of peak FLOP/s")
+      ->capture_default_str();
+  return [cmd, f] {
+    if (!*cmd) return -1;
+    collective_check([&] {
+      if (world_rank() != 0) return;
+      const RunConfig cfg = resolve_config(f->train);
+      if (!f->fit.empty()) run_fit(*f, cfg);
+      else run_plan(*f, cfg);
+    });
+    return 0;
+  };
+}
+
+}  // namespace dit

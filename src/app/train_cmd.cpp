@@ -1,0 +1,181 @@
+// `dit_mp train` (see train_cmd.h).
+#include "app/train_cmd.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/rank_backend.h"
+#include "engine/train_setup.h"
+#include "eval/quality.h"
+#include "io/prepare.h"
+#include "parallel/device_placement.h"
+#include "parallel/world.h"
+#include "plan/memory_fit.h"
+#include "run/rank_map.h"
+#include "run/run.h"
+#include "run/run_lock.h"
+#include "run/signals.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The flags that stand for one config key each: --tp 2 is --set parallel.tp=2.
+struct KeyFlag {
+  const char* name;
+  const char* key;
+  const char* help;
+  bool quoted;  // a string value (quoted for TOML)
+  const char* type;
+};
+constexpr KeyFlag kKeyFlags[] = {
+    {"--tp", "parallel.tp", "Tensor-parallel size", false, "INT"},
+    {"--pp", "parallel.pp", "Pipeline stages", false, "INT"},
+    {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true, "TEXT"},
+    {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false, "LIST"},
+    {"--virtual-stages", "parallel.virtual_stages", "Model chunks per pipeline rank (> 1: interleaved 1F1B)", false,
+     "INT"},
+    {"--steps", "train.steps", "Training steps", false, "INT"},
+    {"--global-batch", "train.global_batch", "Images per step over all ranks", false, "INT"},
+    {"--micro-batch", "train.micro_batch", "Images per microbatch", false, "INT"},
+    {"--lr", "train.lr", "Peak learning rate", false, "FLOAT"},
+    {"--seed", "train.seed", "Random seed", false, "INT"},
+    {"--log-every", "train.log_every", "Steps between log lines", false, "INT"},
+    {"--sample-every", "train.sample_every", "Steps between sample grids (0: only at the end)", false, "INT"},
+    {"--backend", "train.backend", "cpu or cuda", true, "TEXT"},
+    {"--precision", "train.precision", "fp32, bf16 or fp16", true, "TEXT"},
+    {"--run-dir", "run.dir", "Run folder (metrics, samples, weights)", true, "TEXT"},
+    {"--data", "data.path", "HDF5 dataset file", true, "TEXT"},
+    {"--model", "model.preset", "Model preset, e.g. DiT-S/4", true, "TEXT"},
+    {"--resume", "run.resume", "Continue from a checkpoint: auto (the newest of the run) or a path", true, "TEXT"},
+    {"--init-from", "run.init_from", "Start from weights: a checkpoint or a weights .h5 file", true, "TEXT"},
+    {"--checkpoint-dir", "run.checkpoint_dir", "Checkpoint folder (default: <run dir>/ckpt)", true, "TEXT"},
+    {"--checkpoint-every", "train.checkpoint_every", "Steps between checkpoints (0: only at the end)", false, "INT"},
+    {"--recompute", "train.recompute", "Activation recomputation: none, selective or full", true, "TEXT"},
+    {"--recompute-blocks", "train.recompute_blocks", "Full recomputation for the first K blocks of each stage (0: all)",
+     false, "INT"},
+};
+
+// Every check a run needs before its folder is touched, on every rank; the setup it returns is
+// the one the run uses. Rank 0 takes the run folder's lock here.
+TrainSetup check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& lock) {
+  const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
+  TrainSetup setup = TrainSetup::make(cfg, layout);
+  const int ranks_per_node = std::max(1, world_size() / node_count());
+  check_memory_fits(training_memory_need(cfg, layout), ranks_per_node,
+                    "the model.* sizes, train.micro_batch or sample.per_class");
+  std::string why;
+  DIT_CHECK(backend_available(backend_name(cfg.backend_str(), cfg.precision_str()), &why), "train.backend = ",
+            cfg.backend_str(), " with train.precision = ", cfg.precision_str(), ": ", why);
+  if (mode == TrainMode::DryRun) return setup;
+  const fs::path dir(cfg.run.dir);
+  if (world_rank() == 0) {  // before the folder is looked at, overwritten or resumed
+    std::string note;
+    lock = RunLock::acquire(dir.string(), &note);
+    if (!note.empty()) std::printf("note: %s\n", note.c_str());
+  }
+  if (world_rank() == 0 && fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
+    DIT_FAIL("run folder ", dir.string(),
+             " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+  DIT_CHECK(cfg.run.resume.empty() || !cfg.run.overwrite, "run.resume and run.overwrite exclude each other");
+  DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
+            "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
+  // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
+  // refused now.
+  if (cfg.train.eval_every > 0 && world_rank() == 0) check_evaluation_inputs(eval_paths(cfg), cfg.data.prepare);
+  return setup;
+}
+
+// --dry-run: the layout and where every rank runs, without touching data or the run folder.
+int dry_run(const RunConfig& cfg, const Layout& layout) {
+  std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
+  ParallelContext ctx = make_mpi_context(layout);
+  const std::string device =
+      cfg.train.backend == BackendKind::Cuda ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
+  const std::string map = rank_map(ctx, device);
+  if (ctx.world_rank == 0)
+    std::printf("dit_mp train --dry-run: %s, %s backend, model %lld parameters, run folder %s (not touched)\n%s",
+                layout.str().c_str(), be->name().c_str(), static_cast<long long>(cfg.model.dit.num_params()),
+                cfg.run.dir.c_str(), map.c_str());
+  return 0;
+}
+
+// The demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
+void prepare_training_data(const RunConfig& cfg) {
+  collective_check([&] {
+    if (world_rank() != 0 || fs::exists(cfg.data.path)) return;
+    DIT_CHECK(cfg.data.prepare == "fashion-mnist", "data.path = ", cfg.data.path,
+              " does not exist (and data.prepare = ", cfg.data.prepare, "); create it with dit_mp prepare-data");
+    std::printf("preparing Fashion-MNIST into %s\n", cfg.data.path.c_str());
+    if (fs::path(cfg.data.path).has_parent_path()) fs::create_directories(fs::path(cfg.data.path).parent_path());
+    prepare_fashion_mnist(kFashionMnistDir, cfg.data.path, "train");
+  });
+}
+
+}  // namespace
+
+int run_train(const RunConfig& cfg, TrainMode mode) {
+  install_stop_handlers();
+  RunLock lock;  // rank 0 holds the run folder's lock until this function returns
+  TrainSetup setup;
+  collective_check([&] { setup = check_train_inputs(cfg, mode, lock); });
+  if (mode == TrainMode::DryRun) return dry_run(cfg, setup.layout);
+  prepare_training_data(cfg);
+  Run run(cfg, setup);
+  return run.train();
+}
+
+bool TrainFlags::gave(const std::string& key) const {
+  for (const auto& s : sets)
+    if (s.rfind(key + "=", 0) == 0) return true;
+  for (const auto& [k, v] : flags)
+    if (k == key) return true;
+  return false;
+}
+
+void add_train_options(CLI::App* cmd, TrainFlags& f) {
+  cmd->add_option("--config", f.config, "TOML config file (default: the Fashion-MNIST demo, configs/fashion_mnist.toml)");
+  cmd->add_option("--set", f.sets, "Override any config key: --set train.lr=3e-4 (repeatable)");
+  cmd->add_flag("--overwrite", f.overwrite, "Replace an existing run folder");
+  cmd->add_flag_callback(
+      "--sequence-parallel", [&f] { f.flags.emplace_back("parallel.sequence_parallel", "true"); },
+      "Megatron sequence parallelism: tokens split over the tp ranks outside the tp GEMMs (tp > 1)");
+  for (const KeyFlag& fl : kKeyFlags) {
+    cmd->add_option_function<std::string>(
+           fl.name,
+           [&f, fl](const std::string& v) {
+             std::string value = fl.quoted ? "\"" + v + "\"" : v;
+             if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
+             f.flags.emplace_back(fl.key, value);
+           },
+           fl.help)
+        ->type_name(fl.type);
+  }
+}
+
+RunConfig resolve_config(const TrainFlags& f) {
+  RunConfig cfg = f.config.empty() ? RunConfig::demo() : RunConfig::from_file(f.config);
+  for (const auto& s : f.sets) cfg.set(s);
+  for (const auto& [key, value] : f.flags) cfg.set(key + "=" + value);
+  if (f.overwrite) cfg.run.overwrite = true;
+  cfg.validate();
+  return cfg;
+}
+
+std::function<int()> add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a DiT (the default subcommand)");
+  add_train_options(cmd, *flags);
+  cmd->add_flag("--dry-run", flags->dry_run, "Check the inputs, print the layout and the rank map, and stop");
+  return [cmd, flags] {
+    if (!*cmd) return -1;
+    RunConfig cfg;
+    collective_check([&] { cfg = resolve_config(*flags); });
+    return run_train(cfg, flags->dry_run ? TrainMode::DryRun : TrainMode::Train);
+  };
+}
+
+}  // namespace dit

@@ -1,0 +1,78 @@
+// Deterministic training batches (see batch.h).
+#include "engine/batch.h"
+
+#include <numeric>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "parallel/pipeline.h"
+
+namespace dit {
+
+BatchPlan BatchPlan::make(std::int64_t global_batch, int dp, int micro_batch) {
+  DIT_CHECK(global_batch > 0 && dp > 0 && micro_batch > 0, "train.global_batch = ", global_batch,
+            ", train.micro_batch = ", micro_batch, ": both must be positive");
+  DIT_CHECK(global_batch % (std::int64_t(dp) * micro_batch) == 0, "train.global_batch = ",
+            global_batch, " is not divisible by dp (", dp, ") x train.micro_batch (", micro_batch,
+            ") = ", std::int64_t(dp) * micro_batch, "; e.g. global_batch = ",
+            std::int64_t(dp) * micro_batch * ((global_batch + dp * micro_batch - 1) / (dp * micro_batch)),
+            " would fit");
+  const std::int64_t microbatches = global_batch / (std::int64_t(dp) * micro_batch);
+  DIT_CHECK(microbatches <= kMaxMicrobatches, "train.global_batch = ", global_batch, " is ", microbatches,
+            " microbatches of train.micro_batch = ", micro_batch, " per dp rank (dp = ", dp, "), at most ",
+            kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
+  BatchPlan p;
+  p.global_batch = global_batch;
+  p.dp = dp;
+  p.micro_batch = micro_batch;
+  p.microbatches = static_cast<int>(global_batch / (std::int64_t(dp) * micro_batch));
+  return p;
+}
+
+BatchSource::BatchSource(const Dataset& data, const diffusion::Schedule& schedule, BatchPlan plan,
+                         std::uint64_t seed, double label_dropout, int num_classes)
+    : data_(&data), schedule_(&schedule), plan_(plan), seed_(seed),
+      label_dropout_(label_dropout), num_classes_(num_classes) {
+  DIT_CHECK(data.num_classes() <= num_classes, "the dataset has ", data.num_classes(),
+            " classes but the model only ", num_classes);
+}
+
+std::int64_t BatchSource::dataset_index(std::int64_t position) const {
+  const std::int64_t n = data_->size();
+  const std::int64_t epoch = position / n;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != perm_epoch_) {
+    perm_.resize(static_cast<std::size_t>(n));
+    std::iota(perm_.begin(), perm_.end(), 0);
+    Philox rng(seed_, RngPurpose::DataOrder, static_cast<std::uint64_t>(epoch), 0);
+    for (std::int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+      const std::int64_t j = static_cast<std::int64_t>(rng.uniform_f64() * double(i + 1));
+      std::swap(perm_[i], perm_[j]);  // j <= i since uniform_f64() < 1
+    }
+    perm_epoch_ = epoch;
+  }
+  return perm_[static_cast<std::size_t>(position % n)];
+}
+
+Microbatch BatchSource::get(std::int64_t step, int dp_rank, int mb) const {
+  DIT_CHECK(dp_rank >= 0 && dp_rank < plan_.dp && mb >= 0 && mb < plan_.microbatches,
+            "microbatch ", mb, " of dp rank ", dp_rank, " outside the plan");
+  const std::int64_t per = data_->shape().numel();
+  Microbatch b;
+  b.n = plan_.micro_batch;
+  b.first = step * plan_.global_batch + (std::int64_t(dp_rank) * plan_.microbatches + mb) * plan_.micro_batch;
+  b.x_start.resize(static_cast<std::size_t>(b.n * per));
+  for (std::int64_t i = 0; i < b.n; ++i) {
+    const std::int64_t pos = b.first + i;
+    int label = data_->get(dataset_index(pos), b.x_start.data() + i * per);
+    const auto key_step = static_cast<std::uint64_t>(step), key = static_cast<std::uint64_t>(pos);
+    Philox tr(seed_, RngPurpose::Timestep, key_step, key);
+    b.t.push_back(static_cast<std::int32_t>(tr.below(static_cast<std::uint32_t>(schedule_->num_timesteps))));
+    Philox drop(seed_, RngPurpose::LabelDrop, key_step, key);
+    if (label_dropout_ > 0 && drop.uniform_f64() < label_dropout_) label = num_classes_;
+    b.y.push_back(label);
+  }
+  return b;
+}
+
+}  // namespace dit

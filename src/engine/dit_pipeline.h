@@ -1,0 +1,69 @@
+// The DiT side of the pipeline executor: one pipeline stage's slice of the model as a
+// PipelineStage. What enters the first stage and what the last stage does with the model output
+// are hooks, so training (loss), golden verification (a given cotangent) and sampling (forward
+// only) share one executor.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "layers/dit_stage.h"
+#include "parallel/pipeline.h"
+
+namespace dit {
+
+// Blocks [first, end) of each stage: balanced (stage s gets floor((s+1)L/pp) - floor(sL/pp)), or
+// the given counts (--pp-layers 3,4,4,3). Every stage needs at least one block.
+std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
+                                          const std::vector<int>& layers = {});
+// With v virtual stages per rank: the pp * v model chunks in model order, balanced the same way
+// (or layers, one count per model chunk). v = 1 is partition_stages.
+std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v,
+                                          const std::vector<int>& layers = {});
+// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s.
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage);
+
+struct DiTPipelineHooks {
+  // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.
+  std::function<void(int mb, StageInputs& in, Arena& arena)> make_inputs;
+  // Last stage: sees the model output; returns dL/d output in `arena` (empty when forward only).
+  std::function<Tensor(int mb, const Tensor& out, Arena& arena)> on_output;
+  // First stage, optional: receives dL/d images.
+  std::function<void(int mb, const Tensor& dimages)> on_input_grad;
+};
+
+// The one way a first stage is fed from host memory: in.t (N) fp32 model timesteps and in.ids (N)
+// labels, allocated from `arena` and uploaded; with `images` (N, C, H, W) fp32 also in.images in
+// the backend's compute dtype (training forms its images on the backend instead).
+struct HostInputs {
+  const float* images = nullptr;  // may be null: the caller fills in.images
+  const float* t = nullptr;
+  const std::int32_t* labels = nullptr;
+};
+void upload_stage_inputs(Backend& be, const DiTConfig& cfg, std::int64_t n, const HostInputs& host, StageInputs& in,
+                         Arena& arena);
+
+class DiTPipelineStage final : public PipelineStage {
+ public:
+  DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch, DiTPipelineHooks hooks);
+
+  std::vector<Tensor> forward_inputs(int mb, int chunk, Arena& arena) override;
+  std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs, Arena& arena) override;
+  std::vector<Tensor> backward_inputs(int mb, int chunk, Arena& arena) override;
+  std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
+  std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
+
+ private:
+  Shape x_shape() const;
+  Shape c_shape() const;
+  Backend* be_;
+  const DiTStage* stage_;
+  std::int64_t n_;
+  DiTPipelineHooks hooks_;
+  Arena scratch_;
+  std::map<std::pair<int, int>, StageActs> acts_;  // by (chunk, microbatch)
+  std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
+};
+
+}  // namespace dit

@@ -1,0 +1,44 @@
+// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule, with
+// classifier-free guidance on a doubled batch (conditional rows, then null-label rows), at every
+// step or only in an interval of noise levels (guidance at high noise costs diversity: Kynkäänniemi
+// et al. 2024, "Applying Guidance in a Limited Interval"). The
+// samples are split over dp replicas; each step runs forward-only through the pipeline and the
+// last stage's update of x travels back to stage 0 by a broadcast over the pipeline group.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "layers/dit_stage.h"
+#include "parallel/grid.h"
+
+namespace dit {
+
+struct SampleRequest {
+  std::vector<int> labels;     // one sample per entry
+  int num_steps = 50;          // respaced steps ("N", as the official sample.py, for both samplers)
+  std::string sampler = "ddim";  // ddim | ddpm
+  double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
+  bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
+  // Guidance only at the steps whose timestep t has t / diffusion_steps in [cfg_t_min, cfg_t_max]
+  // (0: clean, 1: pure noise); the other steps run the conditional rows alone. [0, 1]: every step.
+  double cfg_t_min = 0.0, cfg_t_max = 1.0;
+  int diffusion_steps = 1000;
+  std::uint64_t seed = 0;
+  std::int64_t first_index = 0;  // the first sample's index in the noise streams: batches of one
+                                 // request (labels[k] is sample first_index + k) draw what one call would
+  std::function<void()> after_step;  // called once per sampler step (e.g. a progress line); may be empty
+};
+
+// The request for `labels` with the sampler settings of `s` (its steps, sampler, guidance, seed).
+SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, int diffusion_steps);
+
+// Returns the samples (N, C, H, W) on every rank. `stage` holds the weights to sample from
+// (e.g. the EMA), for this rank's slice of the layout.
+std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
+                                 const SampleRequest& req);
+
+}  // namespace dit

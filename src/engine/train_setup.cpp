@@ -1,0 +1,56 @@
+// The run's training settings, checked once (see train_setup.h).
+#include "engine/train_setup.h"
+
+#include "core/error.h"
+
+namespace dit {
+
+TrainConfig train_config(const RunConfig& c) {
+  TrainConfig t;
+  t.global_batch = c.train.global_batch;
+  t.micro_batch = c.train.micro_batch;
+  t.steps = c.train.steps;
+  t.adamw.lr = c.train.lr;
+  t.adamw.beta1 = c.train.beta1;
+  t.adamw.beta2 = c.train.beta2;
+  t.adamw.eps = c.train.eps;
+  t.adamw.weight_decay = c.train.weight_decay;
+  t.warmup = c.train.warmup;
+  t.lr_schedule = c.train.lr_schedule;
+  t.min_lr = c.train.min_lr;
+  t.grad_clip = c.train.grad_clip;
+  t.loss_scale = c.train.loss_scale;
+  t.loss_scale_window = c.train.loss_scale_window;
+  t.ema_decay = c.train.ema_decay;
+  t.ema_warmup = c.train.ema_warmup;
+  t.seed = c.train.seed;
+  t.schedule = c.parallel.schedule;
+  t.pp_layers = c.parallel.pp_layers;
+  t.virtual_stages = c.parallel.virtual_stages;
+  t.stage.recompute = c.train.recompute;
+  t.stage.recompute_blocks = c.train.recompute_blocks;
+  t.stage.sequence_parallel = c.parallel.sequence_parallel;
+  t.grad_reduce = c.train.grad_reduce;
+  t.diffusion_steps = c.diffusion.steps;
+  return t;
+}
+
+TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, const Layout& layout) {
+  DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0, "parallel.tp = ", layout.tp,
+            " does not divide model.num_heads = ", model.num_heads, " and the MLP width ", model.mlp_hidden());
+  TrainSetup s;
+  s.model = model;
+  s.train = train;
+  s.layout = layout;
+  s.chunks = partition_chunks(model, layout.pp, train.virtual_stages, train.pp_layers);
+  check_stage_options(train.stage, s.chunks);
+  s.batch = BatchPlan::make(train.global_batch, layout.dp, train.micro_batch);
+  check_virtual_stages(train.schedule, layout.pp, s.batch.microbatches, train.virtual_stages);
+  return s;
+}
+
+TrainSetup TrainSetup::make(const RunConfig& cfg, const Layout& layout) {
+  return make(cfg.model.dit, train_config(cfg), layout);
+}
+
+}  // namespace dit

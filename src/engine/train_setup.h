@@ -1,0 +1,63 @@
+// A run's training settings resolved once: the Trainer's settings from the run configuration, the
+// model chunks of every pipeline stage, and the batch plan, checked together for a layout. Built
+// once inside the run's agreed setup check and handed to the Trainer and the planner, which do
+// not check it again.
+#pragma once
+
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/dit_pipeline.h"
+#include "optim/adamw.h"
+#include "optim/loss_scale.h"
+#include "parallel/pipeline_schedule.h"
+#include "io/config.h"
+#include "parallel/grid.h"
+
+namespace dit {
+
+struct TrainConfig {
+  std::int64_t global_batch = 32;
+  int micro_batch = 8;
+  std::int64_t steps = 100;
+  AdamWConfig adamw;   // adamw.lr is the peak learning rate
+  std::int64_t warmup = 0;
+  LrSchedule lr_schedule = LrSchedule::Constant;
+  double min_lr = 0.0;
+  double grad_clip = 0.0;  // max global grad norm; 0 = off (the official DiT does not clip)
+  double loss_scale = LossScaler::kInitialScale;               // fp16 only: the initial scale
+  std::int64_t loss_scale_window = LossScaler::kGrowthInterval;  // fp16 only
+  double ema_decay = 0.9999;
+  bool ema_warmup = true;
+  std::uint64_t seed = 0;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;      // model chunks per pipeline rank (> 1: interleaved 1F1B)
+  std::vector<int> pp_layers;  // blocks per stage (per model chunk); empty = balanced
+  StageOptions stage;          // activation recomputation (and what else trades memory for time)
+  DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
+  int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
+};
+
+struct TrainSetup {
+  DiTConfig model;
+  TrainConfig train;
+  Layout layout;
+  std::vector<StageLayout> chunks;  // the pp x virtual_stages model chunks, in model order
+  BatchPlan batch;
+
+  // Throws naming the setting when the layout cannot run these settings: tp not dividing the
+  // heads and the MLP width, a stage split the depth cannot serve, stage options (recomputation,
+  // sequence parallelism) the chunks refuse, a global batch that does not split, virtual stages
+  // the schedule cannot interleave.
+  static TrainSetup make(const DiTConfig& model, const TrainConfig& train, const Layout& layout);
+  // The Trainer's settings of a validated run configuration (RunConfig::validate) at `layout`.
+  static TrainSetup make(const RunConfig& cfg, const Layout& layout);
+
+  // The chunks pipeline stage `stage` holds, in the schedule's numbering.
+  std::vector<StageLayout> stage_chunks(int stage) const { return chunks_of_stage(chunks, layout.pp, stage); }
+};
+
+// The Trainer's settings from a run configuration, unchecked (TrainSetup::make checks them).
+TrainConfig train_config(const RunConfig& c);
+
+}  // namespace dit

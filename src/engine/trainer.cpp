@@ -1,0 +1,219 @@
+// The distributed training step (see trainer.h).
+#include "engine/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/clock.h"
+#include "engine/global_tensors.h"
+#include "core/philox.h"
+#include "diffusion/losses.h"
+
+namespace dit {
+
+
+Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, const TrainConfig& train,
+                 const Dataset& data)
+    : Trainer(be, ctx, TrainSetup::make(model, train, ctx.layout), data) {}
+
+Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, const Dataset& data)
+    : be_(&be), ctx_(&ctx), cfg_(setup.model), train_(setup.train),
+      schedule_(diffusion::create_diffusion({"", setup.model.learn_sigma, setup.train.diffusion_steps})),
+      scaler_(be.compute_dtype() == DType::F16, setup.train.loss_scale_window, setup.train.loss_scale) {
+  const SampleShape s = data.shape();
+  DIT_CHECK(s.channels == cfg_.in_channels && s.height == cfg_.input_size && s.width == cfg_.input_size,
+            "the dataset's samples are ", s.channels, "x", s.height, "x", s.width, " but the model takes ",
+            cfg_.in_channels, "x", cfg_.input_size, "x", cfg_.input_size);
+  DIT_CHECK(setup.layout.tp == ctx.layout.tp && setup.layout.pp == ctx.layout.pp && setup.layout.dp == ctx.layout.dp,
+            "a training setup for ", setup.layout.str(), " on a rank grid of ", ctx.layout.str());
+  const Layout& l = ctx.layout;
+  model_ = std::make_unique<DiTStage>(be, cfg_, setup.stage_chunks(ctx.coord.pp), *ctx.tp, l.dp, train_.stage);
+  model_->params().initialize(train_.seed);
+  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
+  batches_ = std::make_unique<BatchSource>(data, schedule_, setup.batch, train_.seed, cfg_.class_dropout_prob,
+                                           cfg_.num_classes);
+  executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be, ctx.watch.get());
+  const std::vector<float> table = diffusion::loss_coef_table(schedule_);
+  coefs_ = Buffer(be, table.size() * sizeof(float));
+  upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
+  const BatchPlan& plan = batches_->plan();
+  terms_ = Buffer(be, static_cast<std::size_t>(plan.microbatches) * plan.micro_batch * 3 * sizeof(float));
+}
+
+StageState Trainer::state() {
+  Backend& be = *be_;
+  const Optimizer& o = zero_->shard();
+  StageState s;
+  s.model = gather_shards(be, *zero_, o.master(), *ctx_);
+  s.exp_avg = gather_shards(be, *zero_, o.exp_avg(), *ctx_);
+  s.exp_avg_sq = gather_shards(be, *zero_, o.exp_avg_sq(), *ctx_);
+  s.ema = gather_shards(be, *zero_, o.ema(), *ctx_);
+  return s;
+}
+
+void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling) {
+  DIT_CHECK(scaling.skipped_steps <= steps_done, "restore: ", scaling.skipped_steps,
+            " skipped steps out of ", steps_done);
+  scaler_.restore(scaling);
+  Backend& be = *be_;
+  const ParamSet& ps = model_->params();
+  const std::int64_t n = ps.padded_numel(), b = zero_->shard_begin(), len = zero_->shard_size();
+  DIT_CHECK(static_cast<std::int64_t>(s.model.size()) == n && s.ema.size() == s.model.size() &&
+                s.exp_avg.size() == s.model.size() && s.exp_avg_sq.size() == s.model.size(),
+            "restore: a state of ", s.model.size(), " values for a stage of ", n);
+  auto host = [](const std::vector<float>& v, std::int64_t off, std::int64_t count) {
+    return Tensor{const_cast<float*>(v.data()) + off, DType::F32, {count}, Device::Host};
+  };
+  be.copy(ps.flat_values(), host(s.model, 0, n));
+  Optimizer& o = zero_->shard();
+  if (o.master().data != o.params().data) be.copy(o.master(), host(s.model, b, len));
+  be.copy(o.exp_avg(), host(s.exp_avg, b, len));
+  be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
+  be.copy(o.ema(), host(s.ema, b, len));
+  step_ = steps_done;
+}
+
+MemoryAccount Trainer::memory() const {
+  const ParamSet& ps = model_->params();
+  const Optimizer& o = zero_->shard();
+  MemoryAccount m;
+  m.params = ps.flat_values().bytes();
+  m.grads = ps.flat_grads().bytes() + zero_->shard_grad_bytes();
+  m.master = o.master().data != o.params().data ? o.master().bytes() : 0;
+  m.exp_avg = o.exp_avg().bytes();
+  m.exp_avg_sq = o.exp_avg_sq().bytes();
+  m.ema = o.ema().bytes();
+  m.activations = executor_->peak_activation_bytes();
+  m.messages = executor_->peak_message_bytes();
+  m.workspace = workspace_peak_;
+  return m;
+}
+
+const Microbatch& Trainer::microbatch(int mb) {
+  auto it = cache_.find(mb);
+  if (it == cache_.end()) it = cache_.emplace(mb, batches_->get(step_, ctx_->coord.dp, mb)).first;
+  return it->second;
+}
+
+const Trainer::DeviceBatch& Trainer::device_batch(int mb, Arena& arena) {
+  auto it = device_cache_.find(mb);
+  if (it != device_cache_.end()) return it->second;
+  const Microbatch& b = microbatch(mb);
+  const std::int64_t n = b.n;
+  DeviceBatch d;
+  d.x0 = arena.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, DType::F32);
+  upload(d.x0, b.x_start.data(), DType::F32);
+  d.t = arena.tensor({n}, DType::I32);
+  upload(d.t, b.t.data(), DType::I32);
+  d.noise = arena.tensor(d.x0.shape, DType::F32);
+  be_->philox_normal(train_.seed, static_cast<std::uint32_t>(RngPurpose::Noise),
+                     static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(b.first),
+                     d.noise.view({n, d.x0.numel() / n}));
+  return device_cache_.emplace(mb, d).first->second;
+}
+
+void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
+  be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
+}
+
+// Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes,
+// from one download of the step's per-sample terms.
+void Trainer::gather_losses(const Tensor& terms, StepStats& st) {
+  double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
+  if (ctx_->last_stage() && ctx_->tp->rank() == 0) {
+    std::vector<float> host(static_cast<std::size_t>(terms.numel()));
+    be_->copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
+    for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];
+  }
+  const bool bad = !std::isfinite(sums[0] + sums[1] + sums[2]);
+  const double bad_rank = ctx_->world->all_reduce_max(bad ? -double(ctx_->world_rank) : -1e9);
+  st.nonfinite_rank = bad_rank > -1e9 ? static_cast<int>(-bad_rank) : -1;
+  ctx_->world->all_reduce_sum(sums, 3);
+  const double n = double(batches_->plan().global_batch);
+  st.loss = sums[0] / n;
+  st.mse = sums[1] / n;
+  st.vb = sums[2] / n;
+}
+
+StepStats Trainer::step() {
+  Backend& be = *be_;
+  const double t_start = now_s();
+  const BatchPlan& plan = batches_->plan();
+  const std::int64_t n = plan.micro_batch;
+  const DType dt = be.compute_dtype();
+  const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
+                      dp0 = ctx_->dp->stats().bytes;
+  // The watchdog names the step in its message; this process's first step builds plans and
+  // touches all memory, so its waits get the slow-phase allowance.
+  const bool first = !stepped_;
+  stepped_ = true;
+  WatchPhase phase(ctx_->watch.get(), first ? "the first step" : "training",
+                   first ? CommWatch::kSlowPhaseFactor : 1.0);
+  ctx_->watch->step = step_ + 1;
+  StepStats st;
+  st.step = step_;
+  cache_.clear();
+  device_cache_.clear();
+  model_->params().zero_grads();
+  const Tensor coefs = coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32);
+  const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
+
+  DiTPipelineHooks hooks;
+  hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
+    const Microbatch& b = microbatch(mb);
+    const DeviceBatch& d = device_batch(mb, arena);
+    in.images = arena.tensor(d.x0.shape, dt);
+    be.q_sample(d.x0, d.noise, d.t, coefs, in.images);
+    const std::vector<std::int64_t> t64(b.t.begin(), b.t.end());
+    const auto model_t = schedule_.model_timesteps(t64);
+    const std::vector<float> t(model_t.begin(), model_t.end());
+    upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
+  };
+  hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
+    const DeviceBatch& d = device_batch(mb, arena);
+    // d(mean over this microbatch) scaled to the step's mean over its microbatches (and, through
+    // the ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
+    const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
+    Tensor dout = arena.tensor(out.shape, dt);
+    be.diffusion_loss(out, d.x0, d.noise, d.t, coefs, cfg_.learn_sigma, seed, dout,
+                      terms.rows(mb * n, n));
+    return dout;
+  };
+  DiTPipelineStage stage(be, *model_, n, hooks);
+  const PipelineTiming timing = executor_->run(
+      make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
+      plan.microbatches, stage);
+
+  const double t_opt = now_s();
+  LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
+  st.lr = lr_at(lc, step_);
+  // AdamW counts the updates it applied; EMA warmup counts steps, as the official loop does.
+  st.loss_scale = scaler_.scale();
+  const std::int64_t adam_step = step_ + 1 - scaler_.state().skipped_steps;
+  const ZeroOptimizer::Result r =
+      zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
+                  ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
+                  scaler_.enabled());
+  st.grad_norm = r.grad_norm;
+  st.skipped = !r.applied;
+  st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
+  scaler_.update(r.applied);
+  gather_losses(terms, st);
+
+  StepAccounting& a = st.acct;
+  a.tp_bytes = ctx_->tp->stats().bytes - tp0;
+  a.pp_bytes = ctx_->pp->stats().bytes - pp0;
+  a.dp_bytes = ctx_->dp->stats().bytes - dp0;
+  a.compute_s = timing.compute_s;
+  a.pp_wait_s = timing.wait_s;
+  a.optimizer_s = now_s() - t_opt;
+  a.step_s = now_s() - t_start;
+  a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
+  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
+  workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
+  a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
+  ++step_;
+  return st;
+}
+
+}  // namespace dit

@@ -1,0 +1,186 @@
+// Validation of the run configuration: every range, allowed value and cross-key rule, each
+// failure one message naming the key, the value and what would fit (see config.h).
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/error.h"
+#include "diffusion/noise_schedule.h"
+#include "io/config.h"
+#include "io/config_fields.h"
+
+namespace dit {
+
+using namespace config_fields;
+
+namespace {
+
+template <class T>
+std::string show(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+std::string show(const std::string& v) { return quote(v); }
+std::string show(bool v) { return v ? "true" : "false"; }
+
+// Fails with "key = value: expected <what>" unless `ok`.
+template <class T>
+void require(bool ok, const std::string& key, const T& value, const std::string& what) {
+  if (!ok) DIT_FAIL(key, " = ", show(value), ": expected ", what);
+}
+
+void require_one_of(const std::string& key, const std::string& value,
+                    const std::vector<std::string>& allowed) {
+  require(std::find(allowed.begin(), allowed.end(), value) != allowed.end(), key, value,
+          "one of " + join(allowed));
+}
+
+// Checks that hold for every field of a type: floats are finite, seeds fit a TOML integer.
+void validate_representable(RunConfig copy) {
+  for (const Section& sec : sections(copy))
+    for (const Field& f : sec.fields) {
+      const std::string key = std::string(sec.name) + "." + f.key;
+      if (auto* d = std::get_if<double*>(&f.ref))
+        require(std::isfinite(**d), key, **d, "a finite number");
+      if (auto* u = std::get_if<std::uint64_t*>(&f.ref))
+        require(**u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), key,
+                **u, "an integer in [0, 2^63 - 1] (TOML integers are signed 64-bit)");
+    }
+}
+
+void validate_model(const ModelSection& m) {
+  if (!m.preset.empty()) {
+    try {
+      dit_preset(m.preset);
+    } catch (const Error&) {
+      require(false, "model.preset", m.preset,
+              "one of " + join(dit_preset_names()) + " (or \"\" for the explicit sizes)");
+    }
+  }
+  m.dit.validate();
+}
+
+void validate_train(const TrainSection& t) {
+  require(t.global_batch >= 1, "train.global_batch", t.global_batch, "an integer >= 1");
+  require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "an integer >= 1");
+  require(t.micro_batch <= t.global_batch, "train.micro_batch", t.micro_batch,
+          "a value <= train.global_batch = " + show(t.global_batch));
+  require(t.steps >= 1, "train.steps", t.steps, "an integer >= 1");
+  require(t.lr > 0, "train.lr", t.lr, "a value > 0");
+  require(t.warmup >= 0, "train.warmup", t.warmup, "an integer >= 0 (0 = no warmup)");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", t.min_lr,
+          "a value in [0, train.lr = " + show(t.lr) + "]");
+  require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "a value >= 0");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", t.beta1, "a value in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", t.beta2, "a value in [0, 1)");
+  require(t.eps > 0, "train.eps", t.eps, "a value > 0");
+  require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "a value >= 0 (0 = no clipping)");
+  require(t.ema_decay >= 0 && t.ema_decay < 1, "train.ema_decay", t.ema_decay,
+          "a value in [0, 1)");
+  require(t.log_every >= 1, "train.log_every", t.log_every, "an integer >= 1");
+  require(t.sample_every >= 0, "train.sample_every", t.sample_every,
+          "an integer >= 0 (0 = only at the end)");
+  require(t.eval_every >= 0, "train.eval_every", t.eval_every,
+          "an integer >= 0 (0 = never; N = every N steps and at the end)");
+  require(t.peak_tflops > 0, "train.peak_tflops", t.peak_tflops, "a value > 0");
+  require(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every,
+          "an integer >= 0 (0 = only at the end)");
+  require(t.keep_checkpoints >= 0, "train.keep_checkpoints", t.keep_checkpoints,
+          "an integer >= 0 (0 = keep all)");
+  require(std::isfinite(t.loss_scale) && t.loss_scale >= 1, "train.loss_scale", t.loss_scale,
+          "a number >= 1 (the initial fp16 loss scale)");
+  require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
+  require(t.grad_reduce == DType::F32 || t.precision != DType::F32, "train.grad_reduce",
+          std::string(name_of(kGradReduceNames, t.grad_reduce)),
+          "\"fp32\" when train.precision = \"fp32\" (a bf16 reduction is for 16-bit runs)");
+  require(t.recompute_blocks >= 0, "train.recompute_blocks", t.recompute_blocks,
+          "an integer >= 0 (0 = every block of each stage)");
+  require(t.recompute_blocks == 0 || t.recompute == Recompute::Full, "train.recompute_blocks", t.recompute_blocks,
+          "0 unless train.recompute = \"full\" (it is " + quote(recompute_name(t.recompute)) + ")");
+}
+
+void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
+  require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
+  require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
+  require(!p.sequence_parallel || p.tp > 1, "parallel.sequence_parallel", p.sequence_parallel,
+          "false when parallel.tp = 1 (sequence parallelism splits tokens over the tp ranks)");
+  require(!p.sequence_parallel || m.num_patches() % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of the " + show(m.num_patches()) +
+              " tokens per image with parallel.sequence_parallel (each tp rank keeps an equal share)");
+  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
+          "seconds >= 0 (0: no watchdog)");
+  // Tensor parallelism splits whole heads and the MLP width (layers/params.h declares each split).
+  require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of model.num_heads = " + show(m.num_heads));
+  require(m.mlp_hidden() % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of the MLP width " + show(m.mlp_hidden()) + " (model.hidden_size x mlp_ratio)");
+  require(p.virtual_stages >= 1, "parallel.virtual_stages", p.virtual_stages,
+          "an integer >= 1 (model chunks per pipeline rank)");
+  if (p.virtual_stages > 1) {
+    require(p.pp >= 2, "parallel.virtual_stages", p.virtual_stages,
+            "1 when parallel.pp = " + show(p.pp) + " (virtual stages interleave chunks over pipeline ranks)");
+    require(p.schedule == ScheduleKind::OneFOneB, "parallel.virtual_stages", p.virtual_stages,
+            "1 with parallel.schedule = \"" + schedule_name(p.schedule) + "\" (interleaving is a 1F1B schedule)");
+    require(p.pp * p.virtual_stages <= m.depth, "parallel.virtual_stages", p.virtual_stages,
+            "at most model.depth / parallel.pp = " + show(m.depth) + " / " + show(p.pp) +
+                " (each of the pp x virtual_stages model chunks needs a block)");
+  }
+  const int chunks = p.pp * p.virtual_stages;
+  if (p.pp_layers.empty()) {
+    require(p.pp <= m.depth, "parallel.pp", p.pp,
+            "at most model.depth = " + show(m.depth) + " stages (each needs a block)");
+    return;
+  }
+  std::int64_t sum = 0;  // entries are ints; their sum may not be
+  for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
+    require(p.pp_layers[i] >= 1, "parallel.pp_layers[" + show(i) + "]", p.pp_layers[i],
+            "an integer >= 1 (every stage needs a block)");
+    sum += p.pp_layers[i];
+  }
+  const std::string layers = int_list(p.pp_layers);
+  if (static_cast<int>(p.pp_layers.size()) != chunks)
+    DIT_FAIL("parallel.pp_layers = ", layers, ": expected one entry per ",
+             p.virtual_stages > 1 ? "model chunk (parallel.pp x parallel.virtual_stages = " + show(chunks)
+                                  : "stage (parallel.pp = " + show(p.pp),
+             "), got ", p.pp_layers.size());
+  if (sum != m.depth)
+    DIT_FAIL("parallel.pp_layers = ", layers, ": expected blocks summing to model.depth = ",
+             m.depth, ", got ", sum);
+}
+
+void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
+  require(s.num_steps >= 2 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
+          "an integer in [2, diffusion.steps = " + show(diffusion_steps) + "]");
+  require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
+  require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
+  require(s.cfg_t_min >= 0 && s.cfg_t_min <= 1, "sample.cfg_t_min", s.cfg_t_min, "a noise level in [0, 1]");
+  require(s.cfg_t_max >= s.cfg_t_min && s.cfg_t_max <= 1, "sample.cfg_t_max", s.cfg_t_max,
+          "a noise level in [sample.cfg_t_min = " + show(s.cfg_t_min) + ", 1]");
+  require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
+  for (std::size_t i = 0; i < s.classes.size(); ++i)
+    require(s.classes[i] >= 0 && s.classes[i] < num_classes, "sample.classes[" + show(i) + "]",
+            s.classes[i], "a class in [0, model.num_classes = " + show(num_classes) + ")");
+}
+
+}  // namespace
+
+void RunConfig::validate() const {
+  validate_representable(*this);
+  validate_model(model);
+  require(diffusion.steps >= 1 && diffusion.steps <= diffusion::kMaxDiffusionSteps, "diffusion.steps",
+          diffusion.steps, "an integer in [1, " + show(diffusion::kMaxDiffusionSteps) + "]");
+  validate_train(train);
+  validate_parallel(parallel, model.dit);
+  require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");
+  require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
+  require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
+  validate_sample(sample, diffusion.steps, model.dit.num_classes);
+  require(eval.per_class >= 1 && eval.per_class <= 100000, "eval.per_class", eval.per_class,
+          "an integer in [1, 100000]");
+  require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,
+          "an integer in [2, diffusion.steps = " + show(diffusion.steps) + "]");
+  require(!run.dir.empty(), "run.dir", run.dir, "a folder for the run's outputs");
+}
+
+}  // namespace dit

@@ -1,0 +1,324 @@
+// Memory plans from the code's own allocations, and the layout search (see plan.h).
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/resources.h"
+#include "engine/train_setup.h"
+#include "backend/virtual/virtual_backend.h"
+#include "io/dataset.h"
+#include "parallel/virtual_comm.h"
+
+namespace dit {
+
+const std::vector<Hardware>& hardware_table() {
+  // name, GiB, bf16 TFLOP/s, fp32 TFLOP/s, GPUs per node, intra GB/s, inter GB/s, latency us.
+  // GeForce cards: bf16 with fp32 accumulation, no NVLink (PCIe 4.0 x16 between GPUs).
+  static const std::vector<Hardware> table = {
+      {"rtx3090", 24, 71, 35.6, 8, 25, 12.5, 10},
+      {"rtx4090", 24, 165, 82.6, 8, 25, 12.5, 10},
+      {"a100-40g", 40, 312, 19.5, 8, 300, 25, 5},
+      {"a100-80g", 80, 312, 19.5, 8, 300, 25, 5},
+      {"h100", 80, 989, 67, 8, 450, 50, 5},
+      {"h200", 141, 989, 67, 8, 450, 50, 5},
+      // A 2-core Zen 4 machine: ~0.11 TFLOP/s fp32 per core (one compute thread per rank; a
+      // 1024^3 sgemm on 2 threads reaches ~0.215), MPI over shared memory; bf16 converts to fp32 for arithmetic, so both peaks are
+      // the fp32 one. Its GEMMs keep their speed down to a few rows.
+      {"cpu", 24, 0.1075, 0.1075, 64, 5, 1, 5, 2, 16},
+  };
+  return table;
+}
+
+const Hardware& find_hardware(const std::string& name) {
+  std::string names;
+  for (const Hardware& h : hardware_table()) {
+    if (h.name == name) return h;
+    names += (names.empty() ? "" : ", ") + h.name;
+  }
+  DIT_FAIL("unknown hardware '", name, "': expected one of ", names);
+}
+
+std::size_t LayoutPlan::peak_bytes() const {
+  std::size_t peak = 0;
+  for (const StagePlan& s : stages) peak = std::max(peak, s.mem.total());
+  return peak;
+}
+
+namespace {
+
+// Samples of the right shape and nothing else: a plan needs the batch's shape, not its pixels.
+class BlankDataset final : public Dataset {
+ public:
+  BlankDataset(SampleShape shape, int classes, std::int64_t size)
+      : shape_(shape), classes_(classes), size_(size) {}
+  std::int64_t size() const override { return size_; }
+  SampleShape shape() const override { return shape_; }
+  int num_classes() const override { return classes_; }
+  int get(std::int64_t index, float* out) const override {
+    std::fill(out, out + shape_.numel(), 0.f);
+    return static_cast<int>(index % classes_);
+  }
+  std::string describe() const override { return "blank samples for planning"; }
+
+ private:
+  SampleShape shape_;
+  int classes_;
+  std::int64_t size_;
+};
+
+// One rank of stage `s` (tp rank 0, dp rank 0: the others of the stage hold the same).
+StagePlan plan_stage(const TrainSetup& setup, DType dtype, int s, const Dataset& data) {
+  const Layout& l = setup.layout;
+  const DiTConfig& model = setup.model;
+  const TrainConfig& tc = setup.train;
+  const std::vector<StageLayout> chunks = setup.stage_chunks(s);
+  VirtualBackend be(dtype);
+  ParallelContext ctx;
+  ctx.layout = l;
+  ctx.coord = {0, s, 0};
+  ctx.world_rank = grid_rank(l, ctx.coord);
+  ctx.world = std::make_unique<VirtualComm>(l.world(), ctx.world_rank);
+  ctx.tp = std::make_unique<VirtualComm>(l.tp, 0);
+  ctx.pp = std::make_unique<VirtualComm>(l.pp, s);
+  ctx.dp = std::make_unique<VirtualComm>(l.dp, 0);
+  Trainer trainer(be, ctx, setup, data);
+  const StepStats st = trainer.step();
+  StagePlan p;
+  p.stage = s;
+  bool has_embed = false, has_final = false;
+  for (const StageLayout& c : chunks) {
+    p.blocks += c.end_block - c.first_block;
+    has_embed |= c.has_embed;
+    has_final |= c.has_final;
+  }
+  p.mem = trainer.memory();
+  p.tp_bytes = st.acct.tp_bytes;
+  p.pp_bytes = st.acct.pp_bytes;
+  p.dp_bytes = st.acct.dp_bytes;
+  p.tp_calls = ctx.tp->stats().calls;
+  p.pp_calls = ctx.pp->stats().calls;
+  p.dp_calls = ctx.dp->stats().calls;
+  // Forward 1x, backward 2x, plus the forward again of blocks under full recomputation.
+  int recomputed = 0;
+  for (const StageLayout& c : chunks)
+    for (int b = 0; b < c.end_block - c.first_block; ++b) recomputed += tc.stage.mode_of(b) == Recompute::Full;
+  const double block = model.block_flops() / l.tp;
+  const double fwd = p.blocks * block + (has_embed ? model.embed_flops() : 0) +
+                     (has_final ? model.final_flops() : 0);
+  p.flops = double(tc.global_batch / l.dp) * (3 * fwd + recomputed * block);
+  return p;
+}
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / double(1u << 30));
+  return b;
+}
+
+}  // namespace
+
+LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
+  RunConfig cfg = cfg0;
+  cfg.parallel.tp = layout.tp;
+  cfg.parallel.pp = layout.pp;
+  cfg.validate();
+  TrainConfig tc = train_config(cfg);
+  tc.steps = 1;
+  const TrainSetup setup = TrainSetup::make(cfg.model.dit, tc, layout);
+  const DiTConfig& model = setup.model;
+  BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
+                    tc.global_batch);
+  LayoutPlan p;
+  p.layout = layout;
+  p.micro_batch = setup.batch.micro_batch;
+  p.microbatches = setup.batch.microbatches;
+  p.tokens = model.num_patches();
+  p.precision = cfg.train.precision;
+  p.recompute = cfg.train.recompute;
+  p.sequence_parallel = cfg.parallel.sequence_parallel;
+  p.virtual_stages = tc.virtual_stages;
+  for (int s = 0; s < layout.pp; ++s)
+    p.stages.push_back(plan_stage(setup, cfg.train.precision, s, data));
+  return p;
+}
+
+TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency) {
+  const Layout& l = p.layout;
+  // GEMMs of few rows run far from peak: a saturating curve rows / (rows + gemm_half_rows) of
+  // rows = micro-batch x tokens. On a CPU, a rank has one core while the ranks fit the cores.
+  const double rows = double(p.micro_batch) * p.tokens;
+  const double share = hw.cores > 0 ? std::min(1.0, double(hw.cores) / l.world()) : 1.0;
+  const double peak = (p.precision == DType::F32 ? hw.fp32_tflops : hw.bf16_tflops) * 1e12 * efficiency *
+                      rows / (rows + hw.gemm_half_rows) * share;
+  auto link = [&](bool within_node) { return (within_node ? hw.intra_gbps : hw.inter_gbps) * 1e9; };
+  const double tp_bw = link(l.tp <= hw.gpus_per_node);
+  const double pp_bw = link(l.world() <= hw.gpus_per_node);
+  const double dp_bw = link(l.tp * l.dp <= hw.gpus_per_node);
+  const double lat = hw.latency_us * 1e-6, m = p.microbatches;
+  TimeEstimate t;
+  double per_mb = 0, dp_s = 0;
+  for (const StagePlan& s : p.stages) {
+    const double compute = s.flops / peak;
+    const double comm = s.tp_bytes / tp_bw + s.tp_calls * lat + s.pp_bytes / pp_bw + s.pp_calls * lat;
+    per_mb = std::max(per_mb, (compute + comm) / m);
+    t.compute_s = std::max(t.compute_s, compute);
+    dp_s = std::max(dp_s, s.dp_bytes / dp_bw + s.dp_calls * lat);
+  }
+  // Interleaving over v chunks shrinks the fill and drain to (pp - 1) / v microbatch times.
+  const double fill = double(l.pp - 1) / p.virtual_stages;
+  t.step_s = per_mb * (m + fill) + dp_s;
+  t.bubble_s = per_mb * fill;
+  t.comm_s = t.step_s - t.compute_s - t.bubble_s;
+  return t;
+}
+
+std::vector<FitRow> fit_layouts(const FitRequest& req) {
+  const DiTConfig& m = req.cfg.model.dit;
+  std::vector<FitRow> rows;
+  const double budget = req.hw.memory_gib * double(1u << 30) * (1 - req.margin);
+  for (int tp = 1; tp <= std::min(req.gpus, req.hw.gpus_per_node); ++tp) {
+    if (req.gpus % tp || m.num_heads % tp || m.mlp_hidden() % tp) continue;
+    for (int pp = 1; pp <= std::min(req.gpus / tp, m.depth); ++pp) {
+      if ((req.gpus / tp) % pp) continue;
+      const Layout l{tp, pp, req.gpus / (tp * pp)};
+      if (req.cfg.train.global_batch % l.dp) continue;
+      const std::int64_t replica = req.cfg.train.global_batch / l.dp;
+      for (std::int64_t micro = 1; micro <= replica; micro *= 2) {
+        if (replica % micro) continue;
+        for (const auto& precision : req.precisions)
+          for (const auto& recompute : req.recomputes)
+            for (int sp = 0; sp <= (tp > 1 && m.num_patches() % tp == 0 ? 1 : 0); ++sp) {
+              RunConfig c = req.cfg;
+              c.train.micro_batch = static_cast<int>(micro);
+              c.train.precision = precision;
+              c.train.recompute = recompute;
+              c.train.recompute_blocks = 0;
+              c.parallel.sequence_parallel = sp == 1;
+              c.parallel.pp_layers.clear();
+              FitRow r{plan_layout(c, l), {}};
+              if (double(r.plan.peak_bytes()) > budget) continue;
+              r.time = estimate_time(r.plan, req.hw, req.efficiency);
+              rows.push_back(std::move(r));
+            }
+      }
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const FitRow& a, const FitRow& b) { return a.time.step_s < b.time.step_s; });
+  return rows;
+}
+
+std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
+  std::ostringstream os;
+  char line[512];
+  os << "plan: " << p.layout.str() << ", micro-batch " << p.micro_batch << " x " << p.microbatches
+     << " microbatches, " << dtype_name(p.precision) << ", recompute " << recompute_name(p.recompute)
+     << (p.sequence_parallel ? ", sequence parallel" : "") << "\nper rank of each stage, GiB:\n";
+  std::snprintf(line, sizeof line, "%5s %6s %8s %8s %8s %8s %8s %8s %11s %9s %9s %8s\n", "stage", "blocks",
+                "params", "grads", "master", "adam_m", "adam_v", "ema", "activations", "messages",
+                "workspace", "total");
+  os << line;
+  for (const StagePlan& s : p.stages) {
+    const MemoryAccount& m = s.mem;
+    std::snprintf(line, sizeof line, "%5d %6d %8s %8s %8s %8s %8s %8s %11s %9s %9s %8s\n", s.stage, s.blocks,
+                  gib(m.params).c_str(), gib(m.grads).c_str(), gib(m.master).c_str(), gib(m.exp_avg).c_str(),
+                  gib(m.exp_avg_sq).c_str(), gib(m.ema).c_str(), gib(m.activations).c_str(),
+                  gib(m.messages).c_str(), gib(m.workspace).c_str(), gib(m.total()).c_str());
+    os << line;
+  }
+  os << "peak " << format_bytes(double(p.peak_bytes())) << " per rank"
+     << " (activations: the microbatches in flight on the stage; messages are part of them)\n";
+  if (hw) {
+    const double cap = hw->memory_gib * double(1u << 30);
+    const TimeEstimate t = estimate_time(p, *hw, 0.5);
+    os << hw->name << " (" << hw->memory_gib << " GiB): "
+       << (double(p.peak_bytes()) <= 0.9 * cap ? "fits" : "does NOT fit") << " with a 10% margin; "
+       << "time model (a ranking aid, 50% of peak): " << t.step_s * 1e3 << " ms/step\n";
+  }
+  return os.str();
+}
+
+std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "{\"tp\": " << p.layout.tp << ", \"pp\": " << p.layout.pp << ", \"dp\": " << p.layout.dp
+     << ", \"micro_batch\": " << p.micro_batch << ", \"microbatches\": " << p.microbatches
+     << ", \"precision\": \"" << dtype_name(p.precision) << "\", \"recompute\": \"" << recompute_name(p.recompute)
+     << "\", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
+     << ", \"peak_bytes\": " << p.peak_bytes();
+  if (hw) os << ", \"hardware\": \"" << hw->name << "\", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
+  os << ", \"stages\": [";
+  for (std::size_t i = 0; i < p.stages.size(); ++i) {
+    const StagePlan& s = p.stages[i];
+    const MemoryAccount& m = s.mem;
+    os << (i ? ", " : "") << "{\"stage\": " << s.stage << ", \"blocks\": " << s.blocks
+       << ", \"param_bytes\": " << m.params << ", \"grad_bytes\": " << m.grads
+       << ", \"master_bytes\": " << m.master << ", \"exp_avg_bytes\": " << m.exp_avg
+       << ", \"exp_avg_sq_bytes\": " << m.exp_avg_sq << ", \"ema_bytes\": " << m.ema
+       << ", \"activation_bytes\": " << m.activations << ", \"message_bytes\": " << m.messages
+       << ", \"workspace_bytes\": " << m.workspace << ", \"total_bytes\": " << m.total()
+       << ", \"tp_bytes\": " << s.tp_bytes << ", \"pp_bytes\": " << s.pp_bytes
+       << ", \"dp_bytes\": " << s.dp_bytes << ", \"flops\": " << s.flops << "}";
+  }
+  os << "]}\n";
+  return os.str();
+}
+
+std::string fit_json(const std::vector<FitRow>& rows, int top) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "[";
+  for (int i = 0; i < std::min<int>(top, static_cast<int>(rows.size())); ++i) {
+    std::string one = plan_json(rows[i].plan);
+    one.erase(one.find_last_of('}'));
+    os << (i ? ",\n " : "") << one << ", \"model_step_s\": " << rows[i].time.step_s << "}";
+  }
+  os << "]\n";
+  return os.str();
+}
+
+void save_json(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    DIT_CHECK(out.good(), path, ": cannot write the plan (", std::strerror(errno), ")");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp);
+  DIT_CHECK(!ec, path, ": cannot write the plan (", ec.message(), ")");
+}
+
+std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top) {
+  std::ostringstream os;
+  char line[256];
+  os << rows.size() << " layouts of " << req.gpus << " x " << req.hw.name << " (" << req.hw.memory_gib
+     << " GiB, keeping " << int(100 * req.margin) << "% free) fit "
+     << (req.cfg.model.preset.empty() ? std::string("the model") : req.cfg.model.preset) << " at global batch "
+     << req.cfg.train.global_batch << ".\nRanked by the time model (a ranking aid, not a measurement: "
+     << int(100 * req.efficiency) << "% of peak FLOP/s (less for small GEMMs), recomputation's extra forward, "
+     << "the pipeline bubble, "
+     << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
+  std::snprintf(line, sizeof line, "%4s %3s %3s %3s %6s %5s %10s %3s %10s %12s\n", "rank", "tp", "pp", "dp", "micro",
+                "prec", "recompute", "sp", "peak_GiB", "model_ms");
+  os << line;
+  for (int i = 0; i < std::min<int>(top, static_cast<int>(rows.size())); ++i) {
+    const LayoutPlan& p = rows[i].plan;
+    std::snprintf(line, sizeof line, "%4d %3d %3d %3d %6d %5s %10s %3s %10s %12.1f\n", i + 1, p.layout.tp,
+                  p.layout.pp, p.layout.dp, p.micro_batch, std::string(dtype_name(p.precision)).c_str(), recompute_name(p.recompute).c_str(),
+                  p.sequence_parallel ? "yes" : "no", gib(double(p.peak_bytes())).c_str(),
+                  rows[i].time.step_s * 1e3);
+    os << line;
+  }
+  if (rows.empty()) os << "nothing fits: more GPUs, a smaller model or a smaller global batch\n";
+  return os.str();
+}
+
+}  // namespace dit

@@ -1,0 +1,101 @@
+// `dit_mp plan`: what a layout needs on each rank before anything runs. Each pipeline stage is
+// planned by one training step of the real Trainer on the planning backend (backend/virtual: it
+// hands out address space and runs no kernel) with virtual communicators that count the bytes
+// they would move, so the parameter specs, stage partition, schedule, saved-tensor lists and
+// messages are the code's own. `--fit` enumerates layouts for given hardware, keeps those that fit
+// and ranks them by a simple time model (a ranking aid, not a measurement).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/trainer.h"
+#include "io/config.h"
+
+namespace dit {
+
+// A GPU (or this machine class's CPU) as the planner sees it. Numbers are the vendors' dense
+// peaks; links are per GPU, one direction.
+struct Hardware {
+  std::string name;
+  double memory_gib = 0;      // per device
+  double bf16_tflops = 0;     // tensor cores, fp32 accumulation
+  double fp32_tflops = 0;     // no TF32
+  int gpus_per_node = 8;
+  double intra_gbps = 0;      // GB/s within a node (NVLink, or PCIe)
+  double inter_gbps = 0;      // GB/s across nodes (InfiniBand)
+  double latency_us = 0;      // per collective or message
+  // A CPU: the peaks are per core, `cores` of them shared by the node's ranks (one compute thread
+  // each); 0 for a GPU (one per rank).
+  int cores = 0;
+  double gemm_half_rows = 512;  // GEMM rows (micro-batch x tokens) at which it reaches half speed
+};
+const std::vector<Hardware>& hardware_table();
+// Throws naming the known names.
+const Hardware& find_hardware(const std::string& name);
+
+struct StagePlan {
+  int stage = 0;
+  int blocks = 0;
+  MemoryAccount mem;
+  std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;  // one step, ring bytes (comm.h)
+  std::uint64_t tp_calls = 0, pp_calls = 0, dp_calls = 0;
+  double flops = 0;  // one step of this rank, recomputation included
+};
+
+struct LayoutPlan {
+  Layout layout;
+  int micro_batch = 0, microbatches = 0;
+  int tokens = 0;  // per image
+  DType precision = DType::F32;
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  int virtual_stages = 1;
+  std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
+  std::size_t peak_bytes() const;  // the largest total over stages
+};
+
+// Plans `cfg` at `layout` (tp and pp from the layout, not from cfg.parallel). Throws on a layout
+// the trainer would refuse, with the trainer's own message.
+LayoutPlan plan_layout(const RunConfig& cfg, const Layout& layout);
+
+// The time model: FLOPs at `efficiency` of the peak for the precision (less for GEMMs of few rows:
+// x rows / (rows + 512), rows = micro-batch x tokens), the extra forward of
+// recomputation, the pipeline bubble (p - 1) / (m + p - 1), and communication from the planned
+// bytes over the hardware's links (tp and pp neighbours within a node while the rank grid keeps
+// them there; dp across nodes once tp x dp exceeds a node). No overlap of compute and messages.
+struct TimeEstimate {
+  double step_s = 0, compute_s = 0, bubble_s = 0, comm_s = 0;
+};
+TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency);
+
+struct FitRequest {
+  RunConfig cfg;                 // model, global batch, and the fixed settings
+  Hardware hw;                   // memory and links of one GPU
+  int gpus = 1;
+  double margin = 0.10;          // of the memory kept free (CUDA context, library workspaces)
+  double efficiency = 0.5;       // fraction of peak FLOP/s the time model assumes
+  std::vector<DType> precisions = {DType::BF16};
+  std::vector<Recompute> recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+};
+struct FitRow {
+  LayoutPlan plan;
+  TimeEstimate time;
+};
+// Every layout of `gpus` devices (tp dividing the heads within a node, pp <= depth, every
+// micro-batch size dividing the per-replica batch, each precision, recompute mode and sequence
+// parallelism) that fits, fastest first by the time model.
+std::vector<FitRow> fit_layouts(const FitRequest& req);
+
+// Text for people: one row per stage; and the same as JSON.
+std::string format_plan(const LayoutPlan& p, const Hardware* hw);
+// With hardware, "model_step_s" (the time model at 50% of peak) is added.
+std::string plan_json(const LayoutPlan& p, const Hardware* hw = nullptr);
+// Writes `text` (a plan's or a fit's JSON) under a temporary name, then renames it into place.
+void save_json(const std::string& path, const std::string& text);
+// The ranked rows of a fit as a JSON array: each plan_json with "model_step_s" added.
+std::string fit_json(const std::vector<FitRow>& rows, int top);
+std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top);
+
+}  // namespace dit

@@ -1,0 +1,141 @@
+// The performance model (see predict.h).
+#include "plan/predict.h"
+
+#include <algorithm>
+#include <sstream>
+#include <toml.hpp>
+
+#include "parallel/schedule_sim.h"
+
+namespace dit {
+
+PredictParams predict_params_for(const Hardware& hw, DType precision, double efficiency) {
+  PredictParams p;
+  p.name = hw.name;
+  p.flops_per_s = (precision == DType::F32 ? hw.fp32_tflops : hw.bf16_tflops) * 1e12 * efficiency;
+  p.gpus_per_node = hw.gpus_per_node;
+  p.intra_gbps = hw.intra_gbps;
+  p.inter_gbps = hw.inter_gbps;
+  p.latency_us = hw.latency_us;
+  // AdamW + EMA stream about 40 bytes per parameter (fp32 master, two moments, EMA, 16-bit param
+  // and grad, read and written) at about 2.5 TB/s of HBM.
+  p.optimizer_ns_per_param = 40.0 / 2.5e12 * 1e9;
+  p.step_overhead_s = 2e-3;
+  return p;
+}
+
+PredictParams load_predict_params(const std::string& path) {
+  toml::value v;
+  try {
+    v = toml::parse(path);
+  } catch (const std::exception& e) {
+    DIT_FAIL(path, ": cannot read the calibration (", e.what(), ")");
+  }
+  DIT_CHECK(v.contains("predict"), path, ": no [predict] table");
+  const toml::value& t = v.at("predict");
+  PredictParams p;
+  auto num = [&](const char* key, double& out) {
+    if (!t.contains(key)) return;
+    const toml::value& x = t.at(key);
+    out = x.is_integer() ? double(x.as_integer()) : x.as_floating();
+    DIT_CHECK(out >= 0, path, ": predict.", key, " = ", out, ": expected a value >= 0");
+  };
+  double gpn = p.gpus_per_node, cores = p.cores;
+  if (t.contains("name")) p.name = t.at("name").as_string();
+  num("flops_per_s", p.flops_per_s);
+  num("rows_half", p.rows_half);
+  num("gpus_per_node", gpn);
+  num("intra_gbps", p.intra_gbps);
+  num("inter_gbps", p.inter_gbps);
+  num("latency_us", p.latency_us);
+  if (t.contains("pp_latency_us")) num("pp_latency_us", p.pp_latency_us);
+  num("optimizer_ns_per_param", p.optimizer_ns_per_param);
+  num("step_overhead_s", p.step_overhead_s);
+  num("cores", cores);
+  p.gpus_per_node = std::max(1, int(gpn));
+  p.cores = cores;
+  DIT_CHECK(p.flops_per_s > 0 && p.intra_gbps > 0 && p.inter_gbps > 0, path,
+            ": predict.flops_per_s, intra_gbps and inter_gbps must be > 0");
+  return p;
+}
+
+namespace {
+// Whether action a on stage s sends its result on (to the next chunk forward, the previous backward).
+bool sends(const Action& a, int s, int pp, int v) {
+  const int k = a.chunk * pp + s;
+  return a.op == Op::Forward ? k < pp * v - 1 : k > 0;
+}
+}  // namespace
+
+namespace {
+// The pipeline part of the model at a given share of a core per busy rank.
+Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKind schedule, double share) {
+  const Layout& l = p.layout;
+  const int m = p.microbatches, v = p.virtual_stages, pp = l.pp;
+  const double rows = double(p.micro_batch) * p.tokens;
+  const double rate = hw.flops_per_s * share * rows / (rows + hw.rows_half);
+  // The rank grid puts tp innermost, then dp, then pp (grid.h): which groups stay within a node.
+  auto bw = [&](bool within) { return within ? hw.intra_gbps : hw.inter_gbps; };
+  const bool tp_in = l.tp <= hw.gpus_per_node, dp_in = l.tp * l.dp <= hw.gpus_per_node,
+             pp_in = l.world() <= hw.gpus_per_node;
+  std::vector<std::vector<Action>> lists;
+  for (int s = 0; s < pp; ++s) lists.push_back(make_schedule(schedule, pp, s, m, v));
+  std::vector<double> fwd(pp), bwd(pp), msg(pp);
+  Prediction r;
+  for (int s = 0; s < pp; ++s) {
+    const StagePlan& st = p.stages[s];
+    const double tp_s = st.tp_bytes / (bw(tp_in) * 1e9) + st.tp_calls * hw.latency_us * 1e-6;
+    const double work = st.flops / rate + tp_s;  // one step of this rank, tp collectives inline
+    fwd[s] = work / 3 / (m * v);
+    bwd[s] = 2 * work / 3 / (m * v);
+    r.compute_s = std::max(r.compute_s, work);
+    int n = 0;
+    for (const Action& a : lists[s]) n += sends(a, s, pp, v);
+    // Seconds of one send: its bytes (x and c) over the link, and a latency per tensor.
+    const double pp_lat = hw.pp_latency_us >= 0 ? hw.pp_latency_us : hw.latency_us;
+    msg[s] = n > 0 ? st.pp_bytes / double(n) / (bw(pp_in) * 1e9) + 2 * pp_lat * 1e-6 : 0;
+    const double dp_s = st.dp_bytes / (bw(dp_in) * 1e9) + st.dp_calls * hw.latency_us * 1e-6;
+    r.dp_s = std::max(r.dp_s, dp_s);
+  }
+  const PipelineSim sim = simulate_pipeline(
+      lists, v, [&](int s, const Action& a) { return a.op == Op::Forward ? fwd[s] : bwd[s]; },
+      [&](int s, const Action& a) { return sends(a, s, pp, v) ? msg[s] : 0.0; });
+  DIT_CHECK(sim.completed, "predict: the schedule tables deadlock in simulation (pp ", pp, ", m ", m, ", v ", v, ")");
+  r.pipeline_s = sim.makespan;
+  r.bubble = sim.bubble();
+  return r;
+}
+}  // namespace
+
+Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64_t global_batch,
+                        ScheduleKind schedule) {
+  const Layout& l = p.layout;
+  // Ranks on one machine share its cores (one rank runs as calibrated). A rank waiting in the
+  // pipeline yields its core (Open MPI does when oversubscribed), so the busy ranks share them: a
+  // second pass gives each the share of world x (1 - bubble) busy ranks.
+  const bool shared = hw.cores > 0 && l.world() > 1;
+  const double all_busy = shared ? std::min(1.0, hw.cores / l.world()) : 1.0;
+  Prediction r = simulate_at(p, hw, schedule, all_busy);
+  if (shared && l.pp > 1) {
+    const double busy = std::max(1.0, l.world() * (1 - r.bubble));
+    r = simulate_at(p, hw, schedule, std::min(1.0, hw.cores / busy));
+  }
+  for (const StagePlan& st : p.stages) {  // every rank updates its shard at once
+    const double shard_params = double(st.mem.params) / (p.precision == DType::F32 ? 4 : 2) / l.dp;
+    r.optimizer_s = std::max(r.optimizer_s, shard_params * hw.optimizer_ns_per_param * 1e-9 / all_busy);
+  }
+  r.step_s = r.pipeline_s + r.dp_s + r.optimizer_s + hw.step_overhead_s;
+  r.images_per_s = double(global_batch) / r.step_s;
+  return r;
+}
+
+std::string prediction_json(const Prediction& r, const PredictParams& hw) {
+  std::ostringstream os;
+  os.precision(9);
+  os << "{\"hardware\": \"" << hw.name << "\", \"step_s\": " << r.step_s << ", \"pipeline_s\": " << r.pipeline_s
+     << ", \"compute_s\": " << r.compute_s << ", \"bubble\": " << r.bubble << ", \"dp_s\": " << r.dp_s
+     << ", \"optimizer_s\": " << r.optimizer_s << ", \"images_per_s\": " << r.images_per_s << "}";
+  return os.str();
+}
+
+}  // namespace dit

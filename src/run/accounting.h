@@ -1,0 +1,16 @@
+// The per-rank accounting of a run's last step: time, communication bytes, pipeline bubble and
+// memory by category (the numbers `dit_mp plan` predicts), printed as a table by rank 0 and
+// written to accounting.json.
+#pragma once
+
+#include <string>
+
+#include "engine/trainer.h"
+
+namespace dit {
+
+// Collective over ctx.world: every rank contributes its row; rank 0 prints and writes `json_path`.
+void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
+                       const std::string& json_path);
+
+}  // namespace dit

@@ -1,0 +1,94 @@
+// Starting a run from a checkpoint or weights (see resume.h).
+#include "run/resume.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/clock.h"
+#include "engine/global_tensors.h"
+#include "io/checkpoint.h"
+#include "io/weights.h"
+#include "parallel/world.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A resumed run rewrites the steps after its checkpoint: their old metrics rows go.
+void drop_metrics_after(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> keep;
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("\"step\": ");
+    if (at != std::string::npos && std::stoll(line.substr(at + 8)) > step) continue;
+    keep.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+}
+
+}  // namespace
+
+// --resume continues a run from a checkpoint (any layout wrote it); --init-from starts a new run
+// from weights (a checkpoint or a weights file), with fresh optimizer state and the EMA at them.
+void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const DiTConfig& model,
+                           ParallelContext& ctx, Trainer& trainer, ConsoleLog& console) {
+  std::string path = cfg.run.resume == "auto" ? latest_checkpoint(root) : cfg.run.resume;
+  const bool resume = !path.empty();
+  if (!resume) path = cfg.run.init_from;
+  if (path.empty()) {
+    if (cfg.run.resume == "auto" && ctx.world_rank == 0)
+      console.line("no checkpoint under " + root + ": starting from scratch");
+    return;
+  }
+  const double t0 = now_s();
+  StageState state;
+  const DiTStage& stage = trainer.model();
+  const bool weights_file = !resume && fs::is_regular_file(path) && fs::path(path).filename() != "index.h5";
+  CheckpointMeta meta;
+  if (weights_file) {
+    // Read in fp32 on the host, whatever the training precision, so the fp32 master weights get
+    // the file's values rather than their 16-bit rounding (restore() sets params and master).
+    const ParamSet& ps = trainer.model().params();
+    CpuBackend host;
+    ParamSet fp32(host, ps.specs(), ps.tp(), ps.tp_rank(), ps.padded_numel());
+    collective_check([&] { load_weights(path, fp32); });  // every rank reads it: one message
+    state = trainer.state();
+    state.model = host_copy(host, fp32.flat_values());
+    state.ema = state.model;
+    std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
+    std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+  } else if (cfg.run.resume == "auto") {  // the newest checkpoint that verifies
+    std::vector<std::string> skipped;
+    meta = load_newest_checkpoint(root, model, stage.params(), ctx, state, skipped);
+    for (const std::string& s : skipped)
+      if (ctx.world_rank == 0) console.line("skipped checkpoint " + s);
+  } else {
+    meta = load_checkpoint(path, model, stage.params(), ctx, state);
+    if (!resume) {  // weights only
+      state.ema = state.model;
+      std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
+      std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+    }
+  }
+  LossScaleState scaling;
+  if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
+  trainer.restore(state, resume ? meta.step : 0, scaling);
+  if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
+  if (ctx.world_rank == 0) {
+    char took[32];
+    std::snprintf(took, sizeof took, " in %.2f s", now_s() - t0);
+    console.line((resume ? "resumed from " + meta.dir + " at step " + std::to_string(meta.step) + " (written at " +
+                               meta.layout.str() + ")"
+                         : "initialized from " + path) + took);
+  }
+}
+
+}  // namespace dit

@@ -1,0 +1,308 @@
+// A training run's life (see run.h).
+#include "run/run.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/clock.h"
+#include "engine/global_tensors.h"
+#include "engine/rank_backend.h"
+#include "engine/sampler.h"
+#include "io/checkpoint.h"
+#include "io/file_safety.h"
+#include "io/h5_dataset.h"
+#include "io/weights.h"
+#include "parallel/backend_comms.h"
+#include "parallel/device_placement.h"
+#include "parallel/world.h"
+#include "run/accounting.h"
+#include "run/plots.h"
+#include "run/rank_map.h"
+#include "run/resume.h"
+#include "run/sample_output.h"
+#include "run/signals.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every `every` steps (0: never), except at the last step, which finish() covers.
+bool due(int every, std::int64_t done, std::int64_t steps) { return every > 0 && done % every == 0 && done < steps; }
+
+// The EMA weights of this rank's stage, in a stage of their own for sampling.
+std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& trainer) {
+  DiTStage& model = trainer.model();
+  auto ema = std::make_unique<DiTStage>(be, model.config(), model.layouts(), *ctx.tp, ctx.layout.dp);
+  std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
+  be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});
+  return ema;
+}
+
+}  // namespace
+
+Run::Run(const RunConfig& cfg, const TrainSetup& setup) : cfg_(cfg), setup_(setup) {
+  open_folder();
+  build_engine();
+  start();
+  print_header();
+}
+
+Run::~Run() = default;
+
+std::string Run::file(const std::string& name) const { return (fs::path(cfg_.run.dir) / name).string(); }
+
+std::string Run::checkpoint_root() const {
+  return cfg_.run.checkpoint_dir.empty() ? file("ckpt") : cfg_.run.checkpoint_dir;
+}
+
+void Run::open_folder() {
+  const DiTConfig& model = setup_.model;
+  collective_check([&] {
+    data_ = open_dataset(cfg_.data.path, cfg_.data.latent_scale);
+    const SampleShape s = data_->shape();
+    DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size && s.width == model.input_size,
+              cfg_.data.path, " holds ", s.channels, "x", s.height, "x", s.width, " samples but the model takes ",
+              model.in_channels, "x", model.input_size, "x", model.input_size, " (model.in_channels, model.input_size)");
+    DIT_CHECK(data_->num_classes() <= model.num_classes, cfg_.data.path, " has ", data_->num_classes(),
+              " classes but model.num_classes = ", model.num_classes);
+    if (world_rank() == 0) {
+      const fs::path dir(cfg_.run.dir);
+      if (fs::exists(dir) && cfg_.run.resume.empty()) fs::remove_all(dir);
+      probe_writable(dir.string(), "run.dir", "rank0");  // creates it
+      std::ofstream(dir / "config.toml") << cfg_.to_toml();
+    }
+  });
+  // Every rank writes its shard of each checkpoint: find an unwritable folder now, not steps later.
+  collective_check(
+      [&] { probe_writable(checkpoint_root(), "run.checkpoint_dir", "rank" + std::to_string(world_rank())); });
+}
+
+void Run::build_engine() {
+  be_ = make_rank_backend(cfg_.backend_str(), cfg_.precision_str());
+  be_->set_deterministic(cfg_.train.deterministic);
+  ctx_ = make_mpi_context(setup_.layout);
+  ctx_.watch->timeout_s = cfg_.parallel.timeout_s;
+  ctx_.watch->stop_signal = stop_signal_flag();
+  comms_ = attach_backend_comms(ctx_, *be_);
+  const std::string device =
+      cfg_.train.backend == BackendKind::Cuda ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
+  rank_map_ = rank_map(ctx_, device);
+  // The NCCL lanes join pipeline neighbours in one order; interleaving wraps the last stage
+  // around to the first.
+  DIT_CHECK(comms_ != "nccl" || cfg_.parallel.virtual_stages == 1, "parallel.virtual_stages = ",
+            cfg_.parallel.virtual_stages, " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
+  trainer_ = allocating("building the model and its optimizer state (model.* sizes)",
+                        [&] { return std::make_unique<Trainer>(*be_, ctx_, setup_, *data_); });
+  metrics_ = std::make_unique<MetricsWriter>(ctx_.world_rank == 0 ? file("metrics.jsonl") : "");
+}
+
+void Run::start() { start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_); }
+
+void Run::print_header() {
+  if (ctx_.world_rank != 0) return;
+  const DiTConfig& model = setup_.model;
+  const TrainConfig& tc = setup_.train;
+  std::ostringstream os;
+  os << "dit_mp train: " << setup_.layout.str() << ", " << be_->name() << " backend in "
+     << dtype_name(be_->compute_dtype()) << " (communication: " << comms_ << "), model " << model.num_params()
+     << " parameters (depth " << model.depth << ", hidden " << model.hidden_size << ", heads " << model.num_heads
+     << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data " << data_->describe()
+     << "\nglobal batch " << tc.global_batch << " = dp " << setup_.layout.dp << " x micro " << tc.micro_batch
+     << " x " << setup_.batch.microbatches << " microbatches, " << tc.steps << " steps, pipeline schedule "
+     << schedule_name(tc.schedule)
+     << (tc.virtual_stages > 1 ? " interleaved over " + std::to_string(tc.virtual_stages) + " virtual stages" : "")
+     << ", run folder " << cfg_.run.dir << "\nresolved config:\n" << cfg_.to_toml() << rank_map_;
+  console_.line(os.str());
+}
+
+// One screen: a step, its log line, a stop on divergence, then what is due before the next step.
+int Run::train() {
+  ctx_.watch->phase = "training";  // start-up's allowance ends; each step sets its own phase
+  ctx_.watch->factor = 1;
+  t0_ = now_s();
+  const std::int64_t steps = setup_.train.steps;
+  StepStats st;
+  std::int64_t steps_run = 0;
+  for (std::int64_t done = trainer_->next_step() + 1; done <= steps; ++done) {
+    st = trainer_->step();
+    ++steps_run;
+    log_step(done, st);
+    if (const int rc = stop_for_divergence(done, st)) return rc;
+    if (done == steps) break;
+    const bool saved = due(cfg_.train.checkpoint_every, done, steps);
+    if (saved) checkpoint();
+    if (due(cfg_.train.sample_every, done, steps)) {
+      char name[64];
+      std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(done));
+      sample_grid(name);
+    }
+    if (due(cfg_.train.eval_every, done, steps)) evaluate(done);
+    // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
+    if (const int sig = agree_stop(*ctx_.world)) return stop_for_signal(sig, done, saved);
+  }
+  return finish(st, steps_run);
+}
+
+void Run::log_step(std::int64_t done, const StepStats& st) {
+  const std::int64_t steps = setup_.train.steps;
+  window_s_ += st.acct.step_s;
+  ++window_steps_;
+  const bool log = done % cfg_.train.log_every == 0 || done == steps || st.nonfinite_rank >= 0 ||
+                   st.nonfinite_at_scale_one;
+  if (!log) return;
+  const double step_s = window_s_ / double(window_steps_);
+  // The peak is per GPU on the CUDA backend and per machine on the CPU backend (ranks on one
+  // machine share its cores).
+  const double peak_tflops =
+      cfg_.train.peak_tflops * (cfg_.train.backend == BackendKind::Cuda ? ctx_.world->size() : node_count());
+  LogRow r;
+  r.step = done;
+  r.total = steps;
+  r.loss = st.loss;
+  r.mse = st.mse;
+  r.vb = st.vb;
+  r.grad_norm = st.grad_norm;
+  r.lr = st.lr;
+  r.images_per_s = double(setup_.train.global_batch) / step_s;
+  r.tflops = 3.0 * setup_.model.forward_flops() * r.images_per_s / 1e12;
+  r.mfu = r.tflops / peak_tflops;
+  r.peak_mem_bytes = static_cast<std::uint64_t>(ctx_.world->all_reduce_max(double(peak_rss_bytes())));
+  r.elapsed_s = now_s() - t0_;
+  r.eta_s = step_s * double(steps - done);
+  r.loss_scale = st.loss_scale;
+  r.skipped_steps = trainer_->loss_scaler().state().skipped_steps;
+  metrics_->write(r);
+  if (ctx_.world_rank == 0) console_.step(r);
+  window_s_ = 0;
+  window_steps_ = 0;
+}
+
+int Run::stop_for_divergence(std::int64_t done, const StepStats& st) const {
+  if (!st.nonfinite_at_scale_one && st.nonfinite_rank < 0) return 0;
+  if (ctx_.world_rank == 0) {
+    const std::string where = "; metrics are in " + file("metrics.jsonl");
+    const std::string what =
+        st.nonfinite_at_scale_one
+            ? "the gradients are Inf or NaN at step " + std::to_string(done) +
+                  " even at fp16 loss scale 1: the model diverged (try bf16, a lower train.lr or train.grad_clip)"
+            : "the loss became NaN or Inf at step " + std::to_string(done) + " on rank " +
+                  std::to_string(st.nonfinite_rank);
+    print_error((what + where).c_str());
+  }
+  return 1;
+}
+
+int Run::stop_for_signal(int sig, std::int64_t done, bool saved) {
+  if (!saved) checkpoint();
+  const int more = stop_signal_count() - 1;  // later signals (e.g. during the save) only count
+  if (ctx_.world_rank == 0)
+    console_.line("stopping after step " + std::to_string(done) + " of " + std::to_string(setup_.train.steps) +
+                  ": received " + signal_name(sig) + " (preemption, time limit or scancel" +
+                  (more > 0 ? "; " + std::to_string(more) + " more signal(s) on rank 0 ignored" : "") +
+                  "); the checkpoint of step " + std::to_string(done) + " is saved; exit code " +
+                  std::to_string(kExitPreempted) + ": run again with --resume auto to continue");
+  return kExitPreempted;
+}
+
+int Run::finish(const StepStats& last, std::int64_t steps_run) {
+  ctx_.watch->factor = CommWatch::kSlowPhaseFactor;  // the final save, weights and samples
+  ctx_.watch->phase = "finishing";
+  checkpoint();
+  if (steps_run > 0) report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"));
+  // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
+  // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
+  const StageState final_state = trainer_->state();
+  auto model_w = gather_global(trainer_->model(), ctx_, final_state.model);
+  auto ema_w = gather_global(trainer_->model(), ctx_, final_state.ema);
+  if (ctx_.world_rank == 0) {
+    save_weights(file("model.h5"), setup_.model, model_w, cfg_.diffusion.steps);
+    save_weights(file("ema.h5"), setup_.model, ema_w, cfg_.diffusion.steps);
+  }
+  sample_grid("samples.png");
+  if (cfg_.train.eval_every > 0) evaluate(setup_.train.steps);
+  if (ctx_.world_rank == 0) {
+    console_.line("done in " + format_duration(now_s() - t0_) + "; samples: " + file("samples.png"));
+    const std::string plots = write_run_plots(cfg_.run.dir);
+    if (!plots.empty()) console_.line(plots);
+  }
+  return 0;
+}
+
+void Run::checkpoint() {
+  WatchPhase watch(ctx_.watch.get(), "checkpoint save", CommWatch::kSlowPhaseFactor);
+  ctx_.watch->stop_grace = false;  // saving may take long; parallel.timeout_s still bounds each wait
+  const double t = now_s();
+  CheckpointMeta meta;
+  meta.step = trainer_->next_step();
+  meta.config_toml = cfg_.to_toml();
+  meta.seed = cfg_.train.seed;
+  const LossScaleState& ls = trainer_->loss_scaler().state();
+  meta.loss_scale = ls.scale;
+  meta.loss_scale_clean_steps = ls.clean_steps;
+  meta.skipped_steps = ls.skipped_steps;
+  meta.loss_scaling = ls.active;
+  const std::string dir = save_checkpoint(checkpoint_root(), meta, setup_.model, trainer_->model().params(), ctx_,
+                                          trainer_->state(), cfg_.train.keep_checkpoints);
+  if (ctx_.world_rank == 0) {
+    char took[32];
+    std::snprintf(took, sizeof took, "%.2f s", now_s() - t);
+    console_.line("saved checkpoint " + dir + " in " + took);
+  }
+  ctx_.watch->stop_grace = true;
+}
+
+std::pair<std::vector<float>, std::vector<int>> Run::draw_ema(const std::vector<int>& classes, int per_class,
+                                                              int num_steps, const std::string& what) {
+  WatchPhase watch(ctx_.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
+  auto ema = ema_stage(*be_, ctx_, *trainer_);
+  SampleRequest req = sample_request(cfg_.sample, grid_labels(classes, setup_.model.num_classes, per_class),
+                                     cfg_.diffusion.steps);
+  req.num_steps = num_steps;
+  Progress progress("sampling " + std::to_string(req.labels.size()) + " images: step", num_steps,
+                    ctx_.world_rank == 0);
+  req.after_step = [&] { progress.advance(); };
+  auto samples = allocating("sampling " + std::to_string(req.labels.size()) + " images (" + what + ")",
+                            [&] { return sample_images(*be_, ctx_, *ema, req); });
+  return {std::move(samples), req.labels};
+}
+
+void Run::sample_grid(const std::string& name) {
+  const auto [samples, labels] =
+      draw_ema(cfg_.sample.classes, cfg_.sample.per_class, cfg_.sample.num_steps, "sample.per_class");
+  const std::string wrote = write_sample_outputs(setup_.model, samples, labels, cfg_.sample.per_class, file(name));
+  if (ctx_.world_rank == 0) console_.line("wrote " + wrote);
+}
+
+// Cheap settings ([eval]): every class; rank 0 judges the samples. The classifier and the
+// reference set are made ready the first time (training the classifier once takes minutes; the
+// other ranks wait in the agreed check, where no watchdog runs).
+void Run::evaluate(std::int64_t step) {
+  auto [samples, labels] = draw_ema({}, cfg_.eval.per_class, cfg_.eval.num_steps, "eval.per_class");
+  collective_check([&] {
+    if (judge_ || world_rank() != 0) return;
+    prepare_evaluation(eval_paths(cfg_), cfg_.data.prepare);
+    judge_ = std::make_unique<QualityJudge>(eval_paths(cfg_));
+  });
+  if (ctx_.world_rank != 0) return;
+  const DiTConfig& model = setup_.model;
+  eval::ImageSet set;
+  set.n = std::int64_t(labels.size());
+  set.c = model.in_channels, set.h = model.input_size, set.w = model.input_size;
+  set.pixels = std::move(samples);
+  set.labels = std::move(labels);
+  const QualityReport r = judge_->judge(set);
+  metrics_->write_eval(step, quality_json(r));
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "eval step %lld: FID %.2f (real-data floor %.2f), precision %.3f, recall %.3f, class accuracy "
+                "%.1f%% (real %.1f%%), %lld samples",
+                static_cast<long long>(step), r.samples.fid, r.floor.fid, r.samples.precision, r.samples.recall,
+                100 * r.samples.class_accuracy, 100 * r.floor.class_accuracy, static_cast<long long>(r.samples.n));
+  console_.line(text);
+}
+
+}  // namespace dit

@@ -1,0 +1,69 @@
+// A training run's life on every rank: its folder (config.toml, metrics.jsonl, checkpoints, sample
+// grids, model.h5/ema.h5, accounting.json, plots), its start (fresh, --resume or --init-from), the
+// training loop, and what is due between steps (checkpoint, sample grid, evaluation, a stop
+// signal). What the Trainer computes lives in engine/; this is everything around it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/train_setup.h"
+#include "engine/trainer.h"
+#include "eval/quality.h"
+#include "io/config.h"
+#include "io/dataset.h"
+#include "run/log.h"
+
+namespace dit {
+
+class Run {
+ public:
+  // Collective. Opens the dataset and checks it against the model, creates the run folder (rank 0;
+  // replacing it under run.overwrite), builds the backend, the rank grid and the Trainer, and
+  // starts from a checkpoint or weights when run.resume / run.init_from say so. `setup` comes from
+  // TrainSetup::make for this job's layout.
+  Run(const RunConfig& cfg, const TrainSetup& setup);
+  ~Run();
+
+  // Trains to train.steps. Returns the exit code: 0; 1 when the loss diverged; kExitPreempted
+  // (run/signals.h) when a stop signal arrived, after a checkpoint.
+  int train();
+
+ private:
+  void open_folder();
+  void build_engine();
+  void start();
+  void print_header();
+  void log_step(std::int64_t done, const StepStats& st);
+  int stop_for_divergence(std::int64_t done, const StepStats& st) const;
+  int stop_for_signal(int sig, std::int64_t done, bool saved);
+  int finish(const StepStats& last, std::int64_t steps_run);
+  void checkpoint();
+  // The EMA's samples of `classes` (all when empty), on every rank; `what` names the setting
+  // that sized them in an out-of-memory message.
+  std::pair<std::vector<float>, std::vector<int>> draw_ema(const std::vector<int>& classes, int per_class,
+                                                           int num_steps, const std::string& what);
+  void sample_grid(const std::string& name);
+  void evaluate(std::int64_t step);
+  std::string checkpoint_root() const;
+  std::string file(const std::string& name) const;
+
+  RunConfig cfg_;
+  TrainSetup setup_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Backend> be_;
+  ParallelContext ctx_;
+  std::string comms_, rank_map_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  ConsoleLog console_;
+  std::unique_ptr<QualityJudge> judge_;  // rank 0, made at the first evaluation
+  double t0_ = 0;                        // when training began
+  double window_s_ = 0;                  // step time since the last log line
+  std::int64_t window_steps_ = 0;
+};
+
+}  // namespace dit
