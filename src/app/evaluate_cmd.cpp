@@ -9,6 +9,7 @@
 #include "eval/inception.h"
 #include "eval/quality.h"
 #include "io/sample_file.h"
+#include "io/weights.h"
 #include "parallel/world.h"
 
 namespace dit {
@@ -45,6 +46,18 @@ std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& imag
   return std::string(b) + "\"reference_stats\": \"" + opt.reference_stats + "\"}";
 }
 
+// Enough samples to measure, known before any is drawn.
+void check_sample_count(const SampleOptions& s) {
+  const std::string weights = s.weights.empty() ? (fs::path(s.run_dir) / "ema.h5").string() : s.weights;
+  if (!fs::is_regular_file(weights)) return;  // sampling names the missing file
+  const std::int64_t classes =
+      s.sample.classes.empty() ? read_weights_config(weights).num_classes : std::int64_t(s.sample.classes.size());
+  const std::int64_t n = std::int64_t(s.sample.per_class) * classes;
+  DIT_CHECK(n >= eval::kMinEvalSamples, "evaluate: --per-class ", s.sample.per_class, " x ", classes, " classes = ", n,
+            " samples; at least ", eval::kMinEvalSamples, " are needed (precision and recall use each sample's ",
+            eval::kNearestNeighbour, "rd nearest neighbour)");
+}
+
 // The files an evaluation reads, checked, with the classifier trained when it is missing (rank 0).
 EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool inception) {
   RunConfig cfg = RunConfig::demo();
@@ -59,6 +72,7 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
               ": not a run folder (expected config.toml and ema.h5 in it)");
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);
+  if (from_weights) check_sample_count(opt.sample);
   EvalPaths paths = eval_paths(cfg);
   if (!opt.reference.empty()) paths.reference = opt.reference;
   if (!opt.classifier.empty()) paths.classifier = opt.classifier;
@@ -71,12 +85,13 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
     return paths;
   }
   if (world_rank() != 0) return paths;
-  if (opt.train_classifier && fs::exists(paths.classifier)) fs::remove(paths.classifier);
   DIT_CHECK(opt.classifier_epochs >= 1 && opt.classifier_epochs <= 1000, "--classifier-epochs ",
             opt.classifier_epochs, ": expected 1 to 1000");
   eval::ClassifierTraining how;
   how.epochs = opt.classifier_epochs;
-  prepare_evaluation(paths, opt.reference.empty() && opt.train_data.empty() ? cfg.data.prepare : "none", how);
+  // --train-classifier replaces the file only once the new classifier is saved.
+  prepare_evaluation(paths, opt.reference.empty() && opt.train_data.empty() ? cfg.data.prepare : "none", how,
+                     opt.train_classifier ? ClassifierFile::Retrain : ClassifierFile::KeepExisting);
   return paths;
 }
 

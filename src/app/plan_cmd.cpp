@@ -29,6 +29,7 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
   req.cfg = cfg;
   req.gpus = f.gpus;
   DIT_CHECK(f.gpus >= 1 && f.gpus <= 4096, "--gpus ", f.gpus, ": expected 1 to 4096");
+  DIT_CHECK(f.top >= 1, "--top ", f.top, ": expected the number of rows to print, 1 or more");
   char* end = nullptr;
   const double gib = std::strtod(f.fit.c_str(), &end);
   const bool number = end && *end == '\0' && end != f.fit.c_str();

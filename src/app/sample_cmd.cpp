@@ -47,6 +47,18 @@ void take_run_settings(SampleOptions& opt) {
   if (!g.cfg_t_max) o.cfg_t_max = s.cfg_t_max;
 }
 
+// The grid and the raw samples beside it are two files: neither a folder nor the same name.
+void check_outputs(const std::string& out, const DiTConfig& model) {
+  const fs::path png(out), raw = fs::path(out).replace_extension(".h5");
+  DIT_CHECK(!out.empty() && !fs::is_directory(png), "--out ", out, " is a folder: give the grid's file name, e.g. ",
+            (png / "samples.png").string());
+  DIT_CHECK(!fs::is_directory(raw), "--out ", out, ": its raw samples go to ", raw.string(),
+            ", which is a folder; choose another --out");
+  const bool picture = model.in_channels == 1 || model.in_channels == 3;
+  DIT_CHECK(!picture || raw != png, "--out ", out, ": the grid (PNG) and its raw samples (", raw.string(),
+            ") would be the same file; give the grid a .png name");
+}
+
 SampleSource resolve_source(const SampleOptions& requested) {
   SampleSource src;
   src.opt = requested;
@@ -76,6 +88,7 @@ SampleSource resolve_source(const SampleOptions& requested) {
   DIT_CHECK(s.cfg_t_min >= 0 && s.cfg_t_min <= s.cfg_t_max && s.cfg_t_max <= 1, "--cfg-t-min ", s.cfg_t_min,
             " --cfg-t-max ", s.cfg_t_max, ": expected 0 <= min <= max <= 1 (noise levels)");
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
+  check_outputs(opt.out, model);
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
   const int ranks_per_node = std::max(1, world_size() / node_count());

@@ -14,6 +14,7 @@
 #include "plan/memory_fit.h"
 #include "run/rank_map.h"
 #include "run/run.h"
+#include "run/run_folder.h"
 #include "run/run_lock.h"
 #include "run/signals.h"
 
@@ -81,6 +82,7 @@ TrainSetup check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& loc
     DIT_FAIL("run folder ", dir.string(),
              " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
   DIT_CHECK(cfg.run.resume.empty() || !cfg.run.overwrite, "run.resume and run.overwrite exclude each other");
+  if (world_rank() == 0 && cfg.run.overwrite) check_overwritable(cfg);
   DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
             "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
   // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are

@@ -34,6 +34,9 @@ struct PrecisionRecall {
 };
 // A sample is inside a manifold when it lies within the distance of some member to that member's
 // k-th nearest neighbour in its own set (k = 3 in the paper).
-PrecisionRecall precision_recall(const Features& real, const Features& generated, int k = 3);
+inline constexpr int kNearestNeighbour = 3;  // k of precision/recall, as in the paper
+// The fewest samples a set may have: each needs a k-th nearest other sample.
+inline constexpr std::int64_t kMinEvalSamples = kNearestNeighbour + 1;
+PrecisionRecall precision_recall(const Features& real, const Features& generated, int k = kNearestNeighbour);
 
 }  // namespace dit::eval

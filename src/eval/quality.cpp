@@ -2,6 +2,7 @@
 #include "eval/quality.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,7 @@ std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
 }
 
 eval::ImageSet load_pixels(const std::string& path, const char* role) {
+  verify_dataset_seal(path);
   const H5Dataset data(path);
   DIT_CHECK(data.kind() == "images", path, ": the ", role, " holds ", data.kind(),
             ", expected images (the classifier's feature space is for pixels; latent runs need Inception "
@@ -70,13 +72,16 @@ void check_evaluation_inputs(const EvalPaths& paths, const std::string& prepare)
   if (!fs::exists(paths.reference))
     DIT_CHECK(prepare == "fashion-mnist", "the reference set ", paths.reference,
               " does not exist: give a labelled image dataset (dit_mp prepare-data) with --reference or eval.reference");
-  else
-    DIT_CHECK(H5Dataset(paths.reference).kind() == "images", paths.reference, ": the reference set holds ",
-              H5Dataset(paths.reference).kind(), ", expected images");
+  else {
+    verify_dataset_seal(paths.reference);
+    const std::string kind = H5Dataset(paths.reference).kind();
+    DIT_CHECK(kind == "images", paths.reference, ": the reference set holds ", kind, ", expected images");
+  }
   if (fs::exists(paths.classifier)) eval::Classifier::load(paths.classifier);
 }
 
-void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, const eval::ClassifierTraining& how) {
+void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, const eval::ClassifierTraining& how,
+                        ClassifierFile classifier) {
   if (!fs::exists(paths.train_data) && prepare == "fashion-mnist") {
     std::printf("preparing Fashion-MNIST (train) into %s\n", paths.train_data.c_str());
     if (fs::path(paths.train_data).has_parent_path()) fs::create_directories(fs::path(paths.train_data).parent_path());
@@ -88,14 +93,14 @@ void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, cons
     std::printf("preparing Fashion-MNIST (test) into %s\n", paths.reference.c_str());
     prepare_fashion_mnist(kFashionMnistDir, paths.reference, "test");
   }
-  if (fs::exists(paths.classifier)) return;
+  if (fs::exists(paths.classifier) && classifier == ClassifierFile::KeepExisting) return;
   DIT_CHECK(fs::exists(paths.train_data), "cannot train the classifier: ", paths.train_data, " does not exist");
   std::printf("training the evaluation classifier on %s (once; saved to %s)\n", paths.train_data.c_str(),
               paths.classifier.c_str());
   std::fflush(stdout);
   const eval::ImageSet train = load_pixels(paths.train_data, "training set");
   const eval::ImageSet test = load_pixels(paths.reference, "reference set");
-  const H5Dataset meta(paths.train_data);
+  const H5Dataset meta(paths.train_data);  // sealed: load_pixels verified it
   eval::Classifier net(train.c, train.h, train.w, meta.num_classes(), 0);
   const double acc = net.train(train, test, how);
   net.save(paths.classifier, paths.train_data);
@@ -120,6 +125,15 @@ QualityJudge::QualityJudge(const EvalPaths& paths) : s_(std::make_unique<State>(
   DIT_CHECK(ref.c == s_->net->channels() && ref.h == s_->net->height() && ref.w == s_->net->width(),
             paths.reference, ": images of ", ref.c, "x", ref.h, "x", ref.w, " but ", paths.classifier, " takes ",
             s_->net->channels(), "x", s_->net->height(), "x", s_->net->width());
+  std::vector<std::int64_t> per_class(static_cast<std::size_t>(s_->net->num_classes()), 0);
+  for (int label : ref.labels) {
+    DIT_CHECK(label >= 0 && label < s_->net->num_classes(), paths.reference, ": a label ", label,
+              " outside the classifier's ", s_->net->num_classes(), " classes (", paths.classifier, ")");
+    ++per_class[static_cast<std::size_t>(label)];
+  }
+  for (std::size_t c = 0; c < per_class.size(); ++c)
+    DIT_CHECK(per_class[c] > 0, paths.reference, " has no image of class ", c, " of the classifier's ",
+              per_class.size(), " (", paths.classifier, "): the reference must hold every class");
   s_->reference = s_->net->classify(ref).features;
   s_->reference_gaussian = eval::fit_gaussian(s_->reference);
   s_->reference_order = permutation(s_->reference.n, 1);
@@ -133,13 +147,24 @@ QualityJudge::~QualityJudge() = default;
 
 QualityReport QualityJudge::judge(const eval::ImageSet& samples) const {
   const eval::Classifier& net = *s_->net;
-  DIT_CHECK(samples.n >= 2, "evaluation needs at least 2 samples, got ", samples.n);
+  DIT_CHECK(samples.n >= eval::kMinEvalSamples, "evaluation needs at least ", eval::kMinEvalSamples,
+            " samples (precision and recall use each sample's ", eval::kNearestNeighbour,
+            "rd nearest neighbour), got ", samples.n);
   DIT_CHECK(samples.c == net.channels() && samples.h == net.height() && samples.w == net.width(), "samples of ",
             samples.c, "x", samples.h, "x", samples.w, " but the classifier ", s_->paths.classifier, " takes ",
             net.channels(), "x", net.height(), "x", net.width());
-  for (int label : samples.labels)
+  for (int label : samples.labels) {
     DIT_CHECK(label >= 0 && label < net.num_classes(), "a sample's label ", label, " is outside the classifier's ",
               net.num_classes(), " classes");
+    DIT_CHECK(!s_->train_by_class[label].empty(), "samples of class ", label, " but ", s_->paths.train_data,
+              " (the real-data floor) has no image of that class");
+  }
+  const auto [lo, hi] = std::minmax_element(samples.pixels.begin(), samples.pixels.end());
+  const bool finite = std::all_of(samples.pixels.begin(), samples.pixels.end(), [](float v) { return std::isfinite(v); });
+  char range_text[64] = "none";
+  if (!samples.pixels.empty()) std::snprintf(range_text, sizeof range_text, "[%g, %g]", *lo, *hi);
+  const std::string range = range_text;
+  DIT_CHECK(finite, "the samples hold NaN or Inf values (range ", range, "): nothing to measure");
   // Precision/recall compare equal-size sets: the reference's first n rows of a fixed shuffle.
   const std::int64_t k = std::min(samples.n, s_->reference.n);
   eval::Features ref_subset{k, s_->reference.f, {}};
@@ -161,6 +186,9 @@ QualityReport QualityJudge::judge(const eval::ImageSet& samples) const {
   };
   QualityReport r;
   r.samples = measure(samples);
+  DIT_CHECK(std::isfinite(r.samples.fid) && std::isfinite(r.samples.precision) && std::isfinite(r.samples.recall),
+            "the quality of the samples is not finite (FID ", r.samples.fid, "): their values range over ", range,
+            ", far outside the model's [-1, 1]");
   // The floor: for each sample, a real training image of its class (a fixed shuffle, no repeats
   // while the class has images left).
   const auto& by_class = s_->train_by_class;

@@ -27,8 +27,11 @@ EvalPaths eval_paths(const RunConfig& cfg);
 // Rank 0's work before judging: prepares a missing Fashion-MNIST test split when `prepare` is
 // "fashion-mnist", and trains and saves the classifier when its file is missing (a few minutes
 // once; each epoch prints a line). Throws one line naming a missing or unusable file.
-void prepare_evaluation(const EvalPaths& paths, const std::string& prepare,
-                        const eval::ClassifierTraining& how = {});
+// Whether an existing classifier file is kept or trained again (replaced only once the new one is
+// saved: a failure leaves the old file as it was).
+enum class ClassifierFile { KeepExisting, Retrain };
+void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, const eval::ClassifierTraining& how = {},
+                        ClassifierFile classifier = ClassifierFile::KeepExisting);
 
 // The cheap part of prepare_evaluation, for a run to refuse bad [eval] inputs before it starts:
 // a missing reference set that `prepare` cannot make, a reference that holds no images, or a

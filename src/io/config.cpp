@@ -6,7 +6,9 @@
 #include "io/config_fields.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -166,10 +168,35 @@ std::string describe(const toml::value& v) {
   return type_name(v) + " (" + text + ")";
 }
 
+// The literal as written. toml11 clamps numbers that do not fit (99999999999999999999999 reads as
+// 2^63 - 1, 1e400 as the largest double); the text says whether they did.
+std::string literal_text(const toml::value& v) {
+  const toml::source_location loc = v.location();
+  const std::string& line = loc.line_str();
+  if (loc.column() == 0 || line.size() < loc.column() - 1 + loc.region()) return "";
+  std::string text = line.substr(loc.column() - 1, loc.region());
+  text.erase(std::remove(text.begin(), text.end(), '_'), text.end());
+  return text;
+}
+
+// A decimal integer literal outside the 64-bit range (hex, octal and binary literals are bounded
+// by their digits' count in toml11 itself).
+bool integer_overflows(const toml::value& v) {
+  const std::string text = literal_text(v);
+  if (text.empty() || text.find_first_of("xob") != std::string::npos) return false;
+  std::int64_t parsed = 0;
+  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+  return std::from_chars(first, text.data() + text.size(), parsed).ec == std::errc::result_out_of_range;
+}
+
 std::int64_t to_integer(const toml::value& v, const std::string& key, const std::string& origin,
                         std::int64_t lo, std::int64_t hi) {
   if (!v.is_integer()) DIT_FAIL(origin, ": ", key, ": expected an integer, got ", describe(v));
   const std::int64_t x = v.as_integer();
+  if ((x == std::numeric_limits<std::int64_t>::max() || x == std::numeric_limits<std::int64_t>::min()) &&
+      integer_overflows(v))
+    DIT_FAIL(origin, ": ", key, " = ", literal_text(v), ": expected an integer in [", lo, ", ", hi,
+             "] (it does not fit 64 bits)");
   if (x < lo || x > hi)
     DIT_FAIL(origin, ": ", key, " = ", x, ": expected an integer in [", lo, ", ", hi, "]");
   return x;
@@ -182,6 +209,12 @@ double to_float(const toml::value& v, const std::string& key, const std::string&
   else if (v.is_integer()) x = static_cast<double>(v.as_integer());
   else DIT_FAIL(origin, ": ", key, ": expected a number, got ", describe(v));
   if (!std::isfinite(x)) DIT_FAIL(origin, ": ", key, " = ", x, ": expected a finite number");
+  if (std::fabs(x) == std::numeric_limits<double>::max() && v.is_floating()) {
+    const std::string text = literal_text(v);
+    errno = 0;
+    std::strtod(text.c_str(), nullptr);
+    if (errno == ERANGE) DIT_FAIL(origin, ": ", key, " = ", text, ": expected a finite number (beyond a double's range)");
+  }
   return x;
 }
 

@@ -164,10 +164,14 @@ std::string H5Dataset::describe() const {
   return os.str();
 }
 
-std::unique_ptr<Dataset> open_dataset(const std::string& path, double latent_scale_override) {
+void verify_dataset_seal(const std::string& path) {
   // Checked whole before HDF5 parses it: damaged HDF5 structure can crash HDF5 itself.
   h5::verify_seal(path, "re-create it with dit_mp prepare-data, or seal a file made by other means with "
                         "tools/dit_checkpoint.py seal FILE");
+}
+
+std::unique_ptr<Dataset> open_dataset(const std::string& path, double latent_scale_override) {
+  verify_dataset_seal(path);
   return std::make_unique<H5Dataset>(path, latent_scale_override);
 }
 

@@ -65,5 +65,8 @@ class H5Dataset final : public Dataset {
 
 // Opens a dataset file (today always the HDF5 schema above).
 std::unique_ptr<Dataset> open_dataset(const std::string& path, double latent_scale_override = 0);
+// The check open_dataset makes before HDF5 parses a byte: the file's seal matches its contents.
+// Every reader of a dataset file (training, evaluation's reference and floor) calls it first.
+void verify_dataset_seal(const std::string& path);
 
 }  // namespace dit

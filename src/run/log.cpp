@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cerrno>
 #include <cstring>
 #include <cstdlib>
 #include <fstream>
@@ -14,10 +15,18 @@
 
 namespace dit {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
-  DIT_CHECK(f_, path, ": cannot open the metrics file for writing");
+  DIT_CHECK(f_, path, ": cannot open the metrics file for writing (", std::strerror(errno), ")");
+}
+
+void MetricsWriter::flush_or_fail() {
+  errno = 0;
+  if (std::ferror(f_) == 0 && std::fflush(f_) == 0) return;
+  const int err = errno;
+  std::clearerr(f_);
+  DIT_FAIL(path_, ": cannot write the metrics (", err ? std::strerror(err) : "write error", ")");
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -37,7 +46,7 @@ std::string num(double v) {
 void MetricsWriter::write_eval(std::int64_t step, const std::string& json) {
   if (!f_) return;
   std::fprintf(f_, "{\"step\": %lld, \"eval\": %s}\n", static_cast<long long>(step), json.c_str());
-  std::fflush(f_);
+  flush_or_fail();
 }
 
 void MetricsWriter::write(const LogRow& r) {
@@ -50,7 +59,7 @@ void MetricsWriter::write(const LogRow& r) {
                num(r.grad_norm).c_str(), num(r.lr).c_str(), num(r.images_per_s).c_str(),
                num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
                num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps));
-  std::fflush(f_);
+  flush_or_fail();
 }
 
 namespace {

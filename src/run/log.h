@@ -25,11 +25,15 @@ class MetricsWriter {
   // Appends to `path` (rank 0 only opens it; other ranks pass "").
   explicit MetricsWriter(const std::string& path);
   ~MetricsWriter();
-  void write(const LogRow& r);  // one JSON line, flushed
+  // One JSON line, flushed; throws naming the file and the cause (a full disk) when it cannot be
+  // written.
+  void write(const LogRow& r);
   // {"step": N, "eval": <json>}: a sample-quality measurement (train.eval_every).
   void write_eval(std::int64_t step, const std::string& json);
 
  private:
+  void flush_or_fail();
+  std::string path_;
   std::FILE* f_ = nullptr;
 };
 

@@ -14,6 +14,7 @@
 #include "io/file_safety.h"
 #include "io/h5_dataset.h"
 #include "io/weights.h"
+#include "parallel/agree.h"
 #include "parallel/backend_comms.h"
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
@@ -21,6 +22,7 @@
 #include "run/plots.h"
 #include "run/rank_map.h"
 #include "run/resume.h"
+#include "run/run_folder.h"
 #include "run/sample_output.h"
 #include "run/signals.h"
 
@@ -44,10 +46,13 @@ std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& 
 
 }  // namespace
 
+// The folder is created (or, under --overwrite, cleared) only once the inputs have loaded: a run
+// that cannot start leaves nothing behind.
 Run::Run(const RunConfig& cfg, const TrainSetup& setup) : cfg_(cfg), setup_(setup) {
-  open_folder();
+  open_data();
   build_engine();
   start();
+  make_folder();
   print_header();
 }
 
@@ -59,7 +64,7 @@ std::string Run::checkpoint_root() const {
   return cfg_.run.checkpoint_dir.empty() ? file("ckpt") : cfg_.run.checkpoint_dir;
 }
 
-void Run::open_folder() {
+void Run::open_data() {
   const DiTConfig& model = setup_.model;
   collective_check([&] {
     data_ = open_dataset(cfg_.data.path, cfg_.data.latent_scale);
@@ -69,16 +74,21 @@ void Run::open_folder() {
               model.in_channels, "x", model.input_size, "x", model.input_size, " (model.in_channels, model.input_size)");
     DIT_CHECK(data_->num_classes() <= model.num_classes, cfg_.data.path, " has ", data_->num_classes(),
               " classes but model.num_classes = ", model.num_classes);
-    if (world_rank() == 0) {
-      const fs::path dir(cfg_.run.dir);
-      if (fs::exists(dir) && cfg_.run.resume.empty()) fs::remove_all(dir);
-      probe_writable(dir.string(), "run.dir", "rank0");  // creates it
-      std::ofstream(dir / "config.toml") << cfg_.to_toml();
-    }
+  });
+}
+
+void Run::make_folder() {
+  collective_check([&] {
+    if (world_rank() != 0) return;
+    const fs::path dir(cfg_.run.dir);
+    if (cfg_.run.overwrite) clear_run_folder(dir.string());  // check_overwritable allowed it
+    probe_writable(dir.string(), "run.dir", "rank0");        // creates it
+    std::ofstream(dir / "config.toml") << cfg_.to_toml();
   });
   // Every rank writes its shard of each checkpoint: find an unwritable folder now, not steps later.
   collective_check(
       [&] { probe_writable(checkpoint_root(), "run.checkpoint_dir", "rank" + std::to_string(world_rank())); });
+  metrics_ = std::make_unique<MetricsWriter>(ctx_.world_rank == 0 ? file("metrics.jsonl") : "");
 }
 
 void Run::build_engine() {
@@ -97,7 +107,6 @@ void Run::build_engine() {
             cfg_.parallel.virtual_stages, " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
   trainer_ = allocating("building the model and its optimizer state (model.* sizes)",
                         [&] { return std::make_unique<Trainer>(*be_, ctx_, setup_, *data_); });
-  metrics_ = std::make_unique<MetricsWriter>(ctx_.world_rank == 0 ? file("metrics.jsonl") : "");
 }
 
 void Run::start() { start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_); }
@@ -147,6 +156,17 @@ int Run::train() {
   return finish(st, steps_run);
 }
 
+// A metrics row that cannot be written (a full disk) ends the run at this step on every rank, after
+// a checkpoint, as a stop signal does: the run can be resumed once there is room.
+void Run::write_metrics(const std::function<void()>& write) {
+  try {
+    agree(*ctx_.world, write);
+  } catch (const AgreedError&) {
+    checkpoint();
+    throw;
+  }
+}
+
 void Run::log_step(std::int64_t done, const StepStats& st) {
   const std::int64_t steps = setup_.train.steps;
   window_s_ += st.acct.step_s;
@@ -175,7 +195,7 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.eta_s = step_s * double(steps - done);
   r.loss_scale = st.loss_scale;
   r.skipped_steps = trainer_->loss_scaler().state().skipped_steps;
-  metrics_->write(r);
+  write_metrics([&] { metrics_->write(r); });
   if (ctx_.world_rank == 0) console_.step(r);
   window_s_ = 0;
   window_steps_ = 0;
@@ -287,22 +307,26 @@ void Run::evaluate(std::int64_t step) {
     prepare_evaluation(eval_paths(cfg_), cfg_.data.prepare);
     judge_ = std::make_unique<QualityJudge>(eval_paths(cfg_));
   });
-  if (ctx_.world_rank != 0) return;
-  const DiTConfig& model = setup_.model;
-  eval::ImageSet set;
-  set.n = std::int64_t(labels.size());
-  set.c = model.in_channels, set.h = model.input_size, set.w = model.input_size;
-  set.pixels = std::move(samples);
-  set.labels = std::move(labels);
-  const QualityReport r = judge_->judge(set);
-  metrics_->write_eval(step, quality_json(r));
-  char text[256];
-  std::snprintf(text, sizeof text,
-                "eval step %lld: FID %.2f (real-data floor %.2f), precision %.3f, recall %.3f, class accuracy "
-                "%.1f%% (real %.1f%%), %lld samples",
-                static_cast<long long>(step), r.samples.fid, r.floor.fid, r.samples.precision, r.samples.recall,
-                100 * r.samples.class_accuracy, 100 * r.floor.class_accuracy, static_cast<long long>(r.samples.n));
-  console_.line(text);
+  std::string line;
+  write_metrics([&] {  // rank 0 judges and writes the row; a failure ends the run on every rank
+    if (ctx_.world_rank != 0) return;
+    const DiTConfig& model = setup_.model;
+    eval::ImageSet set;
+    set.n = std::int64_t(labels.size());
+    set.c = model.in_channels, set.h = model.input_size, set.w = model.input_size;
+    set.pixels = std::move(samples);
+    set.labels = std::move(labels);
+    const QualityReport r = judge_->judge(set);
+    metrics_->write_eval(step, quality_json(r));
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "eval step %lld: FID %.2f (real-data floor %.2f), precision %.3f, recall %.3f, class accuracy "
+                  "%.1f%% (real %.1f%%), %lld samples",
+                  static_cast<long long>(step), r.samples.fid, r.floor.fid, r.samples.precision, r.samples.recall,
+                  100 * r.samples.class_accuracy, 100 * r.floor.class_accuracy, static_cast<long long>(r.samples.n));
+    line = text;
+  });
+  if (ctx_.world_rank == 0) console_.line(line);
 }
 
 }  // namespace dit

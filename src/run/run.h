@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,10 +22,10 @@ namespace dit {
 
 class Run {
  public:
-  // Collective. Opens the dataset and checks it against the model, creates the run folder (rank 0;
-  // replacing it under run.overwrite), builds the backend, the rank grid and the Trainer, and
-  // starts from a checkpoint or weights when run.resume / run.init_from say so. `setup` comes from
-  // TrainSetup::make for this job's layout.
+  // Collective. Opens the dataset and checks it against the model, builds the backend, the rank
+  // grid and the Trainer, starts from a checkpoint or weights when run.resume / run.init_from say
+  // so, and only then creates the run folder (rank 0; clearing it under run.overwrite). `setup`
+  // comes from TrainSetup::make for this job's layout.
   Run(const RunConfig& cfg, const TrainSetup& setup);
   ~Run();
 
@@ -33,11 +34,13 @@ class Run {
   int train();
 
  private:
-  void open_folder();
+  void open_data();
   void build_engine();
   void start();
+  void make_folder();
   void print_header();
   void log_step(std::int64_t done, const StepStats& st);
+  void write_metrics(const std::function<void()>& write);
   int stop_for_divergence(std::int64_t done, const StepStats& st) const;
   int stop_for_signal(int sig, std::int64_t done, bool saved);
   int finish(const StepStats& last, std::int64_t steps_run);

@@ -107,8 +107,13 @@ std::string stale_reason(const Fields& f) {
 }  // namespace
 
 std::string run_lock_path(const std::string& run_dir) {
-  fs::path p = fs::path(run_dir).lexically_normal();
+  // The folder's real path: a run that names it through a symlink, or by another relative path,
+  // takes the same lock.
+  fs::path p = fs::absolute(fs::path(run_dir)).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(p, ec);
+  if (!ec && real.has_filename()) p = real;
   return p.string() + ".lock";
 }
 

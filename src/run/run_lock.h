@@ -26,7 +26,8 @@ class RunLock {
   std::string path_;  // empty: not held
 };
 
-// The lock file of a run folder ("runs/x" and "runs/x/" -> "runs/x.lock").
+// The lock file of a run folder ("runs/x" and "runs/x/" -> "<cwd>/runs/x.lock"), beside the
+// folder's real path: a symlink to the folder shares its lock.
 std::string run_lock_path(const std::string& run_dir);
 
 }  // namespace dit

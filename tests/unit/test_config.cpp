@@ -2,6 +2,7 @@
 // --set, and every class of error, each checked for a message that names the offending key.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -357,6 +358,45 @@ TEST(Config, SetErrorsNameTheAssignment) {
   msg = error_of([&] { c.set("train.steps=1.5"); });
   EXPECT_HAS(msg, "train.steps: expected an integer, got a float (1.5)");
   EXPECT_EQ(c.train.steps, RunConfig::demo().train.steps);  // failed sets change nothing
+}
+
+// Numbers past 64 bits or a double's range are refused showing the value given, not clamped
+// (toml11 reads 99999999999999999999999 as 2^63 - 1 and 1e400 as the largest double).
+TEST(Config, OutOfRangeLiteralsAreRefusedNotClamped) {
+  std::string msg = error_of([&] { RunConfig::from_toml("[train]\nsteps = 99999999999999999999999", "big.toml"); });
+  EXPECT_HAS(msg, "train.steps = 99999999999999999999999");
+  EXPECT_HAS(msg, "does not fit 64 bits");
+  RunConfig c = RunConfig::demo();
+  msg = error_of([&] { c.set("train.steps=99_999_999_999_999_999_999_999"); });
+  EXPECT_HAS(msg, "train.steps = 99999999999999999999999");
+  msg = error_of([&] { c.set("train.seed=-9223372036854775809"); });
+  EXPECT_HAS(msg, "train.seed = -9223372036854775809");
+  msg = error_of([&] { c.set("train.lr=1e400"); });
+  EXPECT_HAS(msg, "train.lr = 1e400: expected a finite number");
+  EXPECT_EQ(c.train.steps, RunConfig::demo().train.steps);
+  c.set("train.steps=9223372036854775807");  // the largest that fits is a value, not an overflow
+  EXPECT_EQ(c.train.steps, std::numeric_limits<std::int64_t>::max());
+}
+
+// An enum setting takes exactly its names, from the enum's own table, and writes them back.
+TEST(Config, EnumSettingsTakeTheirNames) {
+  RunConfig c = RunConfig::demo();
+  c.set("parallel.schedule=gpipe");
+  c.set("train.recompute=selective");
+  c.set("train.precision=bf16");
+  c.set("train.grad_reduce=bf16");
+  EXPECT_EQ(c.parallel.schedule, ScheduleKind::GPipe);
+  EXPECT_EQ(c.train.recompute, Recompute::Selective);
+  EXPECT_EQ(c.train.precision, DType::BF16);
+  EXPECT_EQ(c.train.grad_reduce, DType::BF16);
+  const std::string text = c.to_toml();
+  EXPECT_HAS(text, "schedule = \"gpipe\"");
+  EXPECT_HAS(text, "recompute = \"selective\"");
+  EXPECT_EQ(RunConfig::from_toml(text, "round trip"), c);
+  std::string msg = error_of([&] { c.set("train.grad_reduce=fp16"); });  // a dtype, but not a reduction's
+  EXPECT_HAS(msg, "train.grad_reduce = \"fp16\": expected one of fp32, bf16");
+  msg = error_of([&] { c.set("train.precision=3"); });
+  EXPECT_HAS(msg, "train.precision = \"3\": expected one of fp32, bf16, fp16");
 }
 
 }  // namespace

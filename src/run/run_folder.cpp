@@ -1,0 +1,111 @@
+// Replacing a run folder under --overwrite, and nothing else (see run_folder.h).
+#include "run/run_folder.h"
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/error.h"
+#include "eval/quality.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The header RunConfig::to_toml() writes first: a config.toml that starts so is dit_mp's.
+constexpr const char* kConfigHeader = "# dit_mp run configuration";
+
+// Files a run writes into its folder (atomic writers' temporaries and plot_run.py's beside them).
+bool run_file(const std::string& name) {
+  static const std::regex known(
+      R"((config\.toml|metrics\.jsonl|accounting\.json|eval\.json|model\.h5|ema\.h5|samples(_step_\d{7})?\.(png|h5))"
+      R"(|loss\.png|throughput\.png|quality\.png)((\.tmp-.+)|(\.tmp(\.png)?))?)");
+  return std::regex_match(name, known);
+}
+
+// A checkpoint root as save_checkpoint leaves it: step folders, `latest`, and its temporaries.
+bool checkpoint_root_entry(const std::string& name) {
+  static const std::regex known(R"((\.(tmp|old)-)?step_\d+|latest(\.tmp.*)?)");
+  return std::regex_match(name, known);
+}
+
+bool inside(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec), d = fs::weakly_canonical(fs::absolute(dir), ec);
+  auto pi = p.begin(), di = d.begin();
+  for (; di != d.end() && !di->empty(); ++di, ++pi)
+    if (pi == p.end() || *pi != *di) return false;
+  return true;
+}
+
+bool written_by_dit_mp(const fs::path& config) {
+  std::ifstream in(config);
+  std::string first;
+  std::getline(in, first);
+  return first.rfind(kConfigHeader, 0) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> foreign_entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && !e.is_symlink()) {
+      if (name != "ckpt") {
+        out.push_back(name + "/");
+        continue;
+      }
+      for (const auto& c : fs::directory_iterator(e.path()))
+        if (!checkpoint_root_entry(c.path().filename().string()))
+          out.push_back(name + "/" + c.path().filename().string() + (c.is_directory() ? "/" : ""));
+    } else if (!e.is_regular_file() || e.is_symlink() || !run_file(name)) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+void check_overwritable(const RunConfig& cfg) {
+  const fs::path dir(cfg.run.dir);
+  if (!fs::exists(dir)) return;
+  DIT_CHECK(fs::is_directory(dir), "run.dir ", dir.string(), " is a file, not a run folder: --overwrite replaces "
+            "only a run folder dit_mp wrote; choose another run.dir");
+  const EvalPaths eval = eval_paths(cfg);
+  const std::pair<const char*, std::string> inputs[] = {
+      {"data.path", cfg.data.path}, {"eval.reference", eval.reference}, {"eval.classifier", eval.classifier},
+      {"run.init_from", cfg.run.init_from}};
+  for (const auto& [key, path] : inputs)
+    DIT_CHECK(path.empty() || !inside(path, dir), key, " ", path, " is inside run.dir ", dir.string(),
+              ", which --overwrite would replace: keep the run's inputs outside its folder");
+  if (fs::is_empty(dir)) return;
+  DIT_CHECK(written_by_dit_mp(dir / "config.toml"), "run.dir ", dir.string(),
+            " is not a run folder (no config.toml written by dit_mp in it): --overwrite replaces only a run "
+            "folder dit_mp wrote; choose another run.dir");
+  const std::vector<std::string> foreign = foreign_entries(dir.string());
+  if (foreign.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < foreign.size() && i < 5; ++i) names += (i ? ", " : "") + foreign[i];
+  if (foreign.size() > 5) names += " and " + std::to_string(foreign.size() - 5) + " more";
+  DIT_FAIL("run.dir ", dir.string(), " holds ", names, ", which dit_mp did not write: --overwrite replaces only "
+           "a run's own files; move them or choose another run.dir");
+}
+
+void clear_run_folder(const std::string& dir) {
+  if (!fs::exists(dir)) return;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == "ckpt" && e.is_directory() && !e.is_symlink()) {
+      for (const auto& c : fs::directory_iterator(e.path()))
+        if (checkpoint_root_entry(c.path().filename().string())) fs::remove_all(c.path());
+      std::error_code ec;
+      fs::remove(e.path(), ec);  // only when empty
+    } else if (e.is_regular_file() && !e.is_symlink() && run_file(name)) {
+      fs::remove(e.path());
+    }
+  }
+}
+
+}  // namespace dit

@@ -1,0 +1,25 @@
+// What --overwrite may replace: a run folder that dit_mp recognisably wrote, identified by its
+// config.toml (written with dit_mp's header) and made only of the files a run writes there. Anything
+// else in the folder is named and refused, and no input of the run (the training data, the
+// evaluation files, the weights it starts from) may lie inside what would be deleted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+
+namespace dit {
+
+// The entries of `dir` that a run did not write (relative names; folders end in '/'); empty when
+// everything in it is a run's output.
+std::vector<std::string> foreign_entries(const std::string& dir);
+
+// Throws one line naming what --overwrite would not delete: entries dit_mp did not write, a folder
+// that is not a run folder, or an input of `cfg` inside run.dir. Call before anything is removed.
+void check_overwritable(const RunConfig& cfg);
+
+// Removes the run's outputs from `dir` (after check_overwritable), leaving the folder in place.
+void clear_run_folder(const std::string& dir);
+
+}  // namespace dit
