@@ -1,11 +1,13 @@
-// Small RAII helpers over the HDF5 C API: open files and read datasets and attributes with errors
-// that name the file, the object and what was expected. Files are untrusted input: shapes and
-// sizes are checked before anything is allocated from them.
+// Small RAII helpers over the HDF5 C API, for every HDF5 file dit_mp reads or writes: open files
+// and read datasets and attributes with errors that name the file, the object and what was expected
+// (files are untrusted input: shapes and sizes are checked before anything is allocated from them);
+// write groups, attributes and checksummed tensors; build a whole file in memory.
 #pragma once
 
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,5 +90,46 @@ class File {
 
 // Turns off HDF5's automatic error printing (errors surface as dit::Error instead).
 void silence_errors();
+
+// The innermost messages of HDF5's error stack, e.g. "data error detected by Fletcher32 checksum",
+// with the operating system's words when a system call failed ("No space left on device"). Clears
+// the stack.
+std::string error_text();
+
+// --- reading attributes (checked: class and element count, so a hostile file cannot overrun) -----
+std::vector<std::int64_t> read_attr_ints(const File& f, const std::string& object, const std::string& name,
+                                         std::size_t n);
+std::int64_t read_attr_int(const File& f, const std::string& object, const std::string& name);
+std::uint64_t read_attr_u64(const File& f, const std::string& object, const std::string& name);
+double read_attr_double(const File& f, const std::string& object, const std::string& name);
+
+// --- writing -------------------------------------------------------------------------------------
+// `where` (a path) names the file in every error.
+enum class AttrShape { Scalar, List };  // one value as a scalar, or a 1-d list
+h5::Handle create_group(hid_t parent, const std::string& name, const std::string& where);
+void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v, AttrShape shape,
+                     const std::string& where);
+void write_attr_u64(hid_t obj, const std::string& name, std::uint64_t v, const std::string& where);
+void write_attr_double(hid_t obj, const std::string& name, double v, const std::string& where);
+void write_attr_string(hid_t obj, const std::string& name, const std::string& v, const std::string& where);
+// A float32 dataset, chunked (at most ~1M elements a chunk) with the Fletcher32 filter.
+void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
+                  const std::string& where);
+
+// Creates a file on disk in the HDF5 1.10 format (checksummed metadata), refusing an existing one;
+// throws naming the path. (Checkpoint shards: their folder is renamed into place as a whole.)
+Handle create_file(const std::string& path);
+
+// How a file built in memory is laid out.
+enum class Format { Default, V110 };  // V110: the 1.10 format, checksummed metadata
+struct MemoryFileOptions {
+  Format format = Format::Default;
+  hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
+};
+// Builds a whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its bytes,
+// for write_file_atomic: HDF5 does no file I/O, so a full disk cannot fail inside the library and no
+// HDF5 handle outlives a failed write. `fill` adds the contents; `where` names the file in errors.
+std::string build_in_memory(const std::string& where, const MemoryFileOptions& options,
+                            const std::function<void(hid_t file)>& fill);
 
 }  // namespace dit::h5
