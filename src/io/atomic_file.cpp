@@ -21,6 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr std::size_t kWriteChunk = std::size_t(8) << 20;  // bytes per write(2): a kill lands between
+
 // Closes a file descriptor when it goes out of scope.
 struct Fd {
   int fd = -1;
@@ -51,7 +53,7 @@ std::string host_tag() {
 bool write_all(int fd, const std::string& bytes) {
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, std::size_t(1) << 30);
+    const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, kWriteChunk);
     const ssize_t n = ::write(fd, bytes.data() + done, chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
