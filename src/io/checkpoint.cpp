@@ -158,22 +158,21 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
       mine.push_back(i);
   if (mine.empty()) return;
   const std::string path = (dir / shard_name(c)).string();
-  {
-    h5::Handle f = h5::create_file(path);
-    h5::write_attr_ints(f.get(), "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
-    h5::write_attr_ints(f.get(), "step", {meta.step}, h5::AttrShape::Scalar, path);
-    h5::write_attr_ints(f.get(), "layout", {l.tp, l.pp, l.dp}, h5::AttrShape::List, path);
-    h5::write_attr_ints(f.get(), "coord", {c.tp, c.pp, c.dp}, h5::AttrShape::List, path);
+  // Built in memory, then written whole (io/atomic_file.h): HDF5 never meets a full disk.
+  const std::string bytes = h5::build_in_memory(path, {h5::Format::V110}, [&](hid_t f) {
+    h5::write_attr_ints(f, "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(f, "step", {meta.step}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(f, "layout", {l.tp, l.pp, l.dp}, h5::AttrShape::List, path);
+    h5::write_attr_ints(f, "coord", {c.tp, c.pp, c.dp}, h5::AttrShape::List, path);
     for (int k = 0; k < 4; ++k) {
-      h5::Handle g = h5::create_group(f.get(), kKinds[k], path);
+      h5::Handle g = h5::create_group(f, kKinds[k], path);
       for (int i : mine) {
         const ParamSpec& s = ps.specs()[i];
-        h5::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i),
-                           path);
+        h5::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i), path);
       }
     }
-  }
-  fsync_file(path, "checkpoint shard");
+  });
+  write_file_atomic(path, bytes, "checkpoint shard");
 }
 
 // Which shard file holds tp rank t's slice of each (kind, tensor): read back from the shards, so
@@ -215,9 +214,7 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
   PieceFiles pieces = list_pieces(dir, layout, model);
 
   const std::string path = (dir / ckpt::kIndexFile).string();
-  {
-    h5::Handle f = h5::create_file(path);
-    const hid_t id = f.get();
+  const std::string bytes = h5::build_in_memory(path, {h5::Format::V110}, [&](hid_t id) {
     h5::write_attr_ints(id, "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
     h5::write_attr_ints(id, "step", {meta.step}, h5::AttrShape::Scalar, path);
     h5::write_attr_ints(id, "layout", {layout.tp, layout.pp, layout.dp}, h5::AttrShape::List, path);
@@ -260,8 +257,8 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
                   h5::error_text(), ")");
       }
     }
-  }
-  fsync_file(path, "checkpoint index");
+  });
+  write_file_atomic(path, bytes, "checkpoint index");
 }
 
 // Moves the finished folder into place (an existing folder of the same step is replaced) and

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -116,9 +117,25 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& v,
 void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
                   const std::string& where);
 
-// Creates a file on disk in the HDF5 1.10 format (checksummed metadata), refusing an existing one;
-// throws naming the path. (Checkpoint shards: their folder is renamed into place as a whole.)
-Handle create_file(const std::string& path);
+// A file HDF5 writes on disk (a dataset file, which can be larger than memory) in a temporary place
+// that is discarded on failure. close() flushes first and names the cause of a failed flush; a file
+// abandoned by an exception or a failed flush is emptied (its disk space freed) before it is
+// closed, which gives HDF5's own flush at close room on a full disk.
+class DiskFile {
+ public:
+  DiskFile(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
+  DiskFile(DiskFile&&) = default;
+  DiskFile& operator=(DiskFile&&) = delete;
+  ~DiskFile() { abandon(); }
+  hid_t get() const { return file_.get(); }
+  // Flushes and closes; throws "<path>: cannot write (<cause>)" after emptying and closing the file.
+  void close();
+
+ private:
+  void abandon();
+  std::string path_;
+  Handle file_;
+};
 
 // How a file built in memory is laid out.
 enum class Format { Default, V110 };  // V110: the 1.10 format, checksummed metadata
@@ -126,9 +143,11 @@ struct MemoryFileOptions {
   Format format = Format::Default;
   hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
 };
-// Builds a whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its bytes,
-// for write_file_atomic: HDF5 does no file I/O, so a full disk cannot fail inside the library and no
-// HDF5 handle outlives a failed write. `fill` adds the contents; `where` names the file in errors.
+// Builds a whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its bytes
+// (the driver's own buffer, not a copy), for write_file_atomic. HDF5 does no file I/O, so a full disk
+// cannot fail inside the library: HDF5 1.10 does not recover from a failed flush (the file stays
+// half-open and the process crashes at exit in H5F__close_cb), and no HDF5 handle outlives a failed
+// write. `fill` adds the contents; `where` names the file in errors.
 std::string build_in_memory(const std::string& where, const MemoryFileOptions& options,
                             const std::function<void(hid_t file)>& fill);
 

@@ -2,7 +2,6 @@
 // store, its buffer kept when the file closes, so that the bytes are those HDF5 would have left on
 // disk (an image taken before closing still carries the "open for writing" state of the 1.10
 // format's superblock, which readers then refuse).
-#include <cstdlib>
 #include <cstring>
 
 #include "io/h5.h"
@@ -12,38 +11,32 @@ namespace dit::h5 {
 namespace {
 constexpr std::size_t kCoreIncrement = std::size_t(16) << 20;  // the buffer grows by 16 MiB steps
 
-// The core driver's buffer: allocated through these callbacks, kept when the file closes (freed
-// here unless taken).
+// The core driver's buffer is this string: it grows through the callbacks below and is kept when
+// the file closes, so the finished file is returned without a copy.
 struct Image {
-  void* buf = nullptr;
-  std::size_t allocated = 0;
-  Image() = default;
-  Image(const Image&) = delete;
-  Image& operator=(const Image&) = delete;
-  ~Image() { std::free(buf); }
+  std::string buf;
+  bool closed = false;
 };
 
 void* build_malloc(std::size_t n, H5FD_file_image_op_t, void* u) {
-  void* p = std::malloc(n);
-  if (p) static_cast<Image*>(u)->allocated = n;
-  return p;
+  auto* im = static_cast<Image*>(u);
+  im->buf.assign(n, '\0');
+  return im->buf.data();
 }
 void* build_realloc(void* p, std::size_t n, H5FD_file_image_op_t, void* u) {
-  void* q = std::realloc(p, n);
-  if (q) static_cast<Image*>(u)->allocated = n;
-  return q;
+  auto* im = static_cast<Image*>(u);
+  if (p != nullptr && p != im->buf.data()) return nullptr;  // not ours: refuse
+  im->buf.resize(n, '\0');  // keeps the contents, like realloc
+  return im->buf.data();
 }
 herr_t build_free(void* p, H5FD_file_image_op_t op, void* u) {
-  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE) {
-    static_cast<Image*>(u)->buf = p;  // the finished file: kept
-    return 0;
-  }
-  std::free(p);
+  auto* im = static_cast<Image*>(u);
+  if (p == im->buf.data() && op == H5FD_FILE_IMAGE_OP_FILE_CLOSE) im->closed = true;  // the finished file
   return 0;
 }
 
 // A read-only look at the kept buffer, in place: never copied, never freed.
-void* probe_malloc(std::size_t, H5FD_file_image_op_t, void* u) { return static_cast<Image*>(u)->buf; }
+void* probe_malloc(std::size_t, H5FD_file_image_op_t, void* u) { return static_cast<Image*>(u)->buf.data(); }
 void* probe_memcpy(void* dest, const void* src, std::size_t n, H5FD_file_image_op_t, void*) {
   if (dest != src) std::memcpy(dest, src, n);
   return dest;
@@ -60,13 +53,13 @@ std::size_t file_length(Image& im, const std::string& where, hsize_t userblock) 
   DIT_H5_CHECK(H5Pset_fapl_core(fapl.get(), kCoreIncrement, 0), where, " (in memory)");
   H5FD_file_image_callbacks_t cb = {probe_malloc, probe_memcpy, nullptr, probe_free, same_udata, keep_udata, &im};
   DIT_H5_CHECK(H5Pset_file_image_callbacks(fapl.get(), &cb), where, " (in memory)");
-  DIT_H5_CHECK(H5Pset_file_image(fapl.get(), im.buf, im.allocated), where, " (in memory)");
+  DIT_H5_CHECK(H5Pset_file_image(fapl.get(), im.buf.data(), im.buf.size()), where, " (in memory)");
   const std::string label = where + " (built in memory)";
   Handle f(H5Fopen(label.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   DIT_CHECK(bool(f), where, ": cannot reopen the file built in memory (", error_text(), ")");
   const ssize_t n = H5Fget_file_image(f.get(), nullptr, 0);
-  DIT_CHECK(n > 0 && std::size_t(n) + userblock <= im.allocated, where, ": the file built in memory has length ", n,
-            " in a buffer of ", im.allocated, " bytes");
+  DIT_CHECK(n > 0 && std::size_t(n) + userblock <= im.buf.size(), where, ": the file built in memory has length ", n,
+            " in a buffer of ", im.buf.size(), " bytes");
   return std::size_t(n) + userblock;
 }
 }  // namespace
@@ -91,9 +84,10 @@ std::string build_in_memory(const std::string& where, const MemoryFileOptions& o
     fill(f.get());
     DIT_CHECK(f.close() >= 0, where, ": cannot finish the file in memory (", error_text(), ")");
   }
-  DIT_CHECK(im.buf != nullptr, where, ": the file built in memory is empty");
+  DIT_CHECK(im.closed && !im.buf.empty(), where, ": the file built in memory is missing");
   // The user block (zeros until a seal is written) is part of the buffer, before HDF5's data.
-  return std::string(static_cast<const char*>(im.buf), file_length(im, where, options.userblock));
+  im.buf.resize(file_length(im, where, options.userblock));
+  return std::move(im.buf);
 }
 
 }  // namespace dit::h5

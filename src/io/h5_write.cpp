@@ -1,4 +1,6 @@
 // HDF5 writing helpers, checked attribute readers and the error-stack text (see h5.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -155,15 +157,22 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
             ": cannot write '", name, "' (", error_text(), ")");
 }
 
-Handle create_file(const std::string& path) {
-  silence_errors();
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  // The 1.10 format checksums object headers and chunk indexes, so a flipped byte in metadata is
-  // caught too; readers need HDF5 >= 1.10 (which the VDS needs anyway).
-  DIT_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path);
-  Handle f(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), H5Fclose);
-  DIT_CHECK(bool(f), path, ": cannot create (", error_text(), ")");
-  return f;
+void DiskFile::close() {
+  if (!file_) return;
+  if (H5Fflush(file_.get(), H5F_SCOPE_LOCAL) < 0) {
+    const std::string cause = error_text();
+    abandon();
+    DIT_FAIL(path_, ": cannot write (", cause, ")");
+  }
+  if (file_.close() < 0) DIT_FAIL(path_, ": cannot write (", error_text(), ")");
+}
+
+void DiskFile::abandon() {
+  if (!file_) return;
+  const int emptied = ::truncate(path_.c_str(), 0);
+  static_cast<void>(emptied);  // when it fails there is nothing to free
+  file_.reset();
+  H5Eclear2(H5E_DEFAULT);
 }
 
 }  // namespace dit::h5

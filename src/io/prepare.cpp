@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -81,31 +82,28 @@ class SchemaWriter {
     // 1.8 format or newer: dense attribute storage, so long class_names lists fit.
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);  // the seal: a whole-file CRC-32 (sealed_h5.h)
-    file_ = h5::Handle(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
-    DIT_CHECK(bool(file_), tmp_, ": cannot create HDF5 file (", h5::error_text(), ")");
+    h5::Handle f(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+    DIT_CHECK(bool(f), tmp_, ": cannot create HDF5 file (", h5::error_text(), ")");
+    file_.emplace(tmp_, std::move(f));
     const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
                              hsize_t(layout.w)};
     h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
     images_ =
-        h5::Handle(H5Dcreate2(file_.get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
+        h5::Handle(H5Dcreate2(file_->get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
                               space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                    H5Dclose);
     DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images' (", h5::error_text(), ")");
   }
-  // Unfinished (an exception): the file is emptied first, so that HDF5's flush as its handles
-  // close finds room even on a full disk and no handle stays open; the atomic writer removes it.
+  // Unfinished (an exception): the dataset closes first, then the file is emptied and closed
+  // (h5::DiskFile); the atomic writer removes it.
   ~SchemaWriter() {
-    if (done_) return;
-    const int emptied = ::truncate(tmp_.c_str(), 0);
-    static_cast<void>(emptied);  // when it fails there is nothing more to free
     images_.reset();
     file_.reset();
-    H5Eclear2(H5E_DEFAULT);
   }
   SchemaWriter(const SchemaWriter&) = delete;
   SchemaWriter& operator=(const SchemaWriter&) = delete;
 
-  hid_t file() const { return file_.get(); }
+  hid_t file() const { return file_->get(); }
 
   // Samples [first, first + count): uint8 or float32 (as the layout says), (count, C, H, W).
   void write(std::int64_t first, std::int64_t count, const void* data) {
@@ -127,7 +125,7 @@ class SchemaWriter {
               layout_.n, " samples");
     const hsize_t n = labels.size();
     h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    h5::Handle d(H5Dcreate2(file_.get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+    h5::Handle d(H5Dcreate2(file_->get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
                             H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose);
     DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels' (", h5::error_text(), ")");
@@ -139,17 +137,15 @@ class SchemaWriter {
     write_attr_strings(file(), "kind", {layout_.latents ? "latents" : "images"}, h5::AttrShape::Scalar, tmp_);
     write_attr_strings(file(), "source", {source}, h5::AttrShape::Scalar, tmp_);
     images_.reset();
-    DIT_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) >= 0, tmp_, ": cannot flush (", h5::error_text(), ")");
-    DIT_CHECK(file_.close() >= 0, tmp_, ": cannot close (", h5::error_text(), ")");
-    done_ = true;
+    file_->close();
     h5::seal_file(tmp_);
   }
 
  private:
   std::string tmp_;
   Layout layout_;
-  h5::Handle file_, images_;
-  bool done_ = false;
+  std::optional<h5::DiskFile> file_;
+  h5::Handle images_;
 };
 
 // --- IDX (gz) ----------------------------------------------------------------------------------

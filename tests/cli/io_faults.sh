@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every file a run writes is complete or absent, on a real full disk (a small tmpfs; needs root) and
 # at a folder where a file should go: the final model.h5 on a disk that cannot hold it (a fresh run
-# and a resumed one), samples.h5 of `dit_mp sample`, a prepared dataset. Each fails with exit 1 and
+# and a resumed one), a checkpoint's shard and index, samples.h5 of `dit_mp sample`, a prepared
+# dataset. Each fails with exit 1 and
 # one line naming the file and "No space left on device", no crash, no temporary left behind.
 source "$(dirname "$0")/common.sh"
 mkdir -p "$SCRATCH/full"
@@ -11,6 +12,7 @@ if ! mount -t tmpfs -o size=400k tmpfs "$SCRATCH/full" 2> "$SCRATCH/mount.txt"; 
 fi
 cleanup() {
   umount "$SCRATCH/full" 2>/dev/null || true
+  umount "$SCRATCH/ck" 2>/dev/null || true
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -44,6 +46,19 @@ run "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/full/run" --checkpoint-dir
 one_line_failure "weights $SCRATCH/full/run/model.h5: cannot write \(No space left on device"
 no_temporaries "$SCRATCH/full"
 echo "ok: the same on resume"
+
+# A checkpoint folder on a disk that cannot hold the shard (2.9 MB), or then the index: one line
+# naming the file, the step's temporary folder removed (both crashed at exit like model.h5).
+mkdir -p "$SCRATCH/ck"
+for size in 1000k 2900k; do
+  mount -t tmpfs -o size=$size tmpfs "$SCRATCH/ck"
+  run "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/run_ck" --checkpoint-dir "$SCRATCH/ck/ckpt"
+  one_line_failure "checkpoint (shard|index) $SCRATCH/ck/ckpt/.tmp-step_00000002/(shard_tp0_pp0_dp0|index).h5: cannot write \(No space left on device"
+  [[ -z $(ls -A "$SCRATCH/ck/ckpt") ]] || fail "a failed checkpoint left: $(ls -AR "$SCRATCH/ck/ckpt")"
+  umount "$SCRATCH/ck"
+  rm -rf "$SCRATCH/run_ck"
+done
+echo "ok: a checkpoint on a full disk: one line, exit 1, no crash, nothing left"
 
 # samples.h5 of `dit_mp sample` on a full disk: the previous file stays, no samples.h5.tmp.
 run "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/run_ok"
