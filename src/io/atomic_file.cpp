@@ -83,6 +83,8 @@ std::string fill_cause(std::string msg, const std::string& tmp, const std::strin
   if (bracket != std::string::npos && msg.back() == ']') msg.resize(bracket);
   for (std::size_t at = msg.find(tmp); at != std::string::npos; at = msg.find(tmp, at + path.size()))
     msg.replace(at, tmp.size(), path);
+  const std::string same = path + ": cannot write (";  // said already by the caller's message
+  if (msg.rfind(same, 0) == 0 && msg.back() == ')') msg = msg.substr(same.size(), msg.size() - same.size() - 1);
   const int known[] = {ENOSPC, EDQUOT, EIO, EROFS, EACCES, EFBIG};
   for (const int e : known)
     if (msg.find(std::strerror(e)) != std::string::npos) return msg;

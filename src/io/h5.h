@@ -117,12 +117,26 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& v,
 void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
                   const std::string& where);
 
+// The HDF5 file format: the library's default, 1.8 or newer (dense attribute storage), or 1.10 only
+// (checksummed metadata and chunk indexes).
+enum class Format { Default, V18, V110 };
+// Sets the format's version bounds on a file-access property list.
+void set_format(hid_t fapl, Format format, const std::string& where);
+struct MemoryFileOptions {
+  Format format = Format::Default;
+  hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
+};
 // A file HDF5 writes on disk (a dataset file, which can be larger than memory) in a temporary place
 // that is discarded on failure. close() flushes first and names the cause of a failed flush; a file
 // abandoned by an exception or a failed flush is emptied (its disk space freed) before it is
 // closed, which gives HDF5's own flush at close room on a full disk.
 class DiskFile {
  public:
+  // Creates `path` with disk space reserved for `reserve` bytes (posix_fallocate), then lets HDF5
+  // open it: HDF5 writes only into space the file already owns, so a full disk fails here, before
+  // HDF5 holds the file, and never in a flush (which HDF5 does not recover from). Throws
+  // "<path>: cannot write (<errno text>)".
+  static DiskFile create_reserved(const std::string& path, std::uint64_t reserve, const MemoryFileOptions& options);
   DiskFile(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
   DiskFile(DiskFile&&) = default;
   DiskFile& operator=(DiskFile&&) = delete;
@@ -137,12 +151,6 @@ class DiskFile {
   Handle file_;
 };
 
-// How a file built in memory is laid out.
-enum class Format { Default, V110 };  // V110: the 1.10 format, checksummed metadata
-struct MemoryFileOptions {
-  Format format = Format::Default;
-  hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
-};
 // Builds a whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its bytes
 // (the driver's own buffer, not a copy), for write_file_atomic. HDF5 does no file I/O, so a full disk
 // cannot fail inside the library: HDF5 1.10 does not recover from a failed flush (the file stays

@@ -73,8 +73,7 @@ std::string build_in_memory(const std::string& where, const MemoryFileOptions& o
     DIT_H5_CHECK(H5Pset_fapl_core(fapl.get(), kCoreIncrement, 0), where, " (in memory)");
     H5FD_file_image_callbacks_t cb = {build_malloc, nullptr, build_realloc, build_free, same_udata, keep_udata, &im};
     DIT_H5_CHECK(H5Pset_file_image_callbacks(fapl.get(), &cb), where, " (in memory)");
-    if (options.format == Format::V110)
-      DIT_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), where);
+    set_format(fapl.get(), options.format, where);
     Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
     if (options.userblock > 0) DIT_H5_CHECK(H5Pset_userblock(fcpl.get(), options.userblock), where);
     // Without a backing store the core driver opens no file: the name only labels it.

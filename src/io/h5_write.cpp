@@ -1,7 +1,9 @@
 // HDF5 writing helpers, checked attribute readers and the error-stack text (see h5.h).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 
 #include "io/file_safety.h"
@@ -155,6 +157,33 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
   DIT_CHECK(bool(d), where, ": cannot create dataset '", name, "' (", error_text(), ")");
   DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, where,
             ": cannot write '", name, "' (", error_text(), ")");
+}
+
+void set_format(hid_t fapl, Format format, const std::string& where) {
+  if (format == Format::V18)
+    DIT_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), where);
+  if (format == Format::V110)
+    DIT_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), where);
+}
+
+DiskFile DiskFile::create_reserved(const std::string& path, std::uint64_t reserve, const MemoryFileOptions& options) {
+  // An empty HDF5 file (superblock and root group, a few KB) built in memory is the start of the
+  // reserved file; HDF5 then opens it for writing and allocates past its end into the reserve.
+  const std::string skeleton = build_in_memory(path, options, [](hid_t) {});
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) DIT_FAIL(path, ": cannot write (", describe_errno(errno), ")");
+  int err = ::posix_fallocate(fd, 0, off_t(std::max<std::uint64_t>(reserve, skeleton.size())));
+  if (!err && ::pwrite(fd, skeleton.data(), skeleton.size(), 0) != ssize_t(skeleton.size())) err = errno ? errno : EIO;
+  if (::close(fd) != 0 && !err) err = errno;
+  if (err) {
+    ::unlink(path.c_str());
+    DIT_FAIL(path, ": cannot write (", describe_errno(err), ")");
+  }
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  set_format(fapl.get(), options.format, path);
+  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+  DIT_CHECK(bool(f), path, ": cannot open for writing (", error_text(), ")");
+  return DiskFile(path, std::move(f));
 }
 
 void DiskFile::close() {

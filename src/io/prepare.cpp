@@ -68,7 +68,14 @@ struct Layout {
   std::int64_t n = 0;
   int c = 0, h = 0, w = 0;
   bool latents = false;  // float32 latents, else uint8 images
+  std::uint64_t text_bytes = 0;  // of attribute strings (class names, the source)
   std::int64_t sample() const { return std::int64_t(c) * h * w; }
+  // An upper bound of the file's size: the samples and labels, twice the strings, and 1 MiB plus
+  // 0.1% for HDF5's own structures.
+  std::uint64_t file_bound() const {
+    const std::uint64_t raw = std::uint64_t(n) * std::uint64_t(sample()) * (latents ? 4 : 1) + std::uint64_t(n) * 4;
+    return raw + raw / 1024 + 2 * text_bytes + (std::uint64_t(1) << 20);
+  }
 };
 
 // Creates the file `tmp` (the atomic writer's temporary), takes sample slabs, then labels and
@@ -77,14 +84,9 @@ struct Layout {
 class SchemaWriter {
  public:
   SchemaWriter(const std::string& tmp, const Layout& layout) : tmp_(tmp), layout_(layout) {
-    h5::silence_errors();
-    h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    // 1.8 format or newer: dense attribute storage, so long class_names lists fit.
-    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);  // the seal: a whole-file CRC-32 (sealed_h5.h)
-    h5::Handle f(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
-    DIT_CHECK(bool(f), tmp_, ": cannot create HDF5 file (", h5::error_text(), ")");
-    file_.emplace(tmp_, std::move(f));
+    // The 1.8 format or newer: dense attribute storage, so long class_names lists fit; a user block
+    // for the seal, a whole-file CRC-32 (sealed_h5.h). Its disk space is reserved up front.
+    file_.emplace(h5::DiskFile::create_reserved(tmp_, layout.file_bound(), {h5::Format::V18, h5::kSealBytes}));
     const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
                              hsize_t(layout.w)};
     h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
@@ -340,8 +342,11 @@ PrepareResult prepare_images(const std::string& dir, const std::string& out_path
               ": class folder holds no .png/.jpg/.jpeg images");
 
   const std::int64_t n = std::int64_t(files.size());
+  Layout layout{n, 3, size, size, false};
+  layout.text_bytes = dir.size() + 64;
+  for (const std::string& name : classes) layout.text_bytes += name.size() + 32;
   write_atomically(out_path, kWhat, [&](const std::string& tmp) {
-    SchemaWriter writer(tmp, Layout{n, 3, size, size, false});
+    SchemaWriter writer(tmp, layout);
     const std::int64_t sample = 3 * std::int64_t(size) * size;
     const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / sample);
     std::vector<std::uint8_t> buf(std::size_t(std::min(batch, n) * sample));
@@ -524,7 +529,9 @@ PrepareResult prepare_latents(const std::string& features_dir, const std::string
   std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
   std::int64_t max_label = 0;
   write_atomically(out_path, kWhat, [&](const std::string& tmp) {
-    SchemaWriter writer(tmp, Layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true});
+    Layout layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true};
+    layout.text_bytes = features_dir.size() + 64;
+    SchemaWriter writer(tmp, layout);
     const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(16) << 20) / sample);
     std::vector<float> buf(std::size_t(std::min(batch, n) * sample));
     for (std::int64_t i = 0; i < n; ++i) {

@@ -13,6 +13,7 @@ fi
 cleanup() {
   umount "$SCRATCH/full" 2>/dev/null || true
   umount "$SCRATCH/ck" 2>/dev/null || true
+  umount "$SCRATCH/ds" 2>/dev/null || true
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
@@ -79,6 +80,17 @@ one_line_failure "dataset $SCRATCH/full/fm.h5: cannot write \(.*No space left on
 no_temporaries "$SCRATCH/full"
 [[ ! -e "$SCRATCH/full/fm.h5" ]] || fail "a partial dataset was left"
 echo "ok: prepare-data on a full disk: one line, nothing left"
+# The disk fills just as HDF5 flushes the dataset's last structures (the test split is 10,286,656
+# bytes): before, the flush failed and the process crashed at exit. The space is now reserved first.
+mkdir -p "$SCRATCH/ds"
+for size in 10032k 10036k 10040k 10044k; do
+  mount -t tmpfs -o size=$size tmpfs "$SCRATCH/ds"
+  run "$DIT_MP" prepare-data fashion-mnist --split test --out "$SCRATCH/ds/fm.h5"
+  one_line_failure "dataset $SCRATCH/ds/fm.h5: cannot write \(.*No space left on device"
+  [[ -z $(ls -A "$SCRATCH/ds") ]] || fail "a failed prepare-data left: $(ls -A "$SCRATCH/ds")"
+  umount "$SCRATCH/ds"
+done
+echo "ok: prepare-data on a disk that fills at the last flush: one line, no crash"
 
 # sample --out X.png where X.h5 is a folder: refused before anything is written (no X.h5.tmp).
 mkdir -p "$SCRATCH/outs/X.h5"
