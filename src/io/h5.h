@@ -107,7 +107,7 @@ double read_attr_double(const File& f, const std::string& object, const std::str
 // --- writing -------------------------------------------------------------------------------------
 // `where` (a path) names the file in every error.
 enum class AttrShape { Scalar, List };  // one value as a scalar, or a 1-d list
-h5::Handle create_group(hid_t parent, const std::string& name, const std::string& where);
+Handle create_group(hid_t parent, const std::string& name, const std::string& where);
 void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v, AttrShape shape,
                      const std::string& where);
 void write_attr_u64(hid_t obj, const std::string& name, std::uint64_t v, const std::string& where);
@@ -122,7 +122,7 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
 enum class Format { Default, V18, V110 };
 // Sets the format's version bounds on a file-access property list.
 void set_format(hid_t fapl, Format format, const std::string& where);
-struct MemoryFileOptions {
+struct FileOptions {
   Format format = Format::Default;
   hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
 };
@@ -136,7 +136,7 @@ class DiskFile {
   // open it: HDF5 writes only into space the file already owns, so a full disk fails here, before
   // HDF5 holds the file, and never in a flush (which HDF5 does not recover from). Throws
   // "<path>: cannot write (<errno text>)".
-  static DiskFile create_reserved(const std::string& path, std::uint64_t reserve, const MemoryFileOptions& options);
+  static DiskFile create_reserved(const std::string& path, std::uint64_t reserve, const FileOptions& options);
   DiskFile(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
   DiskFile(DiskFile&&) = default;
   DiskFile& operator=(DiskFile&&) = delete;
@@ -156,7 +156,7 @@ class DiskFile {
 // cannot fail inside the library: HDF5 1.10 does not recover from a failed flush (the file stays
 // half-open and the process crashes at exit in H5F__close_cb), and no HDF5 handle outlives a failed
 // write. `fill` adds the contents; `where` names the file in errors.
-std::string build_in_memory(const std::string& where, const MemoryFileOptions& options,
+std::string build_in_memory(const std::string& where, const FileOptions& options,
                             const std::function<void(hid_t file)>& fill);
 
 }  // namespace dit::h5

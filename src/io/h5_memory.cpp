@@ -64,7 +64,7 @@ std::size_t file_length(Image& im, const std::string& where, hsize_t userblock) 
 }
 }  // namespace
 
-std::string build_in_memory(const std::string& where, const MemoryFileOptions& options,
+std::string build_in_memory(const std::string& where, const FileOptions& options,
                             const std::function<void(hid_t file)>& fill) {
   silence_errors();
   Image im;

@@ -166,7 +166,7 @@ void set_format(hid_t fapl, Format format, const std::string& where) {
     DIT_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110), where);
 }
 
-DiskFile DiskFile::create_reserved(const std::string& path, std::uint64_t reserve, const MemoryFileOptions& options) {
+DiskFile DiskFile::create_reserved(const std::string& path, std::uint64_t reserve, const FileOptions& options) {
   // An empty HDF5 file (superblock and root group, a few KB) built in memory is the start of the
   // reserved file; HDF5 then opens it for writing and allocates past its end into the reserve.
   const std::string skeleton = build_in_memory(path, options, [](hid_t) {});
