@@ -11,6 +11,7 @@
 #include "io/sample_file.h"
 #include "io/weights.h"
 #include "parallel/world.h"
+#include "io/atomic_file.h"
 
 namespace dit {
 
@@ -19,13 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_json_file(const std::string& path, const std::string& json) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json << "\n";
-    DIT_CHECK(out.good(), "cannot write ", path);
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, json + "\n", "evaluation result");
   std::printf("wrote %s\n", path.c_str());
 }
 
@@ -73,6 +68,8 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);
   if (from_weights) check_sample_count(opt.sample);
+  if (!opt.json.empty()) check_writable_target(opt.json, "--json");
+  if (!opt.samples_out.empty()) check_writable_target(opt.samples_out, "--samples-out");
   EvalPaths paths = eval_paths(cfg);
   if (!opt.reference.empty()) paths.reference = opt.reference;
   if (!opt.classifier.empty()) paths.classifier = opt.classifier;

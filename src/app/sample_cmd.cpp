@@ -16,6 +16,7 @@
 #include "plan/memory_fit.h"
 #include "run/log.h"
 #include "run/sample_output.h"
+#include "io/atomic_file.h"
 
 namespace dit {
 
@@ -55,6 +56,8 @@ void check_outputs(const std::string& out, const DiTConfig& model) {
   DIT_CHECK(!fs::is_directory(raw), "--out ", out, ": its raw samples go to ", raw.string(),
             ", which is a folder; choose another --out");
   const bool picture = model.in_channels == 1 || model.in_channels == 3;
+  if (picture) check_writable_target(png.string(), "--out");
+  check_writable_target(raw.string(), "--out (its raw samples)");
   DIT_CHECK(!picture || raw != png, "--out ", out, ": the grid (PNG) and its raw samples (", raw.string(),
             ") would be the same file; give the grid a .png name");
 }

@@ -13,7 +13,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "eval/conv.h"
-#include "io/checkpoint_format.h"
 #include "io/dataset.h"
 #include "io/h5.h"
 #include "io/sealed_h5.h"
@@ -271,17 +270,17 @@ double Classifier::accuracy(const ImageSet& images) const {
 }
 
 void Classifier::save(const std::string& path, const std::string& trained_on) const {
-  write_sealed_file(path, [&](hid_t file, const std::string& tmp) {
-    h5::Handle g = ckpt::create_group(file, "classifier", tmp);
-    ckpt::write_attr_ints(g.get(), "image_shape", {c_, h_, w_}, false, tmp);
-    ckpt::write_attr_ints(g.get(), "num_classes", {classes_}, true, tmp);
-    ckpt::write_attr_double(g.get(), "test_accuracy", test_accuracy_, tmp);
-    ckpt::write_attr_string(g.get(), "trained_on", trained_on, tmp);
-    h5::Handle w = ckpt::create_group(file, "weights", tmp);
+  write_sealed_file(path, "classifier", [&](hid_t file, const std::string& where) {
+    h5::Handle g = h5::create_group(file, "classifier", where);
+    h5::write_attr_ints(g.get(), "image_shape", {c_, h_, w_}, h5::AttrShape::List, where);
+    h5::write_attr_ints(g.get(), "num_classes", {classes_}, h5::AttrShape::Scalar, where);
+    h5::write_attr_double(g.get(), "test_accuracy", test_accuracy_, where);
+    h5::write_attr_string(g.get(), "trained_on", trained_on, where);
+    h5::Handle w = h5::create_group(file, "weights", where);
     for (const Param& p : params_) {
       Shape s;
       for (auto d : p.shape) s.dims[s.rank++] = d;
-      ckpt::write_tensor(w.get(), p.name, s, p.value.data(), tmp);
+      h5::write_tensor(w.get(), p.name, s, p.value.data(), where);
     }
   });
 }
@@ -292,8 +291,8 @@ Classifier Classifier::load(const std::string& path) {
   const h5::File f = h5::File::open_read(path);
   DIT_CHECK(f.exists("/classifier"), path, ": no /classifier group: not a classifier file (dit_mp evaluate "
                                            "--train-classifier writes one)");
-  const auto shape = ckpt::read_attr_ints(f, "/classifier", "image_shape", 3);
-  const std::int64_t classes = ckpt::read_attr_int(f, "/classifier", "num_classes");
+  const auto shape = h5::read_attr_ints(f, "/classifier", "image_shape", 3);
+  const std::int64_t classes = h5::read_attr_int(f, "/classifier", "num_classes");
   DIT_CHECK(shape[0] >= 1 && shape[0] <= 16 && shape[1] >= 8 && shape[1] <= 512 && shape[2] >= 8 &&
                 shape[2] <= 512 && classes >= 2 && classes <= 100000,
             path, ": /classifier image_shape or num_classes out of range");
@@ -305,7 +304,7 @@ Classifier Classifier::load(const std::string& path) {
     for (float v : p.value)
       DIT_CHECK(std::isfinite(v), path, ": tensor '", p.name, "' holds a non-finite value: the file is damaged");
   }
-  net.test_accuracy_ = ckpt::read_attr_double(f, "/classifier", "test_accuracy");
+  net.test_accuracy_ = h5::read_attr_double(f, "/classifier", "test_accuracy");
   net.trained_on_ = f.attr_string("/classifier", "trained_on");
   return net;
 }

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "io/atomic_file.h"
 #include "parallel/agree.h"
 #include "io/checkpoint_format.h"
 #include "io/checkpoint_manifest.h"
@@ -67,18 +68,6 @@ std::string shard_name(const GridCoord& c) {
 
 std::string join(const std::string& kind, const std::string& name) { return kind + "/" + name; }
 
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    DIT_CHECK(out.good(), tmp.string(), ": cannot write");
-  }
-  ckpt::fsync_path(tmp.string());
-  fs::rename(tmp, path);
-}
-
 // The step folder `path` names: itself, or the newest complete one when it is a root.
 std::string step_dir(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
@@ -106,27 +95,27 @@ CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
   DIT_CHECK(index.has_attr("/", "format_version"), p,
             ": attribute format_version is missing (not a dit_mp checkpoint index)");
   CheckpointMeta m;
-  const std::int64_t version = ckpt::read_attr_int(index, "/", "format_version");
+  const std::int64_t version = h5::read_attr_int(index, "/", "format_version");
   DIT_CHECK(version == kCheckpointFormatVersion, p, ": checkpoint format version ", version,
             version > kCheckpointFormatVersion ? " (written by a newer dit_mp)" : "",
             "; this dit_mp reads version ", kCheckpointFormatVersion);
   m.format_version = static_cast<int>(version);
-  m.step = ckpt::read_attr_int(index, "/", "step");
+  m.step = h5::read_attr_int(index, "/", "step");
   DIT_CHECK(m.step >= 0, p, ": step ", m.step, " is negative");
-  const auto l = ckpt::read_attr_ints(index, "/", "layout", 3);
+  const auto l = h5::read_attr_ints(index, "/", "layout", 3);
   for (std::int64_t v : l)
     DIT_CHECK(v >= 1 && v <= (1 << 20), p, ": layout [", l[0], ", ", l[1], ", ", l[2],
               "] is not a tp, pp, dp layout");
   m.layout = {static_cast<int>(l[0]), static_cast<int>(l[1]), static_cast<int>(l[2])};
-  m.seed = ckpt::read_attr_u64(index, "/", "seed");
-  m.loss_scale = ckpt::read_attr_double(index, "/", "loss_scale");
+  m.seed = h5::read_attr_u64(index, "/", "seed");
+  m.loss_scale = h5::read_attr_double(index, "/", "loss_scale");
   DIT_CHECK(std::isfinite(m.loss_scale) && m.loss_scale > 0, p, ": loss_scale ", m.loss_scale,
             ", expected a positive number");
   // Written since fp16 loss scaling; a checkpoint without them never skipped a step.
   if (index.has_attr("/", "loss_scale_clean_steps"))
-    m.loss_scale_clean_steps = ckpt::read_attr_int(index, "/", "loss_scale_clean_steps");
-  if (index.has_attr("/", "skipped_steps")) m.skipped_steps = ckpt::read_attr_int(index, "/", "skipped_steps");
-  if (index.has_attr("/", "loss_scaling")) m.loss_scaling = ckpt::read_attr_int(index, "/", "loss_scaling") != 0;
+    m.loss_scale_clean_steps = h5::read_attr_int(index, "/", "loss_scale_clean_steps");
+  if (index.has_attr("/", "skipped_steps")) m.skipped_steps = h5::read_attr_int(index, "/", "skipped_steps");
+  if (index.has_attr("/", "loss_scaling")) m.loss_scaling = h5::read_attr_int(index, "/", "loss_scaling") != 0;
   DIT_CHECK(m.loss_scale_clean_steps >= 0 && m.skipped_steps >= 0 && m.skipped_steps <= m.step, p,
             ": loss_scale_clean_steps ", m.loss_scale_clean_steps, " and skipped_steps ", m.skipped_steps,
             ", expected counts in [0, step = ", m.step, "]");
@@ -170,22 +159,21 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
       mine.push_back(i);
   if (mine.empty()) return;
   const std::string path = (dir / shard_name(c)).string();
-  {
-    h5::Handle f = ckpt::create_file(path);
-    ckpt::write_attr_ints(f.get(), "format_version", {kCheckpointFormatVersion}, true, path);
-    ckpt::write_attr_ints(f.get(), "step", {meta.step}, true, path);
-    ckpt::write_attr_ints(f.get(), "layout", {l.tp, l.pp, l.dp}, false, path);
-    ckpt::write_attr_ints(f.get(), "coord", {c.tp, c.pp, c.dp}, false, path);
+  // Built in memory, then written whole (io/atomic_file.h): HDF5 never meets a full disk.
+  const std::string bytes = h5::build_in_memory(path, {h5::Format::V110}, [&](hid_t f) {
+    h5::write_attr_ints(f, "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(f, "step", {meta.step}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(f, "layout", {l.tp, l.pp, l.dp}, h5::AttrShape::List, path);
+    h5::write_attr_ints(f, "coord", {c.tp, c.pp, c.dp}, h5::AttrShape::List, path);
     for (int k = 0; k < 4; ++k) {
-      h5::Handle g = ckpt::create_group(f.get(), kKinds[k], path);
+      h5::Handle g = h5::create_group(f, kKinds[k], path);
       for (int i : mine) {
         const ParamSpec& s = ps.specs()[i];
-        ckpt::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i),
-                           path);
+        h5::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i), path);
       }
     }
-  }
-  ckpt::fsync_path(path);
+  });
+  write_file_atomic(path, bytes, "checkpoint shard");
 }
 
 // Which shard file holds tp rank t's slice of each (kind, tensor): read back from the shards, so
@@ -200,8 +188,8 @@ PieceFiles list_pieces(const fs::path& dir, const Layout& layout,
     const std::string file = e.path().filename().string();
     if (file.rfind("shard_", 0) != 0) continue;
     const h5::File f = h5::File::open_read(e.path().string());
-    const auto lay = ckpt::read_attr_ints(f, "/", "layout", 3);
-    const auto coord = ckpt::read_attr_ints(f, "/", "coord", 3);
+    const auto lay = h5::read_attr_ints(f, "/", "layout", 3);
+    const auto coord = h5::read_attr_ints(f, "/", "coord", 3);
     DIT_CHECK(lay == std::vector<std::int64_t>({layout.tp, layout.pp, layout.dp}), f.path(),
               ": written at another layout");
     for (int k = 0; k < 4; ++k)
@@ -227,22 +215,20 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
   PieceFiles pieces = list_pieces(dir, layout, model);
 
   const std::string path = (dir / ckpt::kIndexFile).string();
-  {
-    h5::Handle f = ckpt::create_file(path);
-    const hid_t id = f.get();
-    ckpt::write_attr_ints(id, "format_version", {kCheckpointFormatVersion}, true, path);
-    ckpt::write_attr_ints(id, "step", {meta.step}, true, path);
-    ckpt::write_attr_ints(id, "layout", {layout.tp, layout.pp, layout.dp}, false, path);
-    ckpt::write_attr_u64(id, "seed", meta.seed, path);
-    ckpt::write_attr_double(id, "loss_scale", meta.loss_scale, path);
-    ckpt::write_attr_ints(id, "loss_scale_clean_steps", {meta.loss_scale_clean_steps}, true, path);
-    ckpt::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, true, path);
-    ckpt::write_attr_ints(id, "loss_scaling", {meta.loss_scaling ? 1 : 0}, true, path);
-    ckpt::write_attr_string(id, "config_toml", meta.config_toml, path);
+  const std::string bytes = h5::build_in_memory(path, {h5::Format::V110}, [&](hid_t id) {
+    h5::write_attr_ints(id, "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(id, "step", {meta.step}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(id, "layout", {layout.tp, layout.pp, layout.dp}, h5::AttrShape::List, path);
+    h5::write_attr_u64(id, "seed", meta.seed, path);
+    h5::write_attr_double(id, "loss_scale", meta.loss_scale, path);
+    h5::write_attr_ints(id, "loss_scale_clean_steps", {meta.loss_scale_clean_steps}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, h5::AttrShape::Scalar, path);
+    h5::write_attr_ints(id, "loss_scaling", {meta.loss_scaling ? 1 : 0}, h5::AttrShape::Scalar, path);
+    h5::write_attr_string(id, "config_toml", meta.config_toml, path);
     ckpt::write_config(id, cfg, path);
     const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing
     for (int k = 0; k < 4; ++k) {
-      h5::Handle g = ckpt::create_group(id, kKinds[k], path);
+      h5::Handle g = h5::create_group(id, kKinds[k], path);
       for (const ParamSpec& s : specs) {
         const std::string name = join(kKinds[k], s.name);
         const int parts = s.split == Split::Replicated ? 1 : layout.tp;
@@ -269,11 +255,11 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
                                 dcpl.get(), H5P_DEFAULT),
                      H5Dclose);
         DIT_CHECK(bool(d), path, ": cannot create virtual dataset '", name, "' (",
-                  ckpt::h5_error_text(), ")");
+                  h5::error_text(), ")");
       }
     }
-  }
-  ckpt::fsync_path(path);
+  });
+  write_file_atomic(path, bytes, "checkpoint index");
 }
 
 // Moves the finished folder into place (an existing folder of the same step is replaced) and
@@ -286,9 +272,8 @@ void publish(const fs::path& root, const fs::path& tmp, const fs::path& final_di
     fs::rename(final_dir, old);
   }
   fs::rename(tmp, final_dir);
-  ckpt::fsync_path(root.string());
-  write_text_atomic(root / kLatestFile, final_dir.filename().string() + "\n");
-  ckpt::fsync_path(root.string());
+  fsync_folder(root.string(), "checkpoint folder");
+  write_file_atomic((root / kLatestFile).string(), final_dir.filename().string() + "\n", "checkpoint pointer");
   if (!old.empty()) fs::remove_all(old);
 }
 
@@ -410,8 +395,8 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
       if (!lead) return;
       write_index(tmp, meta, cfg, ctx.layout);
       const ckpt::FileSum index_sum = ckpt::file_sum((tmp / ckpt::kIndexFile).string());
-      write_text_atomic(tmp / ckpt::kCompleteFile, ckpt::complete_text(meta.step, index_sum));
-      ckpt::fsync_path(tmp.string());
+      write_file_atomic((tmp / ckpt::kCompleteFile).string(), ckpt::complete_text(meta.step, index_sum),
+                        "checkpoint marker");
       publish(rootp, tmp, final_dir);
       prune(rootp, meta.step, keep);
     });

@@ -75,25 +75,6 @@ std::string where(const std::string& path, const std::string& dataset, const std
          (dataset == tensor ? "" : " (dataset '" + dataset + "')");
 }
 
-herr_t collect_error(unsigned, const H5E_error2_t* e, void* data) {
-  auto* v = static_cast<std::vector<std::string>*>(data);
-  if (e->desc && *e->desc) v->emplace_back(e->desc);
-  return 0;
-}
-
-// Opens an attribute holding exactly n values.
-h5::Handle open_attr(const h5::File& f, const std::string& object, const std::string& name,
-                     std::size_t n) {
-  DIT_CHECK(f.has_attr(object, name), f.path(), ": attribute '", name, "' of '", object,
-            "' is missing");
-  h5::Handle a(H5Aopen_by_name(f.id(), object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
-               H5Aclose);
-  h5::Handle space(H5Aget_space(a.get()), H5Sclose);
-  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
-  DIT_CHECK(count == hssize_t(n), f.path(), ": attribute ", object, "@", name, " holds ", count,
-            " values, expected ", n);
-  return a;
-}
 }  // namespace
 
 h5::Handle select_box(hid_t space, const Box& b, const std::string& where) {
@@ -238,7 +219,7 @@ hid_t ShardReader::file(const std::string& name, const std::string& tensor) {
   H5Pset_cache(fapl.get(), 0, 521, 16 << 20, 0.75);  // whole chunks stay cached between pieces
   h5::Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   DIT_CHECK(bool(f), path, ": cannot open shard file holding tensor '", tensor, "' (",
-            h5_error_text(), "): corrupt or truncated");
+            h5::error_text(), "): corrupt or truncated");
   return files_.emplace(name, std::move(f)).first->second.get();
 }
 
@@ -248,7 +229,7 @@ h5::Handle ShardReader::dataset(const std::string& file_name, const std::string&
   const std::string path = path_of(file_name);
   DIT_CHECK(link_exists(f, name), where(path, name, tensor), " is missing from the shard");
   h5::Handle d(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
-  DIT_CHECK(bool(d), where(path, name, tensor), ": cannot open (", h5_error_text(), ")");
+  DIT_CHECK(bool(d), where(path, name, tensor), ": cannot open (", h5::error_text(), ")");
   return d;
 }
 
@@ -296,7 +277,7 @@ void ShardReader::read(const Mapping& m, const Box& g, float* dest, const Shape&
   h5::Handle mspace(H5Screate_simple(dest_shape.rank, mdims, nullptr), H5Sclose);
   h5::Handle msel = select_box(mspace.get(), dest_box, w);
   const herr_t rc = H5Dread(d.get(), H5T_NATIVE_FLOAT, msel.get(), fsel.get(), H5P_DEFAULT, dest);
-  DIT_CHECK(rc >= 0, w, ": cannot read block ", box_str(src), " (", h5_error_text(),
+  DIT_CHECK(rc >= 0, w, ": cannot read block ", box_str(src), " (", h5::error_text(),
             "): the shard is corrupt");
 }
 
@@ -334,138 +315,20 @@ std::int64_t ShardReader::verify(const std::string& file_name, const std::string
     h5::Handle mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
     DIT_CHECK(
         H5Dread(d.get(), H5T_NATIVE_FLOAT, mspace.get(), fsel.get(), H5P_DEFAULT, buf.data()) >= 0,
-        w, ": cannot read rows ", r0, "..", r0 + slab.count[0], " (", h5_error_text(),
+        w, ": cannot read rows ", r0, "..", r0 + slab.count[0], " (", h5::error_text(),
         "): the shard is corrupt");
     for (float v : buf) nonfinite += !std::isfinite(v);
   }
   return nonfinite;
 }
 
-// --- writing -----------------------------------------------------------------------------------
-
-h5::Handle create_file(const std::string& path) {
-  h5::silence_errors();
-  h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  // The 1.10 format checksums object headers and chunk indexes, so a flipped byte in metadata is
-  // caught too; readers need HDF5 >= 1.10 (which the VDS needs anyway).
-  DIT_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path);
-  h5::Handle f(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), H5Fclose);
-  DIT_CHECK(bool(f), path, ": cannot create (", h5_error_text(), ")");
-  return f;
-}
-
-h5::Handle create_group(hid_t parent, const std::string& name, const std::string& where) {
-  h5::Handle g(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  DIT_CHECK(bool(g), where, ": cannot create group '", name, "'");
-  return g;
-}
-
-namespace {
-void write_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,
-                const void* value, hsize_t count, bool scalar, const std::string& where) {
-  h5::Handle space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr), H5Sclose);
-  h5::Handle a(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-               H5Aclose);
-  DIT_CHECK(bool(a), where, ": cannot create attribute '", name, "'");
-  DIT_H5_CHECK(H5Awrite(a.get(), mem_type, value), where, " @", name);
-}
-}  // namespace
-
-void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v,
-                     bool scalar, const std::string& where) {
-  DIT_CHECK(!v.empty() && (!scalar || v.size() == 1), where, ": attribute '", name, "'");
-  write_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v.data(), v.size(), scalar, where);
-}
-
-void write_attr_u64(hid_t obj, const std::string& name, std::uint64_t v, const std::string& where) {
-  write_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, 1, true, where);
-}
-
-void write_attr_double(hid_t obj, const std::string& name, double v, const std::string& where) {
-  write_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 1, true, where);
-}
-
-void write_attr_string(hid_t obj, const std::string& name, const std::string& v,
-                       const std::string& where) {
-  // Variable-length UTF-8: h5py reads it as str.
-  h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  const char* p = v.c_str();
-  write_attr(obj, name, type.get(), type.get(), &p, 1, true, where);
-}
-
-std::vector<std::int64_t> read_attr_ints(const h5::File& f, const std::string& object,
-                                         const std::string& name, std::size_t n) {
-  h5::Handle a = open_attr(f, object, name, n);
-  h5::Handle type(H5Aget_type(a.get()), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(type.get());
-  std::vector<std::int64_t> v(n);
-  if (cls == H5T_ENUM && H5Tget_size(type.get()) == 1) {  // h5py's numpy bool
-    std::vector<std::int8_t> b(n);
-    h5::Handle native(H5Tget_native_type(type.get(), H5T_DIR_DEFAULT), H5Tclose);
-    DIT_H5_CHECK(H5Aread(a.get(), native.get(), b.data()), f.path(), " ", object, "@", name);
-    std::copy(b.begin(), b.end(), v.begin());
-    return v;
-  }
-  DIT_CHECK(cls == H5T_INTEGER, f.path(), ": attribute ", object, "@", name, " must hold integers");
-  DIT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), f.path(), " ", object, "@", name);
-  return v;
-}
-
-std::int64_t read_attr_int(const h5::File& f, const std::string& object, const std::string& name) {
-  return read_attr_ints(f, object, name, 1)[0];
-}
-
-std::uint64_t read_attr_u64(const h5::File& f, const std::string& object, const std::string& name) {
-  h5::Handle a = open_attr(f, object, name, 1);
-  h5::Handle type(H5Aget_type(a.get()), H5Tclose);
-  DIT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, f.path(), ": attribute ", object, "@", name,
-            " must be an integer");
-  std::uint64_t v = 0;
-  DIT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_UINT64, &v), f.path(), " ", object, "@", name);
-  return v;
-}
-
-double read_attr_double(const h5::File& f, const std::string& object, const std::string& name) {
-  h5::Handle a = open_attr(f, object, name, 1);
-  h5::Handle type(H5Aget_type(a.get()), H5Tclose);
-  const H5T_class_t cls = H5Tget_class(type.get());
-  DIT_CHECK(cls == H5T_FLOAT || cls == H5T_INTEGER, f.path(), ": attribute ", object, "@", name,
-            " must be a number");
-  double v = 0;
-  DIT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), f.path(), " ", object, "@", name);
-  return v;
-}
-
-void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
-                  const std::string& where) {
-  DIT_CHECK(shape.rank >= 1, where, ": tensor '", name, "' has rank 0");
-  hsize_t dims[kMaxDims], chunk[kMaxDims];
-  hsize_t row = 1;
-  for (int i = 0; i < shape.rank; ++i) {
-    DIT_CHECK(shape.dims[i] > 0, where, ": tensor '", name, "' has shape ", shape.str());
-    dims[i] = chunk[i] = static_cast<hsize_t>(shape.dims[i]);
-    if (i > 0) row *= dims[i];
-  }
-  chunk[0] = std::clamp<hsize_t>(kChunkElements / row, 1, dims[0]);
-  h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  DIT_H5_CHECK(H5Pset_chunk(dcpl.get(), shape.rank, chunk), where, " ", name);
-  DIT_H5_CHECK(H5Pset_fletcher32(dcpl.get()), where, " ", name);
-  h5::Handle space(H5Screate_simple(shape.rank, dims, nullptr), H5Sclose);
-  h5::Handle d(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(),
-                          H5P_DEFAULT),
-               H5Dclose);
-  DIT_CHECK(bool(d), where, ": cannot create dataset '", name, "' (", h5_error_text(), ")");
-  DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, where,
-            ": cannot write '", name, "' (", h5_error_text(), ")");
-}
+// --- the model config ---------------------------------------------------------------------------
 
 void write_config(hid_t file, const DiTConfig& c, const std::string& where) {
-  h5::Handle g = create_group(file, "config", where);
+  h5::Handle g = h5::create_group(file, "config", where);
   const hid_t id = g.get();
-  auto i = [&](const char* k, std::int64_t v) { write_attr_ints(id, k, {v}, true, where); };
-  auto d = [&](const char* k, double v) { write_attr_double(id, k, v, where); };
+  auto i = [&](const char* k, std::int64_t v) { h5::write_attr_ints(id, k, {v}, h5::AttrShape::Scalar, where); };
+  auto d = [&](const char* k, double v) { h5::write_attr_double(id, k, v, where); };
   i("input_size", c.input_size);
   i("patch_size", c.patch_size);
   i("in_channels", c.in_channels);
@@ -485,7 +348,7 @@ DiTConfig read_config(const h5::File& f) {
   const std::string g = "/config";
   DIT_CHECK(f.exists(g), f.path(), ": group /config (the model config) is missing");
   auto geti = [&](const char* k) {
-    const std::int64_t v = read_attr_int(f, g, k);
+    const std::int64_t v = h5::read_attr_int(f, g, k);
     DIT_CHECK(v >= 0 && v < (std::int64_t(1) << 31), f.path(), ": /config@", k, " = ", v);
     return static_cast<int>(v);
   };
@@ -496,12 +359,12 @@ DiTConfig read_config(const h5::File& f) {
   c.hidden_size = geti("hidden_size");
   c.depth = geti("depth");
   c.num_heads = geti("num_heads");
-  c.mlp_ratio = read_attr_double(f, g, "mlp_ratio");
+  c.mlp_ratio = h5::read_attr_double(f, g, "mlp_ratio");
   c.num_classes = geti("num_classes");
-  c.learn_sigma = read_attr_int(f, g, "learn_sigma") != 0;
-  c.class_dropout_prob = read_attr_double(f, g, "class_dropout_prob");
+  c.learn_sigma = h5::read_attr_int(f, g, "learn_sigma") != 0;
+  c.class_dropout_prob = h5::read_attr_double(f, g, "class_dropout_prob");
   c.frequency_embedding_size = geti("frequency_embedding_size");
-  c.layernorm_eps = read_attr_double(f, g, "layernorm_eps");
+  c.layernorm_eps = h5::read_attr_double(f, g, "layernorm_eps");
   try {
     c.validate();
   } catch (const Error& e) {
@@ -531,23 +394,6 @@ std::string config_differences(const DiTConfig& a, const DiTConfig& b) {
   return os.str();
 }
 
-// --- misc --------------------------------------------------------------------------------------
-
-std::string h5_error_text() {
-  std::vector<std::string> descs;  // innermost first
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &descs);
-  H5Eclear2(H5E_DEFAULT);
-  if (descs.empty()) return "HDF5 error";
-  std::string out = descs.front();
-  if (descs.size() > 1 && descs.back() != descs.front()) out = descs.back() + ": " + out;
-  return out;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
+// --- agreed errors -------------------------------------------------------------------------------
 
 }  // namespace dit::ckpt

@@ -1,6 +1,7 @@
 // Internals of the checkpoint format (see checkpoint.h) shared by save, load and inspect: boxes of
 // tensors and tp slices, the validated mapping list of an index dataset, a reader of shard pieces
-// whose errors name the file and the tensor, HDF5 writing helpers, and agreed errors.
+// whose errors name the file and the tensor, the model config's attributes, and agreed errors.
+// General HDF5 reading and writing helpers are in io/h5.h.
 #pragma once
 
 #include <functional>
@@ -74,35 +75,11 @@ class ShardReader {
   std::map<std::string, h5::Handle> files_;
 };
 
-// --- writing ---------------------------------------------------------------------------------
-// Creates a file in the HDF5 1.10 format (checksummed metadata); throws naming the path.
-h5::Handle create_file(const std::string& path);
-h5::Handle create_group(hid_t parent, const std::string& name, const std::string& where);
-void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v,
-                     bool scalar, const std::string& where);
-void write_attr_u64(hid_t obj, const std::string& name, std::uint64_t v, const std::string& where);
-void write_attr_double(hid_t obj, const std::string& name, double v, const std::string& where);
-void write_attr_string(hid_t obj, const std::string& name, const std::string& v,
-                       const std::string& where);
-// A float32 dataset, chunked (at most ~1M elements a chunk) with the Fletcher32 filter.
-void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
-                  const std::string& where);
+// --- the model config as attributes of /config -------------------------------------------------
 void write_config(hid_t file, const DiTConfig& cfg, const std::string& where);
-
-// --- reading attributes (checked: class and element count, so a hostile file cannot overrun) -----
-std::vector<std::int64_t> read_attr_ints(const h5::File& f, const std::string& object,
-                                         const std::string& name, std::size_t n);
-std::int64_t read_attr_int(const h5::File& f, const std::string& object, const std::string& name);
-std::uint64_t read_attr_u64(const h5::File& f, const std::string& object, const std::string& name);
-double read_attr_double(const h5::File& f, const std::string& object, const std::string& name);
-
 DiTConfig read_config(const h5::File& f);
 // "depth 4 vs 6, hidden_size 64 vs 96" (a vs b); "" when equal.
 std::string config_differences(const DiTConfig& a, const DiTConfig& b);
 
-// The innermost messages of HDF5's error stack, e.g. "data error detected by Fletcher32 checksum".
-std::string h5_error_text();
-// Flushes a file or folder to disk (best effort for folders).
-void fsync_path(const std::string& path);
 
 }  // namespace dit::ckpt

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "diffusion/noise_schedule.h"
+#include "io/toml_guard.h"
 #include "io/utf8.h"
 
 namespace dit {
@@ -394,6 +395,7 @@ std::string trim(const std::string& s) {
 
 toml::value parse_toml(const std::string& text, const std::string& origin) {
   check_utf8(text, origin);
+  check_toml_nesting(text, origin);  // before toml11, which recurses per level
   std::istringstream is(text);
   try {
     return toml::parse(is, origin);
@@ -497,6 +499,7 @@ void RunConfig::set(const std::string& assignment) {
   // The value in TOML syntax; when that fails it is a bare string (--set run.dir=out/x). A string
   // key also takes the raw text when the value reads as another type (--set run.dir=2024).
   check_utf8(assignment, origin);
+  check_toml_nesting(raw, origin);
   toml::value value;
   bool parsed = false;
   try {

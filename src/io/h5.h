@@ -1,12 +1,15 @@
-// Small RAII helpers over the HDF5 C API: open files and read datasets and attributes with errors
-// that name the file, the object and what was expected. Files are untrusted input: shapes and
-// sizes are checked before anything is allocated from them.
+// Small RAII helpers over the HDF5 C API, for every HDF5 file dit_mp reads or writes: open files
+// and read datasets and attributes with errors that name the file, the object and what was expected
+// (files are untrusted input: shapes and sizes are checked before anything is allocated from them);
+// write groups, attributes and checksummed tensors; build a whole file in memory.
 #pragma once
 
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -88,5 +91,72 @@ class File {
 
 // Turns off HDF5's automatic error printing (errors surface as dit::Error instead).
 void silence_errors();
+
+// The innermost messages of HDF5's error stack, e.g. "data error detected by Fletcher32 checksum",
+// with the operating system's words when a system call failed ("No space left on device"). Clears
+// the stack.
+std::string error_text();
+
+// --- reading attributes (checked: class and element count, so a hostile file cannot overrun) -----
+std::vector<std::int64_t> read_attr_ints(const File& f, const std::string& object, const std::string& name,
+                                         std::size_t n);
+std::int64_t read_attr_int(const File& f, const std::string& object, const std::string& name);
+std::uint64_t read_attr_u64(const File& f, const std::string& object, const std::string& name);
+double read_attr_double(const File& f, const std::string& object, const std::string& name);
+
+// --- writing -------------------------------------------------------------------------------------
+// `where` (a path) names the file in every error.
+enum class AttrShape { Scalar, List };  // one value as a scalar, or a 1-d list
+Handle create_group(hid_t parent, const std::string& name, const std::string& where);
+void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v, AttrShape shape,
+                     const std::string& where);
+void write_attr_u64(hid_t obj, const std::string& name, std::uint64_t v, const std::string& where);
+void write_attr_double(hid_t obj, const std::string& name, double v, const std::string& where);
+void write_attr_string(hid_t obj, const std::string& name, const std::string& v, const std::string& where);
+// A float32 dataset, chunked (at most ~1M elements a chunk) with the Fletcher32 filter.
+void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
+                  const std::string& where);
+
+// The HDF5 file format: the library's default, 1.8 or newer (dense attribute storage), or 1.10 only
+// (checksummed metadata and chunk indexes).
+enum class Format { Default, V18, V110 };
+// Sets the format's version bounds on a file-access property list.
+void set_format(hid_t fapl, Format format, const std::string& where);
+struct FileOptions {
+  Format format = Format::Default;
+  hsize_t userblock = 0;  // bytes reserved before the HDF5 data (a seal, sealed_h5.h)
+};
+// A file HDF5 writes on disk (a dataset file, which can be larger than memory) in a temporary place
+// that is discarded on failure. close() flushes first and names the cause of a failed flush; a file
+// abandoned by an exception or a failed flush is emptied (its disk space freed) before it is
+// closed, which gives HDF5's own flush at close room on a full disk.
+class DiskFile {
+ public:
+  // Creates `path` with disk space reserved for `reserve` bytes (posix_fallocate), then lets HDF5
+  // open it: HDF5 writes only into space the file already owns, so a full disk fails here, before
+  // HDF5 holds the file, and never in a flush (which HDF5 does not recover from). Throws
+  // "<path>: cannot write (<errno text>)".
+  static DiskFile create_reserved(const std::string& path, std::uint64_t reserve, const FileOptions& options);
+  DiskFile(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
+  DiskFile(DiskFile&&) = default;
+  DiskFile& operator=(DiskFile&&) = delete;
+  ~DiskFile() { abandon(); }
+  hid_t get() const { return file_.get(); }
+  // Flushes and closes; throws "<path>: cannot write (<cause>)" after emptying and closing the file.
+  void close();
+
+ private:
+  void abandon();
+  std::string path_;
+  Handle file_;
+};
+
+// Builds a whole HDF5 file in memory (HDF5's core driver, no backing store) and returns its bytes
+// (the driver's own buffer, not a copy), for write_file_atomic. HDF5 does no file I/O, so a full disk
+// cannot fail inside the library: HDF5 1.10 does not recover from a failed flush (the file stays
+// half-open and the process crashes at exit in H5F__close_cb), and no HDF5 handle outlives a failed
+// write. `fill` adds the contents; `where` names the file in errors.
+std::string build_in_memory(const std::string& where, const FileOptions& options,
+                            const std::function<void(hid_t file)>& fill);
 
 }  // namespace dit::h5

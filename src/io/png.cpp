@@ -1,15 +1,15 @@
-// PNG writing through libpng's simplified API (no setjmp in our code) and the sample grid.
+// PNG writing through libpng's simplified API (no setjmp in our code), encoded in memory and
+// written atomically, and the sample grid.
 #include "io/png.h"
 
 #include <png.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace dit {
 
@@ -20,27 +20,26 @@ void write_png(const std::string& path, int width, int height, int channels,
   DIT_CHECK(width > 0 && height > 0 && width <= (1 << 20) && height <= (1 << 20), path,
             ": cannot write a PNG of ", width, "x", height, ", expected sides in [1, 2^20]");
   DIT_CHECK(pixels != nullptr, path, ": no pixels to write");
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  check_writable_target(path, "PNG");
   png_image image;
   std::memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
   image.width = png_uint_32(width);
   image.height = png_uint_32(height);
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  const int ok = png_image_write_to_file(&image, tmp.c_str(), 0, pixels, 0, nullptr);
+  // Encoded in memory (the first call measures), then written by the atomic writer.
+  png_alloc_size_t size = 0;
+  std::string bytes;
+  int ok = png_image_write_get_memory_size(image, size, 0, pixels, 0, nullptr);
+  if (ok) {
+    bytes.resize(size);
+    ok = png_image_write_to_memory(&image, bytes.data(), &size, 0, pixels, 0, nullptr);
+    bytes.resize(size);
+  }
   const std::string why = image.message;
   png_image_free(&image);
-  std::error_code ec;
-  if (!ok) {
-    std::filesystem::remove(tmp, ec);
-    DIT_FAIL(path, ": cannot write PNG (", why, ")");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignore;
-    std::filesystem::remove(tmp, ignore);
-    DIT_FAIL(path, ": cannot rename the finished PNG into place (", ec.message(), ")");
-  }
+  DIT_CHECK(ok, "PNG ", path, ": cannot encode (", why, ")");
+  write_file_atomic(path, bytes, "PNG");
 }
 
 Grid make_grid(const Tensor& images, int rows, int cols, int padding) {

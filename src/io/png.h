@@ -1,4 +1,4 @@
-// PNG output for sample grids: write_png (libpng, written to a temporary name and renamed, so a
+// PNG output for sample grids: write_png (libpng, encoded in memory and written atomically, so a
 // reader never sees half a file) and make_grid, which tiles (N, C, H, W) samples in [-1, 1].
 #pragma once
 

@@ -1,6 +1,6 @@
 // Dataset-file writers (see prepare.h): readers for IDX gz, image folders (stb_image) and .npy
-// files, and one SchemaWriter that lays out the HDF5 schema of h5_dataset.h under a temporary
-// name and renames the finished file into place.
+// files, and one SchemaWriter that lays out the HDF5 schema of h5_dataset.h in the temporary file
+// of the atomic writer (io/atomic_file.h), which renames the finished file into place.
 #include "io/prepare.h"
 
 #include <hdf5.h>
@@ -17,10 +17,11 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
-#include "io/file_safety.h"
+#include "io/atomic_file.h"
 #include "io/h5.h"
 #include "io/h5_dataset.h"
 #include "io/sealed_h5.h"
@@ -30,12 +31,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kWhat = "dataset";
+
+// Checked before any input is read: an existing file (unless replaced), a folder, a missing folder.
 void check_target(const std::string& out, Overwrite overwrite) {
+  check_writable_target(out, kWhat);
   DIT_CHECK(overwrite == Overwrite::Yes || !fs::exists(out), out,
             ": already exists; pass overwrite to replace it");
-  fs::path dir = fs::path(out).parent_path();
-  if (dir.empty()) dir = ".";
-  DIT_CHECK(fs::is_directory(dir), out, ": folder '", dir.string(), "' does not exist");
 }
 
 // --- HDF5 writing ------------------------------------------------------------------------------
@@ -50,58 +52,60 @@ void write_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_t
   DIT_H5_CHECK(H5Awrite(a.get(), mem_type, value), where, " @", name);
 }
 
-// Variable-length UTF-8 strings: h5py reads them as str. count = 0 writes one scalar string.
+// Variable-length UTF-8 strings: h5py reads them as str.
 void write_attr_strings(hid_t obj, const std::string& name, const std::vector<std::string>& v,
-                        bool scalar, const std::string& where) {
+                        h5::AttrShape shape, const std::string& where) {
   h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), H5T_VARIABLE);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
   std::vector<const char*> ptrs;
   for (const auto& s : v) ptrs.push_back(s.c_str());
-  write_attr(obj, name, type.get(), type.get(), ptrs.data(), scalar ? 0 : hsize_t(v.size()), where);
+  write_attr(obj, name, type.get(), type.get(), ptrs.data(),
+             shape == h5::AttrShape::Scalar ? 0 : hsize_t(v.size()), where);
 }
 
 struct Layout {
   std::int64_t n = 0;
   int c = 0, h = 0, w = 0;
   bool latents = false;  // float32 latents, else uint8 images
+  std::uint64_t text_bytes = 0;  // of attribute strings (class names, the source)
   std::int64_t sample() const { return std::int64_t(c) * h * w; }
+  // An upper bound of the file's size: the samples and labels, twice the strings, and 1 MiB plus
+  // 0.1% for HDF5's own structures.
+  std::uint64_t file_bound() const {
+    const std::uint64_t raw = std::uint64_t(n) * std::uint64_t(sample()) * (latents ? 4 : 1) + std::uint64_t(n) * 4;
+    return raw + raw / 1024 + 2 * text_bytes + (std::uint64_t(1) << 20);
+  }
 };
 
-// Creates <out>.tmp-<pid>, takes sample slabs, then labels and attributes, and renames the file
-// into place in finish(). Destroyed unfinished (an exception), it removes the temporary file.
+// Creates the file `tmp` (the atomic writer's temporary), takes sample slabs, then labels and
+// attributes, and seals it in finish(); the atomic writer renames it into place. Errors name `tmp`,
+// which the atomic writer rewords as the target.
 class SchemaWriter {
  public:
-  SchemaWriter(const std::string& out, Overwrite overwrite, const Layout& layout)
-      : out_(out), tmp_(out + ".tmp-" + std::to_string(::getpid())), layout_(layout) {
-    check_target(out, overwrite);
-    h5::silence_errors();
-    h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    // 1.8 format or newer: dense attribute storage, so long class_names lists fit.
-    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-    h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);  // the seal: a whole-file CRC-32 (sealed_h5.h)
-    file_ = h5::Handle(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
-    DIT_CHECK(bool(file_), tmp_, ": cannot create HDF5 file");
+  SchemaWriter(const std::string& tmp, const Layout& layout) : tmp_(tmp), layout_(layout) {
+    // The 1.8 format or newer: dense attribute storage, so long class_names lists fit; a user block
+    // for the seal, a whole-file CRC-32 (sealed_h5.h). Its disk space is reserved up front.
+    file_.emplace(h5::DiskFile::create_reserved(tmp_, layout.file_bound(), {h5::Format::V18, h5::kSealBytes}));
     const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
                              hsize_t(layout.w)};
     h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
     images_ =
-        h5::Handle(H5Dcreate2(file_.get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
+        h5::Handle(H5Dcreate2(file_->get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
                               space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                    H5Dclose);
-    DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images'");
+    DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images' (", h5::error_text(), ")");
   }
+  // Unfinished (an exception): the dataset closes first, then the file is emptied and closed
+  // (h5::DiskFile); the atomic writer removes it.
   ~SchemaWriter() {
-    if (done_) return;
     images_.reset();
     file_.reset();
-    std::error_code ec;
-    fs::remove(tmp_, ec);
   }
   SchemaWriter(const SchemaWriter&) = delete;
   SchemaWriter& operator=(const SchemaWriter&) = delete;
 
-  hid_t file() const { return file_.get(); }
+  hid_t file() const { return file_->get(); }
 
   // Samples [first, first + count): uint8 or float32 (as the layout says), (count, C, H, W).
   void write(std::int64_t first, std::int64_t count, const void* data) {
@@ -113,44 +117,37 @@ class SchemaWriter {
     DIT_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, size, nullptr),
                  tmp_, " images");
     h5::Handle mspace(H5Screate_simple(4, size, nullptr), H5Sclose);
-    DIT_H5_CHECK(H5Dwrite(images_.get(), layout_.latents ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8,
-                          mspace.get(), fspace.get(), H5P_DEFAULT, data),
-                 tmp_, ": write samples ", first, "..", first + count - 1);
+    DIT_CHECK(H5Dwrite(images_.get(), layout_.latents ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8, mspace.get(),
+                       fspace.get(), H5P_DEFAULT, data) >= 0,
+              tmp_, ": cannot write samples ", first, "..", first + count - 1, " (", h5::error_text(), ")");
   }
 
-  PrepareResult finish(const std::vector<std::int32_t>& labels, int num_classes,
-                       const std::string& source) {
+  void finish(const std::vector<std::int32_t>& labels, int num_classes, const std::string& source) {
     DIT_CHECK(std::int64_t(labels.size()) == layout_.n, tmp_, ": ", labels.size(), " labels for ",
               layout_.n, " samples");
     const hsize_t n = labels.size();
     h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    h5::Handle d(H5Dcreate2(file_.get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+    h5::Handle d(H5Dcreate2(file_->get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
                             H5P_DEFAULT, H5P_DEFAULT),
                  H5Dclose);
-    DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels'");
-    DIT_H5_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()),
-                 tmp_, ": write labels");
+    DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels' (", h5::error_text(), ")");
+    DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0, tmp_,
+              ": cannot write labels (", h5::error_text(), ")");
     d.reset();
     const std::int64_t classes = num_classes;
     write_attr(file(), "num_classes", H5T_STD_I64LE, H5T_NATIVE_INT64, &classes, 0, tmp_);
-    write_attr_strings(file(), "kind", {layout_.latents ? "latents" : "images"}, true, tmp_);
-    write_attr_strings(file(), "source", {source}, true, tmp_);
+    write_attr_strings(file(), "kind", {layout_.latents ? "latents" : "images"}, h5::AttrShape::Scalar, tmp_);
+    write_attr_strings(file(), "source", {source}, h5::AttrShape::Scalar, tmp_);
     images_.reset();
-    DIT_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), tmp_, ": flush");
-    DIT_CHECK(file_.close() >= 0, tmp_, ": cannot close: ", write_failure_cause(tmp_));
+    file_->close();
     h5::seal_file(tmp_);
-    std::error_code ec;
-    fs::rename(tmp_, out_, ec);
-    DIT_CHECK(!ec, out_, ": cannot rename ", tmp_, " into place (", ec.message(), ")");
-    done_ = true;
-    return PrepareResult{out_, layout_.n, num_classes};
   }
 
  private:
-  std::string out_, tmp_;
+  std::string tmp_;
   Layout layout_;
-  h5::Handle file_, images_;
-  bool done_ = false;
+  std::optional<h5::DiskFile> file_;
+  h5::Handle images_;
 };
 
 // --- IDX (gz) ----------------------------------------------------------------------------------
@@ -247,9 +244,12 @@ PrepareResult prepare_fashion_mnist(const std::string& src_dir, const std::strin
   for (std::size_t i = 0; i < n; ++i)
     for (int r = 0; r < 28; ++r)
       std::memcpy(&padded[(i * 32 + r + 2) * 32 + 2], &images.data[(i * 28 + r) * 28], 28);
-  SchemaWriter writer(out_path, overwrite, Layout{n, 1, 32, 32, false});
-  writer.write(0, n, padded.data());
-  return writer.finish(y, 10, "fashion-mnist " + split);
+  write_atomically(out_path, kWhat, [&](const std::string& tmp) {
+    SchemaWriter writer(tmp, Layout{n, 1, 32, 32, false});
+    writer.write(0, n, padded.data());
+    writer.finish(y, 10, "fashion-mnist " + split);
+  });
+  return PrepareResult{out_path, n, 10};
 }
 
 // --- image folders -------------------------------------------------------------------------------
@@ -342,18 +342,24 @@ PrepareResult prepare_images(const std::string& dir, const std::string& out_path
               ": class folder holds no .png/.jpg/.jpeg images");
 
   const std::int64_t n = std::int64_t(files.size());
-  SchemaWriter writer(out_path, overwrite, Layout{n, 3, size, size, false});
-  const std::int64_t sample = 3 * std::int64_t(size) * size;
-  const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / sample);
-  std::vector<std::uint8_t> buf(std::size_t(std::min(batch, n) * sample));
-  for (std::int64_t first = 0; first < n; first += batch) {
-    const std::int64_t count = std::min(batch, n - first);
-    for (std::int64_t i = 0; i < count; ++i)
-      load_square(files[std::size_t(first + i)], size, &buf[std::size_t(i * sample)]);
-    writer.write(first, count, buf.data());
-  }
-  write_attr_strings(writer.file(), "class_names", classes, false, out_path);
-  return writer.finish(labels, int(classes.size()), "image folder " + dir);
+  Layout layout{n, 3, size, size, false};
+  layout.text_bytes = dir.size() + 64;
+  for (const std::string& name : classes) layout.text_bytes += name.size() + 32;
+  write_atomically(out_path, kWhat, [&](const std::string& tmp) {
+    SchemaWriter writer(tmp, layout);
+    const std::int64_t sample = 3 * std::int64_t(size) * size;
+    const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / sample);
+    std::vector<std::uint8_t> buf(std::size_t(std::min(batch, n) * sample));
+    for (std::int64_t first = 0; first < n; first += batch) {
+      const std::int64_t count = std::min(batch, n - first);
+      for (std::int64_t i = 0; i < count; ++i)
+        load_square(files[std::size_t(first + i)], size, &buf[std::size_t(i * sample)]);
+      writer.write(first, count, buf.data());
+    }
+    write_attr_strings(writer.file(), "class_names", classes, h5::AttrShape::List, tmp);
+    writer.finish(labels, int(classes.size()), "image folder " + dir);
+  });
+  return PrepareResult{out_path, n, int(classes.size())};
 }
 
 // --- .npy latents --------------------------------------------------------------------------------
@@ -464,6 +470,38 @@ std::int64_t count_indexed(const std::string& dir) {
   return std::int64_t(found.size());
 }
 
+// Latents are refused with a non-finite value (training would stop at its first step): the message
+// names the file and the index, in the .npy's own (1, C, H, W) coordinates.
+void check_finite(const float* v, const std::vector<std::int64_t>& shape, const std::string& path) {
+  const std::int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(v[i])) continue;
+    std::vector<std::int64_t> at(4);
+    std::int64_t r = i;
+    for (int d = 3; d >= 0; --d) at[std::size_t(d)] = r % shape[std::size_t(d)], r /= shape[std::size_t(d)];
+    DIT_FAIL(path, ": holds ", std::isnan(v[i]) ? "NaN" : "Inf", " at index ", shape_str(at), " (flat ", i,
+             "), expected finite latents: re-extract the features");
+  }
+}
+
+// One '<i8' or '<i4' label of shape (1,) in [0, num_classes) (below 2^24 when num_classes is 0).
+std::int64_t read_label(const std::string& lpath, int num_classes) {
+  const Npy y = read_npy(lpath);
+  DIT_CHECK((y.descr == "<i8" || y.descr == "<i4") && y.numel() == 1, lpath, ": ", y.descr, " ",
+            shape_str(y.shape), ", expected one '<i8' or '<i4' label of shape (1,)");
+  std::int64_t v = 0;
+  if (y.descr == "<i8") {
+    std::memcpy(&v, y.data.data(), 8);
+  } else {
+    std::int32_t v32 = 0;
+    std::memcpy(&v32, y.data.data(), 4);
+    v = v32;
+  }
+  const std::int64_t bound = num_classes > 0 ? num_classes : (1 << 24);
+  DIT_CHECK(v >= 0 && v < bound, lpath, ": label ", v, ", expected 0 <= label < ", bound);
+  return v;
+}
+
 }  // namespace
 
 PrepareResult prepare_latents(const std::string& features_dir, const std::string& labels_dir,
@@ -488,41 +526,32 @@ PrepareResult prepare_latents(const std::string& features_dir, const std::string
   const auto first = feature(0);
   const std::vector<std::int64_t> chw = first.second.shape;
   const std::int64_t sample = first.second.numel();
-  SchemaWriter writer(out_path, overwrite, Layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true});
-  const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(16) << 20) / sample);
-  std::vector<float> buf(std::size_t(std::min(batch, n) * sample));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
   std::int64_t max_label = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto [path, x] = i == 0 ? first : feature(i);
-    DIT_CHECK(x.shape == chw, path, ": shape ", shape_str(x.shape), ", expected ", shape_str(chw),
-              " like 0.npy");
-    std::memcpy(&buf[std::size_t((i % batch) * sample)], x.data.data(), x.data.size());
-    if ((i + 1) % batch == 0 || i + 1 == n) writer.write(i - i % batch, i % batch + 1, buf.data());
-
-    const std::string lpath = (fs::path(labels_dir) / (std::to_string(i) + ".npy")).string();
-    const Npy y = read_npy(lpath);
-    DIT_CHECK((y.descr == "<i8" || y.descr == "<i4") && y.numel() == 1, lpath, ": ", y.descr, " ",
-              shape_str(y.shape), ", expected one '<i8' or '<i4' label of shape (1,)");
-    std::int64_t v = 0;
-    if (y.descr == "<i8")
-      std::memcpy(&v, y.data.data(), 8);
-    else {
-      std::int32_t v32 = 0;
-      std::memcpy(&v32, y.data.data(), 4);
-      v = v32;
+  write_atomically(out_path, kWhat, [&](const std::string& tmp) {
+    Layout layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true};
+    layout.text_bytes = features_dir.size() + 64;
+    SchemaWriter writer(tmp, layout);
+    const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(16) << 20) / sample);
+    std::vector<float> buf(std::size_t(std::min(batch, n) * sample));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto [path, x] = i == 0 ? first : feature(i);
+      DIT_CHECK(x.shape == chw, path, ": shape ", shape_str(x.shape), ", expected ", shape_str(chw),
+                " like 0.npy");
+      float* dest = &buf[std::size_t((i % batch) * sample)];
+      std::memcpy(dest, x.data.data(), x.data.size());
+      check_finite(dest, x.shape, path);
+      if ((i + 1) % batch == 0 || i + 1 == n) writer.write(i - i % batch, i % batch + 1, buf.data());
+      const std::string lpath = (fs::path(labels_dir) / (std::to_string(i) + ".npy")).string();
+      const std::int64_t v = read_label(lpath, num_classes);
+      labels[std::size_t(i)] = std::int32_t(v);
+      max_label = std::max(max_label, v);
     }
-    DIT_CHECK(v >= 0 && v<(num_classes > 0 ? num_classes : (1 << 24)), lpath, ": label ", v,
-                          ", expected 0 <= label < ", num_classes> 0
-                  ? num_classes
-                  : (1 << 24));
-    labels[std::size_t(i)] = std::int32_t(v);
-    max_label = std::max(max_label, v);
-  }
-  const double scale = latent_scale;
-  write_attr(writer.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, out_path);
-  return writer.finish(labels, num_classes > 0 ? num_classes : int(max_label + 1),
-                       "fast-DiT latents " + features_dir);
+    const double scale = latent_scale;
+    write_attr(writer.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, tmp);
+    writer.finish(labels, num_classes > 0 ? num_classes : int(max_label + 1), "fast-DiT latents " + features_dir);
+  });
+  return PrepareResult{out_path, n, num_classes > 0 ? num_classes : int(max_label + 1)};
 }
 
 }  // namespace dit

@@ -1,5 +1,5 @@
 // Raw samples as HDF5: `samples` (N, C, H, W) float32 in the model's range and `labels` (N,)
-// int32, written atomically (temporary name, then rename).
+// int32, written atomically (io/atomic_file.h: complete or not at all).
 #pragma once
 
 #include <string>

@@ -5,6 +5,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -39,6 +41,13 @@ void sum_after_block(int fd, const std::string& path, unsigned long long& size, 
   }
   crc = static_cast<unsigned>(c);
 }
+
+// The seal's text for `size` bytes after the user block with CRC-32 `crc`, padded to kSealBytes.
+std::string seal_header(unsigned long long size, unsigned crc) {
+  char header[kSealBytes] = {0};
+  std::snprintf(header, sizeof header, "%ssize %llu\ncrc32 %08x\n", kMagic, size, crc);
+  return std::string(header, sizeof header);
+}
 }  // namespace
 
 hid_t sealed_fcpl() {
@@ -53,10 +62,22 @@ void seal_file(const std::string& path) {
   unsigned long long size = 0;
   unsigned crc = 0;
   sum_after_block(f.fd, path, size, crc);
-  char header[kSealBytes] = {0};
-  std::snprintf(header, sizeof header, "%ssize %llu\ncrc32 %08x\n", kMagic, size, crc);
-  DIT_CHECK(::pwrite(f.fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) && ::fsync(f.fd) == 0,
-            path, ": cannot write its seal");
+  const std::string header = seal_header(size, crc);
+  DIT_CHECK(::pwrite(f.fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()) &&
+                ::fsync(f.fd) == 0,
+            path, ": cannot write its seal (", std::strerror(errno), ")");
+}
+
+void seal_image(std::string& bytes, const std::string& where) {
+  DIT_CHECK(bytes.size() > kSealBytes, where, ": an HDF5 image of ", bytes.size(), " bytes has no room for a seal");
+  const auto* data = reinterpret_cast<const Bytef*>(bytes.data()) + kSealBytes;
+  uLong c = crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0, left = bytes.size() - kSealBytes; left > 0;) {  // crc32 takes 32-bit lengths
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(left, std::size_t(1) << 30));
+    c = crc32(c, data + at, n);
+    at += n, left -= n;
+  }
+  bytes.replace(0, kSealBytes, seal_header(bytes.size() - kSealBytes, static_cast<unsigned>(c)));
 }
 
 void verify_seal(const std::string& path, const std::string& remedy) {

@@ -21,6 +21,8 @@ hid_t sealed_fcpl();
 
 // Writes the seal of the closed file `path` (created with sealed_fcpl()) and flushes it.
 void seal_file(const std::string& path);
+// The same for a whole file held in memory (h5::build_in_memory with a kSealBytes user block).
+void seal_image(std::string& bytes, const std::string& where);
 
 // Throws one line naming `path` unless it carries a seal that matches its contents. `remedy`
 // says how to get a sealed file (e.g. "re-create it with dit_mp prepare-data").

@@ -2,12 +2,9 @@
 #include "io/weights.h"
 
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 
 #include "diffusion/noise_schedule.h"
-#include "io/checkpoint_format.h"
-#include "io/file_safety.h"
+#include "io/atomic_file.h"
 #include "io/golden.h"
 #include "io/sealed_h5.h"
 #include "io/h5.h"
@@ -45,45 +42,31 @@ std::vector<float> read_weight_tensor(const h5::File& f, const std::string& name
   const Shape s = f.shape(ds);
   DIT_CHECK(s == expected, f.path(), ": tensor '", name, "' has shape ", s.str(), ", expected ", expected.str());
   h5::Handle d(H5Dopen2(f.id(), ds.c_str(), H5P_DEFAULT), H5Dclose);
-  DIT_CHECK(bool(d), f.path(), ": cannot open tensor '", name, "' (", ckpt::h5_error_text(), ")");
+  DIT_CHECK(bool(d), f.path(), ": cannot open tensor '", name, "' (", h5::error_text(), ")");
   DIT_CHECK(has_fletcher32(d.get()), f.path(), ": tensor '", name,
             "' has no checksum, so it cannot be verified; add Fletcher32 checksums with "
             "h5repack -f FLET IN OUT, then tools/dit_checkpoint.py seal OUT");
   std::vector<float> values(static_cast<std::size_t>(s.numel()));
   if (H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
-    DIT_FAIL(f.path(), ": tensor '", name, "' fails its checksum (", ckpt::h5_error_text(),
+    DIT_FAIL(f.path(), ": tensor '", name, "' fails its checksum (", h5::error_text(),
              "): the weights file is damaged");
   return values;
 }
 
-void write_sealed_file(const std::string& path, const std::function<void(hid_t file, const std::string& tmp)>& fill) {
-  h5::silence_errors();
-  const std::string tmp = path + ".tmp";
-  try {
-    {
-      // A user block for the seal (whole-file CRC-32); the 1.10 format checksums HDF5's metadata too.
-      h5::Handle fcpl(h5::sealed_fcpl(), H5Pclose);
-      h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-      DIT_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0, "HDF5: file format 1.10");
-      h5::Handle f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
-      DIT_CHECK(bool(f), "cannot create the file");
-      fill(f.get(), tmp);
-      // Closed explicitly: on a full disk HDF5 often fails only when it flushes at close.
-      DIT_CHECK(f.close() >= 0, "cannot flush the file to disk");
-    }
-    h5::seal_file(tmp);
-    std::filesystem::rename(tmp, path);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);  // nothing half-written stays behind
-    const std::string cause = write_failure_cause(path);
-    DIT_FAIL("cannot write ", path, ": ", cause.empty() ? std::string(e.what()) : cause);
-  }
+void write_sealed_file(const std::string& path, const std::string& what,
+                       const std::function<void(hid_t file, const std::string& where)>& fill) {
+  check_writable_target(path, what);  // a folder or a missing folder is refused before the work
+  // Built in memory, sealed, then written by the atomic writer: HDF5 never meets the disk, so a full
+  // disk fails in one place, with its errno, and leaves no HDF5 handle open.
+  std::string bytes = h5::build_in_memory(path, {h5::Format::V110, h5::kSealBytes},
+                                          [&](hid_t file) { fill(file, path); });
+  h5::seal_image(bytes, path);
+  write_file_atomic(path, bytes, what);
 }
 
 namespace {
 // The weights file's groups and tensors; throws on the first failure.
-void fill_weights_file(hid_t file, const std::string& tmp, const DiTConfig& cfg,
+void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
   {
     h5::Handle c(H5Gcreate2(file, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -106,15 +89,15 @@ void fill_weights_file(hid_t file, const std::string& tmp, const DiTConfig& cfg,
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
     for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums
-      ckpt::write_tensor(w.get(), name, shapes.at(name), values.data(), tmp);
+      h5::write_tensor(w.get(), name, shapes.at(name), values.data(), where);
   }
 }
 }  // namespace
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
-  write_sealed_file(path, [&](hid_t file, const std::string& tmp) {
-    fill_weights_file(file, tmp, cfg, tensors, diffusion_steps);
+  write_sealed_file(path, "weights", [&](hid_t file, const std::string& where) {
+    fill_weights_file(file, where, cfg, tensors, diffusion_steps);
   });
 }
 

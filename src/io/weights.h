@@ -20,7 +20,7 @@ class File;
 
 namespace dit {
 
-// Writes atomically (temporary name, then rename). `diffusion_steps` (the training schedule's
+// Writes atomically (io/atomic_file.h): complete or not at all. `diffusion_steps` (the training schedule's
 // length) goes to /config so that sampling uses the schedule the model was trained on.
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000);
@@ -34,9 +34,10 @@ void load_weights(const std::string& path, ParamSet& ps);
 
 // The pieces, for other files of float32 tensors under /weights (the evaluation classifier):
 // one tensor `/weights/<name>`, its shape checked and its checksum verified while reading (a
-// tensor stored without one is refused); and a sealed file written by `fill` under a temporary
-// name, sealed, then renamed into place (removed on any failure; the error names `path`).
+// tensor stored without one is refused); and a sealed file filled by `fill` (in memory), sealed
+// and written atomically; errors read "<what> <path>: cannot write (<cause>)".
 std::vector<float> read_weight_tensor(const h5::File& f, const std::string& name, const Shape& expected);
-void write_sealed_file(const std::string& path, const std::function<void(hid_t file, const std::string& tmp)>& fill);
+void write_sealed_file(const std::string& path, const std::string& what,
+                       const std::function<void(hid_t file, const std::string& where)>& fill);
 
 }  // namespace dit

@@ -14,6 +14,7 @@
 #include "backend/virtual/virtual_backend.h"
 #include "io/dataset.h"
 #include "parallel/virtual_comm.h"
+#include "io/atomic_file.h"
 
 namespace dit {
 
@@ -283,18 +284,7 @@ std::string fit_json(const std::vector<FitRow>& rows, int top) {
   return os.str();
 }
 
-void save_json(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    DIT_CHECK(out.good(), path, ": cannot write the plan (", std::strerror(errno), ")");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp);
-  DIT_CHECK(!ec, path, ": cannot write the plan (", ec.message(), ")");
-}
+void save_json(const std::string& path, const std::string& text) { write_file_atomic(path, text, "plan"); }
 
 std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top) {
   std::ostringstream os;

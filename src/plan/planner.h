@@ -92,7 +92,7 @@ std::vector<FitRow> fit_layouts(const FitRequest& req);
 std::string format_plan(const LayoutPlan& p, const Hardware* hw);
 // With hardware, "model_step_s" (the time model at 50% of peak) is added.
 std::string plan_json(const LayoutPlan& p, const Hardware* hw = nullptr);
-// Writes `text` (a plan's or a fit's JSON) under a temporary name, then renames it into place.
+// Writes `text` (a plan's or a fit's JSON) whole or not at all (io/atomic_file.h).
 void save_json(const std::string& path, const std::string& text);
 // The ranked rows of a fit as a JSON array: each plan_json with "model_step_s" added.
 std::string fit_json(const std::vector<FitRow>& rows, int top);

@@ -2,9 +2,13 @@
 #include "plan/predict.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <toml.hpp>
 
+#include "io/toml_guard.h"
 #include "parallel/schedule_sim.h"
 
 namespace dit {
@@ -24,38 +28,100 @@ PredictParams predict_params_for(const Hardware& hw, DType precision, double eff
   return p;
 }
 
+namespace {
+
+// The keys of a calibration's [predict] table, with the range each may take. gpus_per_node is an
+// integer; the others are numbers.
+struct CalibrationKey {
+  const char* key;
+  double lo, hi;
+  bool lo_open;  // lo itself is excluded
+  const char* what;
+};
+constexpr CalibrationKey kCalibrationKeys[] = {
+    {"flops_per_s", 0, 1e18, true, "FLOP/s of one rank"},
+    {"rows_half", 0, 1e9, false, "GEMM rows"},
+    {"gpus_per_node", 1, 65536, false, "ranks per node (an integer)"},
+    {"intra_gbps", 0, 1e5, true, "GB/s"},
+    {"inter_gbps", 0, 1e5, true, "GB/s"},
+    {"latency_us", 0, 1e6, false, "microseconds"},
+    {"pp_latency_us", -1, 1e6, false, "microseconds (< 0: latency_us)"},
+    {"optimizer_ns_per_param", 0, 1e6, false, "nanoseconds"},
+    {"step_overhead_s", 0, 3600, false, "seconds"},
+    {"cores", 0, 1e6, false, "cores shared by a node's ranks (0: a device per rank)"},
+};
+
+double* calibration_field(PredictParams& p, const std::string& key, double& gpus_per_node) {
+  if (key == "flops_per_s") return &p.flops_per_s;
+  if (key == "rows_half") return &p.rows_half;
+  if (key == "gpus_per_node") return &gpus_per_node;
+  if (key == "intra_gbps") return &p.intra_gbps;
+  if (key == "inter_gbps") return &p.inter_gbps;
+  if (key == "latency_us") return &p.latency_us;
+  if (key == "pp_latency_us") return &p.pp_latency_us;
+  if (key == "optimizer_ns_per_param") return &p.optimizer_ns_per_param;
+  if (key == "step_overhead_s") return &p.step_overhead_s;
+  if (key == "cores") return &p.cores;
+  return nullptr;
+}
+
+std::string calibration_keys() {
+  std::string out = "name, calibration_points";
+  for (const CalibrationKey& k : kCalibrationKeys) out += std::string(", ") + k.key;
+  return out;
+}
+
+void read_calibration_number(const std::string& path, const CalibrationKey& k, const toml::value& x, double& out) {
+  const std::string key = std::string("predict.") + k.key;
+  DIT_CHECK(x.is_integer() || (x.is_floating() && std::string(k.key) != "gpus_per_node"), path, ": ", key,
+            ": expected ", k.what, ", got ", toml::format(x));
+  const double v = x.is_integer() ? double(x.as_integer()) : x.as_floating();
+  const bool in_range = std::isfinite(v) && (k.lo_open ? v > k.lo : v >= k.lo) && v <= k.hi;
+  DIT_CHECK(in_range, path, ": ", key, " = ", v, ": expected ", k.what, " in ", k.lo_open ? "(" : "[", k.lo, ", ",
+            k.hi, "]");
+  out = v;
+}
+
+}  // namespace
+
+// As strict as the run config: a regular TOML file, nesting bounded before toml11 parses it, one
+// [predict] table of known keys, each a finite number in its range.
 PredictParams load_predict_params(const std::string& path) {
+  std::error_code ec;
+  DIT_CHECK(std::filesystem::is_regular_file(path, ec), path, ": cannot read the calibration (",
+            std::filesystem::exists(path, ec) ? "not a regular file" : "no such file",
+            "; expected a TOML file with a [predict] table)");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  check_toml_nesting(text.str(), path);
   toml::value v;
   try {
-    v = toml::parse(path);
+    std::istringstream is(text.str());
+    v = toml::parse(is, path);
   } catch (const std::exception& e) {
     DIT_FAIL(path, ": cannot read the calibration (", e.what(), ")");
   }
+  for (const auto& [name, value] : v.as_table())
+    DIT_CHECK(name == "predict" && value.is_table(), path, ": unexpected '", name,
+              "': a calibration holds one [predict] table");
   DIT_CHECK(v.contains("predict"), path, ": no [predict] table");
-  const toml::value& t = v.at("predict");
   PredictParams p;
-  auto num = [&](const char* key, double& out) {
-    if (!t.contains(key)) return;
-    const toml::value& x = t.at(key);
-    out = x.is_integer() ? double(x.as_integer()) : x.as_floating();
-    DIT_CHECK(out >= 0, path, ": predict.", key, " = ", out, ": expected a value >= 0");
-  };
-  double gpn = p.gpus_per_node, cores = p.cores;
-  if (t.contains("name")) p.name = t.at("name").as_string();
-  num("flops_per_s", p.flops_per_s);
-  num("rows_half", p.rows_half);
-  num("gpus_per_node", gpn);
-  num("intra_gbps", p.intra_gbps);
-  num("inter_gbps", p.inter_gbps);
-  num("latency_us", p.latency_us);
-  if (t.contains("pp_latency_us")) num("pp_latency_us", p.pp_latency_us);
-  num("optimizer_ns_per_param", p.optimizer_ns_per_param);
-  num("step_overhead_s", p.step_overhead_s);
-  num("cores", cores);
-  p.gpus_per_node = std::max(1, int(gpn));
-  p.cores = cores;
-  DIT_CHECK(p.flops_per_s > 0 && p.intra_gbps > 0 && p.inter_gbps > 0, path,
-            ": predict.flops_per_s, intra_gbps and inter_gbps must be > 0");
+  double gpus_per_node = p.gpus_per_node;
+  for (const auto& [key, x] : v.at("predict").as_table()) {
+    if (key == "name") {
+      DIT_CHECK(x.is_string(), path, ": predict.name: expected a string");
+      p.name = x.as_string();
+      continue;
+    }
+    if (key == "calibration_points") continue;  // what the calibration was fitted on (a record)
+    const CalibrationKey* k = nullptr;
+    for (const CalibrationKey& c : kCalibrationKeys)
+      if (key == c.key) k = &c;
+    DIT_CHECK(k, path, ": unknown key predict.", key, " (keys: ", calibration_keys(), ")");
+    read_calibration_number(path, *k, x, *calibration_field(p, key, gpus_per_node));
+  }
+  p.gpus_per_node = static_cast<int>(gpus_per_node);
   return p;
 }
 

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/resources.h"
+#include "io/atomic_file.h"
+#include "parallel/agree.h"
 
 namespace dit {
 
@@ -40,31 +42,34 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
   std::vector<double> cols(static_cast<std::size_t>(n) * k, 0.0);
   for (std::size_t i = 0; i < k; ++i) cols[k * ctx.world_rank + i] = mine[i].second;
   ctx.world->all_reduce_sum(cols.data(), static_cast<int>(cols.size()));
-  if (ctx.world_rank != 0) return;
-  auto col = [&](int r, const char* name) {
-    for (std::size_t i = 0; i < k; ++i)
-      if (std::string(mine[i].first) == name) return cols[k * r + i];
-    return 0.0;
-  };
-  std::printf("\nper-rank accounting of the last step (%s):\n", ctx.layout.str().c_str());
-  std::printf("%5s %4s %4s %4s %9s %11s %11s %11s %9s %9s %12s %12s %12s\n", "rank", "tp", "pp", "dp", "step_s",
-              "tp_bytes", "pp_bytes", "dp_bytes", "bubble", "theory", "optim_state", "activations", "total");
-  std::ostringstream js;
-  js.precision(17);  // byte counts exactly
-  js << "[\n";
-  for (int r = 0; r < n; ++r) {
-    const GridCoord g = grid_coord(ctx.layout, r);
-    std::printf("%5d %4d %4d %4d %9.3f %11.0f %11.0f %11.0f %8.1f%% %8.1f%% %12s %12s %12s\n", r, g.tp, g.pp, g.dp,
-                col(r, "step_s"), col(r, "tp_bytes"), col(r, "pp_bytes"), col(r, "dp_bytes"),
-                100 * col(r, "measured_bubble"), 100 * col(r, "theoretical_bubble"),
-                format_bytes(col(r, "optimizer_state_bytes")).c_str(), format_bytes(col(r, "activation_bytes")).c_str(),
-                format_bytes(col(r, "total_bytes")).c_str());
-    js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp;
-    for (std::size_t i = 0; i < k; ++i) js << ", \"" << mine[i].first << "\": " << cols[k * r + i];
-    js << "}" << (r + 1 < n ? ",\n" : "\n");
-  }
-  js << "]\n";
-  std::ofstream(json_path) << js.str();
+  // Rank 0 prints and writes; a write that fails (a full disk) is every rank's error.
+  agree(*ctx.world, [&] {
+    if (ctx.world_rank != 0) return;
+    auto col = [&](int r, const char* name) {
+      for (std::size_t i = 0; i < k; ++i)
+        if (std::string(mine[i].first) == name) return cols[k * r + i];
+      return 0.0;
+    };
+    std::printf("\nper-rank accounting of the last step (%s):\n", ctx.layout.str().c_str());
+    std::printf("%5s %4s %4s %4s %9s %11s %11s %11s %9s %9s %12s %12s %12s\n", "rank", "tp", "pp", "dp", "step_s",
+                "tp_bytes", "pp_bytes", "dp_bytes", "bubble", "theory", "optim_state", "activations", "total");
+    std::ostringstream js;
+    js.precision(17);  // byte counts exactly
+    js << "[\n";
+    for (int r = 0; r < n; ++r) {
+      const GridCoord g = grid_coord(ctx.layout, r);
+      std::printf("%5d %4d %4d %4d %9.3f %11.0f %11.0f %11.0f %8.1f%% %8.1f%% %12s %12s %12s\n", r, g.tp, g.pp, g.dp,
+                  col(r, "step_s"), col(r, "tp_bytes"), col(r, "pp_bytes"), col(r, "dp_bytes"),
+                  100 * col(r, "measured_bubble"), 100 * col(r, "theoretical_bubble"),
+                  format_bytes(col(r, "optimizer_state_bytes")).c_str(), format_bytes(col(r, "activation_bytes")).c_str(),
+                  format_bytes(col(r, "total_bytes")).c_str());
+      js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp;
+      for (std::size_t i = 0; i < k; ++i) js << ", \"" << mine[i].first << "\": " << cols[k * r + i];
+      js << "}" << (r + 1 < n ? ",\n" : "\n");
+    }
+    js << "]\n";
+    write_file_atomic(json_path, js.str(), "accounting");
+  });
 }
 
 }  // namespace dit

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/clock.h"
 #include "engine/global_tensors.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/weights.h"
 #include "parallel/world.h"
@@ -30,8 +31,9 @@ void drop_metrics_after(const fs::path& path, std::int64_t step) {
     keep.push_back(line);
   }
   in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& l : keep) out << l << "\n";
+  std::string text;
+  for (const auto& l : keep) text += l + "\n";
+  write_file_atomic(path.string(), text, "metrics");
 }
 
 }  // namespace
@@ -81,7 +83,9 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
   LossScaleState scaling;
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);
-  if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
+  collective_check([&] {
+    if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
+  });
   if (ctx.world_rank == 0) {
     char took[32];
     std::snprintf(took, sizeof took, " in %.2f s", now_s() - t0);

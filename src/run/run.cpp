@@ -25,6 +25,7 @@
 #include "run/run_folder.h"
 #include "run/sample_output.h"
 #include "run/signals.h"
+#include "io/atomic_file.h"
 
 namespace dit {
 
@@ -83,7 +84,7 @@ void Run::make_folder() {
     const fs::path dir(cfg_.run.dir);
     if (cfg_.run.overwrite) clear_run_folder(dir.string());  // check_overwritable allowed it
     probe_writable(dir.string(), "run.dir", "rank0");        // creates it
-    std::ofstream(dir / "config.toml") << cfg_.to_toml();
+    write_file_atomic((dir / "config.toml").string(), cfg_.to_toml(), "run config");
   });
   // Every rank writes its shard of each checkpoint: find an unwritable folder now, not steps later.
   collective_check(

@@ -137,4 +137,19 @@ refused "tampered.h5: its contents do not match the CRC-32 in its seal" \
 # plan --top must print something.
 refused "--top 0: expected the number of rows" "$DIT_MP" plan --fit 80 --gpus 2 --top 0
 refused "--top -5: expected the number of rows" "$DIT_MP" plan --fit 80 --gpus 2 --top -5
+# A calibration file is read as strictly as the run config.
+cal() { printf '[predict]\nflops_per_s = 1e12\nintra_gbps = 10\ninter_gbps = 1\n%s\n' "$1" > "$SCRATCH/cal.toml"; }
+cal 'flop_per_s = 3'
+refused "unknown key predict.flop_per_s" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+cal 'latency_us = inf'
+refused "predict.latency_us = inf: expected microseconds in \[0, 1e\+06\]" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+cal 'rows_half = 1e300'
+refused "predict.rows_half = 1e\+300: expected GEMM rows" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+cal 'gpus_per_node = 1e300'
+refused "predict.gpus_per_node: expected ranks per node \(an integer\)" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+refused "$SCRATCH: cannot read the calibration \(not a regular file" "$DIT_MP" plan --predict --calibration "$SCRATCH"
+/usr/bin/python3 -c "print('[predict]\nx = ' + '['*10000 + ']'*10000)" > "$SCRATCH/nested.toml"
+refused "nested.toml:2: .*nest deeper than 64" "$DIT_MP" plan --predict --calibration "$SCRATCH/nested.toml"
+"$DIT_MP" plan --predict --calibration "$(dirname "$0")/../../docs/study_demo/calibration.toml" > "$SCRATCH/cal.txt" 2>&1 ||
+  { cat "$SCRATCH/cal.txt"; fail "the measured calibration was refused"; }
 echo "user_data: all cases passed"
