@@ -4,7 +4,7 @@
 # step and the rank after the metrics.
 source "$(dirname "$0")/common.sh"
 # mpirun's own banners on a non-zero exit ("Primary job terminated normally, but...", MPI_ABORT's
-# NOTE) are mpirun's, not dit_mp's; -q / orte_execute_quiet leaves dit_mp's one line (README).
+# NOTE) are mpirun's, not dit_mp's; -q / orte_execute_quiet leaves dit_mp's one line (docs/running.md).
 export OMPI_MCA_orte_execute_quiet=1
 prepare_fashion_test
 expect_fail() {  # expect_fail REGEX ARGS...: mpirun -n 4 dit_mp ARGS must fail saying REGEX
