@@ -131,6 +131,10 @@ class Backend : public Allocator {
   // Device bytes the backend holds for its own temporaries (the composed attention's workspace,
   // staging of converting copies): the most held so far. A memory plan adds it to the arenas.
   virtual std::size_t workspace_bytes() const { return 0; }
+  // Sizes the staging of host-to-device copies for steps that upload `bytes_per_step` (two steps'
+  // worth is kept). Call before the first step: it may allocate and wait; later steps then
+  // allocate nothing for their uploads. Backends without staging ignore it.
+  virtual void reserve_uploads(std::size_t bytes_per_step) {}
   // Which attention implementation served and, when a fused library fell back, why: one short
   // line for a run's accounting ("" when attention ran as configured with nothing to say).
   virtual std::string attention_note() const { return {}; }

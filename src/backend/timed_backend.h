@@ -94,6 +94,7 @@ class TimedBackend final : public Backend {
     timed([&] { in_.row_dot(a, b, out); });
   }
   std::size_t workspace_bytes() const override { return in_.workspace_bytes(); }
+  void reserve_uploads(std::size_t bytes_per_step) override { in_.reserve_uploads(bytes_per_step); }
   std::string attention_note() const override { return in_.attention_note(); }
   void embedding_fwd(const Tensor& t, const Tensor& ids, const Tensor& out) override {
     timed([&] { in_.embedding_fwd(t, ids, out); });
