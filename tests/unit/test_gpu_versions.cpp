@@ -3,6 +3,7 @@
 // listed in a CUDA build (asked of the libraries, no GPU needed) and absent without one.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ TEST(GpuVersions, LoadedVersionsAreListedInACudaBuild) {
     EXPECT_GT(v[i].needed, 0);
     if (i > 0) EXPECT_GT(v[i].found, 0) << v[i].library << " did not report a version";
   }
-  std::printf("    %s\n", describe_gpu_versions(v).c_str());
+  std::printf("    versions: %s\n", describe_gpu_versions(v).c_str());
+  for (const std::string& p : gpu_version_problems(v)) std::printf("    version problem: %s\n", p.c_str());
 #else
   EXPECT_TRUE(v.empty());
 #endif
