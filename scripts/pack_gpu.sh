@@ -206,4 +206,4 @@ echo "carry size: $(mib "$carry_b") MiB = .gpu/ $(mib "$size_b") MiB + working t
 if (( carry_b >= 48 * 1048576 )); then
   echo "pack_gpu.sh: the carry is $(mib "$carry_b") MiB, over its 48 MiB budget" >&2; exit 1
 fi
-echo "device command: bash benchmarks/gpu/run.sh --build .gpu --out \$OUT   (carry [\".gpu\"], timeout_s 420)"
+echo "device command: bash benchmarks/gpu/run.sh --build .gpu --out \$OUT   (carry [\".gpu\"], timeout_s 360; docs/gpu.md)"

@@ -288,6 +288,7 @@ r = rows[-1]
 print(f"{r['step']} steps, loss {rows[0]['loss']:.3f} -> {r['loss']:.3f}, {r['images_per_s']:.0f} img/s", end="")
 try:
     a = json.load(open(sys.argv[2]))
+    a = a[0] if isinstance(a, list) and a else a  # one record per rank
     for k in ("attention", "host_syncs_per_step"):
         if k in a:
             print(f", {k} {a[k]}", end="")
