@@ -241,7 +241,7 @@ fi
 conformance "3 conformance fp32 ($B)" 90 "Backends/*/$B:Shapes/ComposedAttentionConformance.*/${B}_T*"
 conformance "4 conformance bf16, fp16 (kernel attention)" 90 \
   "Backends/*/${B}_bf16:Backends/*/${B}_fp16:Shapes/ComposedAttentionConformance.*/${B}_bf16_T*" DIT_ATTENTION=kernel
-conformance "5 default attention path (cuDNN, fallback)" 60 \
+conformance "5 default attention path (cuDNN, fallback)" 75 \
   "Paths/CudaAttention.*:AttentionFallback.*:Backends/BackendOps.Attention*/${B}_bf16:Backends/BackendOps.Attention*/${B}_fp16"
 
 # ---- 6. golden verify in fp32 and bf16 ---------------------------------------------------------
