@@ -376,6 +376,12 @@ CudnnAttention::~CudnnAttention() {
 }
 
 void CudnnAttention::prepare() {
+  try_prepare();
+  if (!library_error_.empty() && path() == AttentionPath::Cudnn)
+    DIT_FAIL("DIT_ATTENTION=cudnn: cuDNN cannot be used (library): ", library_error_);
+}
+
+void CudnnAttention::try_prepare() {
   const AttentionPath p = path();
   if (p == AttentionPath::Kernel || p == AttentionPath::Composed || handle_ || !library_error_.empty())
     return;
@@ -389,8 +395,6 @@ void CudnnAttention::prepare() {
     });
   } catch (const FusedError& e) {
     library_error_ = e.what();
-    if (p == AttentionPath::Cudnn)
-      DIT_FAIL("DIT_ATTENTION=cudnn: cuDNN cannot be used (library): ", e.what());
   }
 }
 
@@ -423,7 +427,7 @@ const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& p
   return cache_.get(key, describe(p), [&]() -> std::unique_ptr<SdpaPlan> {
     if (const std::string why = ineligible(p, all_aligned); !why.empty())
       throw FusedError(FusedFailure::Ineligible, why);
-    prepare();
+    try_prepare();
     if (!library_error_.empty()) throw FusedError(FusedFailure::Library, library_error_);
     return build_plan(handle(), p, deterministic_, inject_);
   });

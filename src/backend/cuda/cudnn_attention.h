@@ -104,6 +104,7 @@ class CudnnAttention {
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, DType, AttnDir,
                          bool>;
   cudnnHandle_t handle();     // created on first use, bound to the stream
+  void try_prepare();         // prepare(), keeping a failure in library_error_ only
   std::string library_error_;  // why cuDNN cannot be used at all ("" if it can)
 
   cudaStream_t stream_;
