@@ -133,6 +133,8 @@ echo "CUDA library folders: $CUDA_LIBS" >>"$OUT/logs/python.log"
 # Binaries: the carried pack (unpacked into the work folder), a build tree, or a source build.
 PACK_LIB=""
 DIT_MPIRUN=$(command -v mpirun || true)
+OURS=(env)  # until a build is chosen: nothing to run
+DIT_MP="" DIT_TESTS="" BENCH_TRAIN="" BENCH_ATTN=""
 use_build() {
   BUILD=$1
   DIT_MP=$BUILD/bin/dit_mp
@@ -201,6 +203,7 @@ if [[ -x ${DIT_TESTS:-} ]]; then
   problems=$(grep 'version problem: ' "$LOG" | sed 's/.*version problem: //' |
     { if [[ $HAVE_GPU == 0 ]]; then grep -v '^driver none' || true; else cat; fi } | tr '\n' ';')
   st=$(status); [[ -n $problems ]] && st=FAIL
+  [[ -z $versions && $RC == 0 ]] && versions="none listed: this build has no CUDA backend"
   row "1 versions (as loaded)" "$st" "${versions:-$(why_failed)}${problems:+; $problems}"
 else
   row "1 versions (as loaded)" "NOT RUN" "no test binary"
