@@ -1,6 +1,7 @@
-// bench_attention: TFLOP/s of the backend's fused attention forward and backward (a benchmark,
-// not a test) at DiT shapes, on any backend: on CUDA in bf16 it times cuDNN's fused SDPA where it
-// has an engine (the path training takes). FLOPs: forward 4 N H T^2 E (Q K^T and P V), backward
+// bench_attention: TFLOP/s of the backend's attention forward and backward (a benchmark, not a
+// test) at DiT shapes, on any backend: on CUDA in bf16 it times the path training takes (cuDNN's
+// fused SDPA where it serves, else the composed attention; DIT_ATTENTION picks another), and
+// prints which one served. FLOPs: forward 4 N H T^2 E (Q K^T and P V), backward
 // 2.5 x that (the FlashAttention convention: five products, one of them recomputed).
 //   bench_attention --backend cuda:bf16 --batch 32 --tokens 256 --heads 16 --head-dim 72 --json a.json
 #include <CLI/CLI.hpp>
@@ -76,14 +77,18 @@ int main(int argc, char** argv) {
         median_s(*be, warm, reps, [&] { be->attention_bwd(qkv, out, lse, dout, heads, dqkv); });
     const double flops = 4.0 * double(n) * double(h) * double(t) * double(t) * double(e);
     const double fwd_tf = flops / fwd_s / 1e12, bwd_tf = 2.5 * flops / bwd_s / 1e12;
-    std::printf("bench_attention %s N %lld T %lld H %lld E %lld: forward %.3f ms %.2f TFLOP/s, backward %.3f ms %.2f TFLOP/s\n",
+    std::string path = be->attention_note();
+    if (path.empty()) path = "the backend's default attention";
+    for (char& c : path)
+      if (c == '"' || c == '\\') c = '\'';
+    std::printf("bench_attention %s N %lld T %lld H %lld E %lld: forward %.3f ms %.2f TFLOP/s, backward %.3f ms %.2f TFLOP/s; %s\n",
                 backend.c_str(), (long long)n, (long long)t, (long long)h, (long long)e, 1e3 * fwd_s, fwd_tf,
-                1e3 * bwd_s, bwd_tf);
+                1e3 * bwd_s, bwd_tf, path.c_str());
     if (!json.empty())
       std::ofstream(json) << "{\"backend\": \"" << backend << "\", \"n\": " << n << ", \"t\": " << t
                           << ", \"h\": " << h << ", \"e\": " << e << ", \"forward_ms\": " << 1e3 * fwd_s
                           << ", \"forward_tflops\": " << fwd_tf << ", \"backward_ms\": " << 1e3 * bwd_s
-                          << ", \"backward_tflops\": " << bwd_tf << "}\n";
+                          << ", \"backward_tflops\": " << bwd_tf << ", \"path\": \"" << path << "\"}\n";
     return 0;
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "bench_attention: error: %s\n", ex.what());

@@ -25,6 +25,8 @@ namespace dit {
 
 enum class Accumulate : std::uint8_t { Overwrite, Add };
 enum class Transpose : std::uint8_t { No, Yes };
+// Whether softmax_rows computes each row's logsumexp or is given it (see softmax_rows).
+enum class SoftmaxStats : std::uint8_t { Compute, Given };
 
 // How a patch of p x p pixels of C channels is flattened into a token's features.
 enum class PatchOrder : std::uint8_t {
@@ -113,6 +115,30 @@ class Backend : public Allocator {
   virtual void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) = 0;
   virtual void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                              const Tensor& dout, int heads, const Tensor& dqkv) = 0;
+
+  // ---- attention rows: the steps of the composed attention (backend/composed_attention.h) ----
+  // Scores s (R, L) fp32 into probabilities p (R, L) of s's dtype or the compute dtype (p may be
+  // s). SoftmaxStats::Compute writes lse (R) fp32, lse_r = log sum_j exp(s_rj), and
+  // p = softmax(s); SoftmaxStats::Given reads lse and recomputes p = exp(s - lse) (backward).
+  virtual void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse,
+                            SoftmaxStats stats) = 0;
+  // ds (R, L) = p * (dp - delta_r) (math::softmax_grad): the softmax backward given
+  // delta_r = rowsum(dO o O). dp and delta fp32; ds of p's dtype, and may be p or dp.
+  virtual void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                                const Tensor& ds) = 0;
+  // out (R) fp32 = sum_j a_rj b_rj for a, b (R, L) of one float dtype.
+  virtual void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+
+  // Device bytes the backend holds for its own temporaries (the composed attention's workspace,
+  // staging of converting copies): the most held so far. A memory plan adds it to the arenas.
+  virtual std::size_t workspace_bytes() const { return 0; }
+  // Sizes the staging of host-to-device copies for steps that upload `bytes_per_step` (two steps'
+  // worth is kept). Call before the first step: it may allocate and wait; later steps then
+  // allocate nothing for their uploads. Backends without staging ignore it.
+  virtual void reserve_uploads(std::size_t bytes_per_step) {}
+  // Which attention implementation served and, when a fused library fell back, why: one short
+  // line for a run's accounting ("" when attention ran as configured with nothing to say).
+  virtual std::string attention_note() const { return {}; }
 
   // ---- embeddings ---------------------------------------------------------------------------
   // out[n] = table[ids[n]]; ids (N) int32, table (V, D), out (N, D)

@@ -50,6 +50,10 @@ DIT_HD float tanh_f32(float u) {
 #endif
 }
 
+// The softmax backward of one score given its probability p, the upstream gradient dp of p, and
+// its row's delta = sum_j p_j dp_j (= rowsum(dO o O) in attention): ds = p (dp - delta).
+DIT_HD float softmax_grad(float p, float dp, float delta) { return p * (dp - delta); }
+
 // GELU with the tanh approximation (nn.GELU(approximate="tanh"), used by DiT's MLP):
 //   gelu(x) = 0.5 x (1 + tanh(k (x + a x^3))),  k = sqrt(2/pi), a = 0.044715
 struct GeluTanh {

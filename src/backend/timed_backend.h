@@ -83,6 +83,19 @@ class TimedBackend final : public Backend {
                      int heads, const Tensor& dqkv) override {
     timed([&] { in_.attention_bwd(qkv, out, lse, dout, heads, dqkv); });
   }
+  void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats st) override {
+    timed([&] { in_.softmax_rows(s, p, lse, st); });
+  }
+  void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                        const Tensor& ds) override {
+    timed([&] { in_.softmax_rows_bwd(p, dp, delta, ds); });
+  }
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    timed([&] { in_.row_dot(a, b, out); });
+  }
+  std::size_t workspace_bytes() const override { return in_.workspace_bytes(); }
+  void reserve_uploads(std::size_t bytes_per_step) override { in_.reserve_uploads(bytes_per_step); }
+  std::string attention_note() const override { return in_.attention_note(); }
   void embedding_fwd(const Tensor& t, const Tensor& ids, const Tensor& out) override {
     timed([&] { in_.embedding_fwd(t, ids, out); });
   }

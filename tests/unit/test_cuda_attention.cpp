@@ -1,11 +1,12 @@
-// The CUDA backend's two attention paths, cuDNN's fused SDPA and the plain kernels, against each
-// other and against the double-precision reference of reference_ops.h, in bf16 and fp16, at the
-// head dims DiT uses (64 and 72) and an odd token count. Each result comes from the path it is
+// The CUDA backend's attention paths, cuDNN's fused SDPA, the composed attention and the plain
+// kernels, against each other and against the double-precision reference of reference_ops.h, in
+// bf16 and fp16, at the head dims DiT uses (64 and 72) and an odd token count. Each result comes from the path it is
 // named after: the path is forced per backend (CudaBackend::set_attention_path), and forcing
 // cuDNN turns a fallback into an error. Without a GPU every test skips and says why.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -38,7 +39,7 @@ double tolerance(DType t) { return ref::tolerance(t); }
 
 Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
-enum class Path { Kernel, Cudnn, Auto };
+enum class Path { Kernel, Cudnn, Composed, Auto };
 
 // Parameters: compute dtype and head dim E; N = 2, T = 37 (not a multiple of any tile), H = 3.
 class CudaAttention : public ::testing::TestWithParam<std::tuple<DType, i64>> {
@@ -61,9 +62,10 @@ class CudaAttention : public ::testing::TestWithParam<std::tuple<DType, i64>> {
 
   void use(Path p) {
 #ifdef DIT_HAVE_CUDA
-    cuda_->set_attention_path(p == Path::Kernel  ? cuda::AttentionPath::Kernel
-                              : p == Path::Cudnn ? cuda::AttentionPath::Cudnn
-                                                 : cuda::AttentionPath::Auto);
+    cuda_->set_attention_path(p == Path::Kernel     ? AttentionPath::Kernel
+                              : p == Path::Cudnn    ? AttentionPath::Cudnn
+                              : p == Path::Composed ? AttentionPath::Composed
+                                                    : AttentionPath::Auto);
 #else
     (void)p;
 #endif
@@ -169,6 +171,9 @@ TEST_P(CudaAttention, CudnnMatchesKernelsAndReference) {
   check_values(name("cudnn lse vs kernel lse"), c_lse, to_double(k_lse), tol());
   check_qkv_blocks(name("kernel backward from cudnn forward"),
             download(backward(Path::Kernel, qkv, cf, dout)), want_d, s, tol());
+  // The likely mix where cuDNN's backward does not serve: its forward, the composed backward.
+  check_qkv_blocks(name("composed backward from cudnn forward"),
+            download(backward(Path::Composed, qkv, cf, dout)), want_d, s, tol());
 
   Tensor cd;
   if (!on_cudnn([&] { cd = backward(Path::Cudnn, qkv, cf, dout); }, &why))
@@ -184,8 +189,8 @@ TEST_P(CudaAttention, CudnnMatchesKernelsAndReference) {
       << name("cudnn backward differs between two identical calls");
 }
 
-// Whatever path Auto (the default) picks, cuDNN or the kernels after one line on stderr, the
-// results are right, and stay right when the cached decision is reused.
+// Whatever path Auto (the default) picks, cuDNN or the composed attention after one line on
+// stderr, the results are right, and stay right when the cached decision is reused.
 TEST_P(CudaAttention, AutoPathMatchesReference) {
   const AttnShape s = shape();
   Vec qkv_h, dout_h;
@@ -202,7 +207,7 @@ TEST_P(CudaAttention, AutoPathMatchesReference) {
 }
 
 // Forcing cuDNN on a problem it cannot take (E not a multiple of 8) is an error naming the
-// reason, raised before any output is written; the kernels still take it.
+// reason, raised before any output is written; the kernels and the composed attention still take it.
 TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
   const AttnShape s{1, 5, 2, 12};
   Vec qkv_h;
@@ -217,10 +222,53 @@ TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
     EXPECT_NE(std::strstr(e.what(), "DIT_ATTENTION=cudnn"), nullptr) << e.what();
     EXPECT_NE(std::strstr(e.what(), "multiple of 8"), nullptr) << e.what();
   }
-  use(Path::Kernel);
-  be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
-  check_values(std::string(dtype_name(dtype())) + " E12 kernel out", download(out),
-        ref::attention_fwd(qkv_h, s).out, tol());
+  for (Path p : {Path::Kernel, Path::Composed, Path::Auto}) {
+    use(p);
+    be().fill(out, NAN);
+    be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
+    check_values(std::string(dtype_name(dtype())) + " E12 out, path " + std::to_string(int(p)),
+                 download(out), ref::attention_fwd(qkv_h, s).out, tol());
+  }
+}
+
+// Each cuDNN stage made to fail (DIT_CUDNN_FAIL, read when a backend is made): under auto the
+// problem runs on the composed attention with the right numbers and the note names the stage;
+// forced (DIT_ATTENTION=cudnn) the same failure is an error.
+TEST_P(CudaAttention, InjectedCudnnFailuresFallBackOrFailWhenForced) {
+#ifdef DIT_HAVE_CUDA
+  // Five fresh backends, each planning anew: one shape is enough, and keeps the stage short.
+  if (dtype() != DType::BF16 || shape().e != 64) GTEST_SKIP() << "run at bf16 E64 only";
+  const AttnShape s = shape();
+  Vec qkv_h, dout_h;
+  const Tensor qkv = input({s.n, s.t, s.width()}, &qkv_h, 1.5);
+  const Tensor dout = input({s.n, s.t, s.h * s.e}, &dout_h, 1.0);
+  const ref::AttnOut want = ref::attention_fwd(qkv_h, s);
+  const Vec want_d = ref::attention_bwd(qkv_h, dout_h, s);
+  for (const char* kind : {"library", "graph", "no engine", "plan", "execute"}) {
+    setenv("DIT_CUDNN_FAIL", kind, 1);
+    CudaBackend be2(dtype());
+    unsetenv("DIT_CUDNN_FAIL");
+    be2.set_attention_path(AttentionPath::Auto);
+    Arena arena(be2);
+    const Tensor out = arena.tensor({s.n, s.t, s.h * s.e}, dtype());
+    const Tensor lse = arena.tensor({s.n, s.h, s.t}, DType::F32);
+    const Tensor dqkv = arena.tensor({s.n, s.t, s.width()}, dtype());
+    be2.attention_fwd(qkv, static_cast<int>(s.h), out, lse);
+    be2.attention_bwd(qkv, out, lse, dout, static_cast<int>(s.h), dqkv);
+    std::vector<float> o(out.numel()), d(dqkv.numel());
+    be2.copy(Tensor{o.data(), DType::F32, out.shape, Device::Host}, out);
+    be2.copy(Tensor{d.data(), DType::F32, dqkv.shape, Device::Host}, dqkv);
+    check_values(name("out after injected ") + kind, o, want.out, tol());
+    check_qkv_blocks(name("backward after injected ") + kind, d, want_d, s, tol());
+    // ("plan" fires only where the heuristics offer a config; without one it is "no engine")
+    const std::string note = be2.attention_note();
+    EXPECT_TRUE(note.find(kind) != std::string::npos ||
+                (std::string(kind) == "plan" && note.find("no engine") != std::string::npos))
+        << note;
+    be2.set_attention_path(AttentionPath::Cudnn);
+    EXPECT_THROW(be2.attention_fwd(qkv, static_cast<int>(s.h), out, lse), Error) << kind;
+  }
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaAttention,

@@ -2,6 +2,8 @@
 // blocks, scores live only in a per-thread (block x T) scratch, and backward recomputes them from
 // the saved row logsumexp. One OpenMP task per (sample, head); GEMMs read q, k, v in place from
 // the fused qkv rows through leading dimensions, so nothing is transposed or copied.
+// Under DIT_ATTENTION=composed the two entry points run the composed attention instead, over the
+// row primitives at the end of this file (softmax_rows, softmax_rows_bwd, row_dot).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -57,7 +59,20 @@ void scores_to_probs(float* s, std::int64_t rows, std::int64_t t, const float* l
 
 }  // namespace
 
+CpuBackend::CpuBackend() : attention_path_(attention_path_from_env()) {}
+CpuBackend::~CpuBackend() = default;
+
+std::size_t CpuBackend::workspace_bytes() const { return composed_ ? composed_->workspace_bytes() : 0; }
+
+std::string CpuBackend::attention_note() const {
+  return attention_path_ == AttentionPath::Composed ? "composed attention (DIT_ATTENTION=composed)" : "";
+}
+
 void CpuBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) {
+  if (attention_path_ == AttentionPath::Composed) {
+    if (!composed_) composed_ = std::make_unique<ComposedAttention>(*this);
+    return composed_->forward(*this, qkv, heads, out, lse);
+  }
   const AttnGeom g = attn_geom(qkv, heads, out, lse);
   const float scale = 1.f / std::sqrt(static_cast<float>(g.e));
   const float* pq = qkv.as<float>();
@@ -88,6 +103,10 @@ void CpuBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out, 
 
 void CpuBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                const Tensor& dout, int heads, const Tensor& dqkv) {
+  if (attention_path_ == AttentionPath::Composed) {
+    if (!composed_) composed_ = std::make_unique<ComposedAttention>(*this);
+    return composed_->backward(*this, qkv, out, lse, dout, heads, dqkv);
+  }
   const AttnGeom g = attn_geom(qkv, heads, out, lse);
   DIT_CHECK(dout.numel() == out.numel() && dqkv.numel() == qkv.numel() &&
                 dout.dtype == DType::F32 && dqkv.dtype == DType::F32,
@@ -143,6 +162,74 @@ void CpuBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tenso
                     q + r0 * g.ld_qkv(), g.ld_qkv(), beta, dk, g.ld_qkv());
         }
       }
+  }
+}
+
+// ---- the composed attention's row steps ----------------------------------------------------
+
+namespace {
+// (rows, length) of a 2-D fp32 host tensor, checked.
+std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& t, const char* what) {
+  DIT_CHECK(t.shape.rank == 2 && t.dtype == DType::F32 && t.device == Device::Host, what,
+            ": expected a 2-D fp32 host tensor, got ", t.shape.str(), " ", dtype_name(t.dtype));
+  return {t.dim(0), t.dim(1)};
+}
+}  // namespace
+
+void CpuBackend::softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) {
+  const auto [rows, len] = rows_of(s, "softmax_rows s");
+  DIT_CHECK(p.shape == s.shape && p.dtype == DType::F32 && lse.numel() == rows &&
+                lse.dtype == DType::F32,
+            "softmax_rows: p ", p.shape.str(), " and lse ", lse.shape.str(), " for s ", s.shape.str());
+  const float* ps = s.f32();
+  float* pp = p.f32();
+  float* pl = lse.f32();
+#pragma omp parallel for schedule(static) if (rows * len > 65536)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* sr = ps + r * len;
+    float* pr = pp + r * len;
+    float sub = pl[r];
+    if (stats == SoftmaxStats::Compute) {
+      const float m = *std::max_element(sr, sr + len);
+      double sum = 0;
+      for (std::int64_t j = 0; j < len; ++j) sum += math::exp_f32(sr[j] - m);
+      sub = m + static_cast<float>(std::log(sum));
+      pl[r] = sub;
+    }
+    for (std::int64_t j = 0; j < len; ++j) pr[j] = math::exp_f32(sr[j] - sub);
+  }
+}
+
+void CpuBackend::softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                                  const Tensor& ds) {
+  const auto [rows, len] = rows_of(p, "softmax_rows_bwd p");
+  DIT_CHECK(dp.shape == p.shape && ds.shape == p.shape && dp.dtype == DType::F32 &&
+                ds.dtype == DType::F32 && delta.numel() == rows && delta.dtype == DType::F32,
+            "softmax_rows_bwd: dp ", dp.shape.str(), ", ds ", ds.shape.str(), " and delta ",
+            delta.shape.str(), " for p ", p.shape.str());
+  const float* pp = p.f32();
+  const float* pdp = dp.f32();
+  const float* pd = delta.f32();
+  float* pds = ds.f32();
+#pragma omp parallel for schedule(static) if (rows * len > 65536)
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < len; ++j)
+      pds[r * len + j] = math::softmax_grad(pp[r * len + j], pdp[r * len + j], pd[r]);
+}
+
+void CpuBackend::row_dot(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const auto [rows, len] = rows_of(a, "row_dot a");
+  DIT_CHECK(b.shape == a.shape && b.dtype == DType::F32 && out.numel() == rows &&
+                out.dtype == DType::F32,
+            "row_dot: b ", b.shape.str(), " and out ", out.shape.str(), " for a ", a.shape.str());
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  float* po = out.f32();
+#pragma omp parallel for schedule(static) if (rows * len > 65536)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double d = 0;
+    for (std::int64_t j = 0; j < len; ++j) d += static_cast<double>(pa[r * len + j]) * pb[r * len + j];
+    po[r] = static_cast<float>(d);
   }
 }
 

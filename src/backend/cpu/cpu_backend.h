@@ -3,13 +3,20 @@
 #pragma once
 
 #include <map>
+#include <memory>
 
+#include "backend/attention_path.h"
 #include "backend/backend.h"
+#include "backend/composed_attention.h"
 
 namespace dit {
 
 class CpuBackend final : public Backend {
  public:
+  // Attention runs the CPU's own fused kernel (attention.cpp), or the composed attention under
+  // DIT_ATTENTION=composed (or set_attention_path).
+  CpuBackend();
+  ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   DType compute_dtype() const override { return DType::F32; }
   Device device() const override { return Device::Host; }
@@ -46,6 +53,13 @@ class CpuBackend final : public Backend {
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override;
+  void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) override;
+  void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                        const Tensor& ds) override;
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  std::size_t workspace_bytes() const override;
+  std::string attention_note() const override;
+  void set_attention_path(AttentionPath p) { attention_path_ = p; }
 
   void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
@@ -75,6 +89,8 @@ class CpuBackend final : public Backend {
 
  private:
   std::map<std::uintptr_t, std::size_t> blocks_;  // start -> bytes of each live allocation
+  AttentionPath attention_path_;
+  std::unique_ptr<ComposedAttention> composed_;  // made on first use
 };
 
 // Threads of the CPU backend (OpenMP loops and Eigen products) in this process.

@@ -168,8 +168,25 @@ void CpuStorageBackend::gate_residual_bwd(const Tensor& dx, const Tensor& h, con
   w.commit();
 }
 
+std::size_t CpuStorageBackend::workspace_bytes() const {
+  return composed_ ? composed_->workspace_bytes() : 0;
+}
+
+std::string CpuStorageBackend::attention_note() const {
+  return attention_path_ == AttentionPath::Composed ? "composed attention (DIT_ATTENTION=composed)" : "";
+}
+
+// The composed attention runs over this backend's primitives, so its P and dS are rounded to the
+// storage dtype between the GEMMs, as on the GPU.
+ComposedAttention* CpuStorageBackend::composed() {
+  if (attention_path_ != AttentionPath::Composed) return nullptr;
+  if (!composed_) composed_ = std::make_unique<ComposedAttention>(*this);
+  return composed_.get();
+}
+
 void CpuStorageBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out,
                                       const Tensor& lse) {
+  if (ComposedAttention* c = composed()) return c->forward(*this, qkv, heads, out, lse);
   Widened w;
   fp32_.attention_fwd(w.in(qkv), heads, w.out(out), w.out(lse));
   w.commit();
@@ -177,8 +194,29 @@ void CpuStorageBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor
 
 void CpuStorageBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                       const Tensor& dout, int heads, const Tensor& dqkv) {
+  if (ComposedAttention* c = composed()) return c->backward(*this, qkv, out, lse, dout, heads, dqkv);
   Widened w;
   fp32_.attention_bwd(w.in(qkv), w.in(out), w.in(lse), w.in(dout), heads, w.out(dqkv));
+  w.commit();
+}
+
+void CpuStorageBackend::softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse,
+                                     SoftmaxStats stats) {
+  Widened w;
+  fp32_.softmax_rows(w.in(s), w.out(p), stats == SoftmaxStats::Compute ? w.out(lse) : w.in(lse), stats);
+  w.commit();
+}
+
+void CpuStorageBackend::softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                                         const Tensor& ds) {
+  Widened w;
+  fp32_.softmax_rows_bwd(w.in(p), w.in(dp), w.in(delta), w.out(ds));
+  w.commit();
+}
+
+void CpuStorageBackend::row_dot(const Tensor& a, const Tensor& b, const Tensor& out) {
+  Widened w;
+  fp32_.row_dot(w.in(a), w.in(b), w.out(out));
   w.commit();
 }
 

@@ -13,7 +13,7 @@ namespace dit {
 
 class CpuStorageBackend final : public Backend {
  public:
-  explicit CpuStorageBackend(DType storage);  // BF16 or F16
+  explicit CpuStorageBackend(DType storage);  // BF16 or F16; attention as CpuBackend chooses
 
   std::string name() const override { return "cpu"; }
   DType compute_dtype() const override { return storage_; }
@@ -52,6 +52,13 @@ class CpuStorageBackend final : public Backend {
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override;
+  void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) override;
+  void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                        const Tensor& ds) override;
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  std::size_t workspace_bytes() const override;
+  std::string attention_note() const override;
+  void set_attention_path(AttentionPath p) { attention_path_ = p; }
 
   void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
@@ -76,8 +83,12 @@ class CpuStorageBackend final : public Backend {
                       const Tensor& terms) override;
 
  private:
+  ComposedAttention* composed();  // nullptr unless the composed attention is chosen
+
   DType storage_;
   CpuBackend fp32_;
+  AttentionPath attention_path_ = attention_path_from_env();
+  std::unique_ptr<ComposedAttention> composed_;
 };
 
 }  // namespace dit

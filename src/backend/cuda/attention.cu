@@ -4,11 +4,13 @@
 // softmax is online in fp32 and only the row logsumexp is saved. Backward recomputes the
 // probabilities from it in two passes (dQ by query blocks, then dK/dV by key blocks), so every
 // output is written by exactly one thread: no atomics, reproducible run to run.
-// In bf16/fp16 the two entry points first offer the problem to cuDNN (cudnn_attention.h); the
-// kernels run when DIT_ATTENTION=kernel or cuDNN cannot take it. Both keep the same lse.
+// The two entry points offer a bf16/fp16 problem to cuDNN first (cudnn_attention.h); where cuDNN
+// does not serve (and in fp32) the composed attention runs (tensor-core GEMMs and the row kernels
+// of rows.cu); these scalar kernels run only under DIT_ATTENTION=kernel. All keep the same lse.
 #include <cmath>
 #include <type_traits>
 
+#include "backend/composed_attention.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cudnn_attention.h"
@@ -298,9 +300,10 @@ void CudaBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out,
   const cuda::SdpaProblem problem{n, a.t, a.h, a.e, qkv.dtype, cuda::AttnDir::Forward};
   const cuda::SdpaPointers ptrs{qkv.data, out.data, lse.data, nullptr, nullptr};
   if (const cuda::SdpaPlan* plan = cudnn_attention_->plan(problem, ptrs)) {
-    cudnn_attention_->run(*plan, ptrs, scratch(cudnn_attention_->workspace_bytes(*plan)));
-    return;
+    if (cudnn_attention_->run(*plan, ptrs, scratch(cudnn_attention_->workspace_bytes(*plan)))) return;
   }
+  if (cudnn_attention_->path() != AttentionPath::Kernel)
+    return composed_->forward(*this, qkv, heads, out, lse);
   const std::size_t smem = (2 * kTile * a.lds + kBlockRows * a.e) * sizeof(float);
   cuda::dispatch_float(qkv.dtype, "attention_fwd", [&](auto tag) {
     using T = decltype(tag);
@@ -328,9 +331,10 @@ void CudaBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tens
   const cuda::SdpaProblem problem{n, a.t, a.h, a.e, qkv.dtype, cuda::AttnDir::Backward};
   const cuda::SdpaPointers ptrs{qkv.data, out.data, lse.data, dout.data, dqkv.data};
   if (const cuda::SdpaPlan* plan = cudnn_attention_->plan(problem, ptrs)) {
-    cudnn_attention_->run(*plan, ptrs, scratch(cudnn_attention_->workspace_bytes(*plan)));
-    return;
+    if (cudnn_attention_->run(*plan, ptrs, scratch(cudnn_attention_->workspace_bytes(*plan)))) return;
   }
+  if (cudnn_attention_->path() != AttentionPath::Kernel)
+    return composed_->backward(*this, qkv, out, lse, dout, heads, dqkv);
   auto* delta = static_cast<float*>(scratch(static_cast<std::size_t>(n * a.h * a.t) * sizeof(float)));
   const std::size_t smem_dq = (2 * kTile * a.lds + 2 * kBlockRows * a.e) * sizeof(float);
   const std::size_t smem_dkv = (2 * kBlockRows * a.e + 2 * kTile * a.lds + 2 * kTile) * sizeof(float);

@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "backend/attention_path.h"
 #include "backend/backend.h"
+#include "backend/upload_ring.h"
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
@@ -17,8 +19,8 @@ namespace dit {
 namespace cuda {
 struct GemmContext;        // cuBLASLt/cuBLAS handles, workspace and plan cache (gemm.cu)
 class CudnnAttention;      // cuDNN fused attention: handle, plans, fallbacks (cudnn_attention.h)
-enum class AttentionPath;  // plain kernels, cuDNN, or cuDNN where it can (cudnn_attention.h)
 }  // namespace cuda
+class ComposedAttention;   // attention over this backend's GEMMs and row kernels
 
 class CudaBackend final : public Backend {
  public:
@@ -40,9 +42,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_; }
   // Which implementation attention_fwd/bwd use; the default comes from DIT_ATTENTION (see
-  // cudnn_attention.h). For tests and benchmarks that compare the two.
-  void set_attention_path(cuda::AttentionPath path);
+  // attention_path.h): cuDNN where it serves, else the composed attention. For tests and
+  // benchmarks that compare them.
+  void set_attention_path(AttentionPath path);
+  std::size_t workspace_bytes() const override;
+  std::string attention_note() const override;
   void set_deterministic(bool d) override;
+  void reserve_uploads(std::size_t bytes_per_step) override;
   std::size_t mark() override;  // a CUDA event recorded on the stream
   double seconds_between(std::size_t a, std::size_t b) override;
   void clear_marks() override { next_event_ = 0; }
@@ -78,6 +84,10 @@ class CudaBackend final : public Backend {
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override;
+  void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) override;
+  void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
+                        const Tensor& ds) override;
+  void row_dot(const Tensor& a, const Tensor& b, const Tensor& out) override;
 
   void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
@@ -109,10 +119,11 @@ class CudaBackend final : public Backend {
   void check_fault_flag();
   // The sum of `count` device partial sums, returned on the host (synchronizes).
   double sum_on_host(const double* partial, int count);
-  // Host bytes copied into the pinned upload ring, from where a copy to the device is
-  // asynchronous; waits (a counted sync) only when the ring must be reused before the GPU has
-  // read it. Record pinned_done_ after issuing the copy.
-  void* stage_upload(const void* src, std::size_t bytes);
+  // A host-to-device copy through the pinned upload ring (upload_ring.h): asynchronous; the host
+  // waits (a counted sync) only for an old copy whose ring bytes it must reuse.
+  void upload(const Tensor& dst, const Tensor& src);
+  void make_upload_ring(std::size_t bytes);
+  void wait_upload_slot(int slot);
 
   DType compute_;
   int device_ = 0;
@@ -127,13 +138,14 @@ class CudaBackend final : public Backend {
   int* fault_dev_ = nullptr;
   double* result_host_ = nullptr;
   double* result_dev_ = nullptr;
-  char* pinned_ = nullptr;  // the upload ring (page-locked host memory)
-  std::size_t pinned_bytes_ = 0, pinned_off_ = 0;
-  cudaEvent_t pinned_done_ = nullptr;  // the last copy out of the ring
+  char* pinned_ = nullptr;  // the upload ring's bytes (page-locked host memory)
+  std::unique_ptr<UploadRing> ring_;
+  std::vector<cudaEvent_t> ring_events_;  // one per ring slot: its copy has completed
   std::vector<cudaEvent_t> timeline_events_;  // mark()'s events, reused after clear_marks()
   std::size_t next_event_ = 0;
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // its cuDNN handle comes on first use
+  std::unique_ptr<ComposedAttention> composed_;  // where cuDNN does not serve (and fp32)
 };
 
 }  // namespace dit

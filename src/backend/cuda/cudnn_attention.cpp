@@ -3,6 +3,7 @@
 // Stats, or backward), an operation graph, and the heuristics' engine configs tried best first
 // until one finalizes into an execution plan, which is kept for every later call. Only
 // deterministic engines are taken: the project promises bit-identical runs at a fixed layout.
+// Each stage throws a FusedError naming itself, so the auto path can fall back (attention_path.h).
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cudnn_graph.h>
@@ -238,101 +239,162 @@ bool nondeterministic(const Desc& cfg) {
   return std::find(notes, notes + count, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) != notes + count;
 }
 
-// Operation, graph, heuristics, and the first engine config (deterministic ones only when asked)
-// that finalizes into an execution plan. Throws CudnnError on a failed call, including a config
-// that fails to finalize for another reason than "not supported" (a malformed graph, not a
-// limit of cuDNN); dit::Error naming kNoEngine when no config can be planned.
-std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p, bool deterministic) {
-  auto plan = std::make_unique<SdpaPlan>();
-  plan->problem = p;
-  plan->scale = 1.f / std::sqrt(static_cast<float>(p.e));  // as the plain kernels
-  const cudnnBackendDescriptor_t op = make_operation(*plan);
+// Runs one stage of building or running a plan: a dit::Error inside (a failed cuDNN call
+// included) becomes a FusedError of that stage; an injected failure (DIT_CUDNN_FAIL) fires first.
+template <typename Fn>
+auto stage(FusedFailure kind, const std::optional<FusedFailure>& inject, Fn&& fn) {
+  if (inject && *inject == kind)
+    throw FusedError(kind, detail::concat("injected by DIT_CUDNN_FAIL=", fused_failure_name(kind)));
+  try {
+    return fn();
+  } catch (const FusedError&) {
+    throw;
+  } catch (const Error& e) {
+    throw FusedError(kind, e.what());
+  }
+}
 
+// The operation and its finalized graph; the parts kept in `plan`. Returns the graph.
+cudnnBackendDescriptor_t make_graph(cudnnHandle_t handle, SdpaPlan& plan) {
+  const cudnnBackendDescriptor_t op = make_operation(plan);
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   DIT_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
   DIT_SET(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   graph.finalize();
   const cudnnBackendDescriptor_t g = graph.get();
-  plan->parts.push_back(std::move(graph));
+  plan.parts.push_back(std::move(graph));
+  return g;
+}
 
-  // Heuristics mode A ranks the engines for this GPU; the fallback list is the second chance.
-  std::string why;
+// What the search over engine configs met, for the message when none could be planned.
+struct PlanSearch {
   std::size_t offered = 0;
-  int skipped_nondeterministic = 0, failed = 0, too_big = 0;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    std::vector<Desc> cfgs = engine_configs(g, mode, why);
-    offered += cfgs.size();
-    for (Desc& cfg : cfgs) {
-      if (deterministic && nondeterministic(cfg)) {
-        ++skipped_nondeterministic;
-        continue;
-      }
-      Desc exec(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      const cudnnBackendDescriptor_t c = cfg.get();
-      DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-      DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-      const cudnnStatus_t rc = cudnnBackendFinalize(exec.get());  // checked: configs may decline
-      if (rc != CUDNN_STATUS_SUCCESS && CUDNN_STATUS_CATEGORY(rc) != CUDNN_STATUS_NOT_SUPPORTED)
-        DIT_CUDNN_CHECK(rc);  // not a declining config: an error
-      if (rc != CUDNN_STATUS_SUCCESS) {
-        char detail[256] = {};
-        cudnnGetLastErrorString(detail, sizeof detail);
-        if (failed++ == 0)
-          why += detail::concat(" first plan failure: ", cudnnGetErrorString(rc), " ", detail, ";");
-        continue;
-      }
-      i64 workspace = 0, count = 0;
-      DIT_CUDNN_CHECK(cudnnBackendGetAttribute(exec.get(),
-                                               CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                               CUDNN_TYPE_INT64, 1, &count, &workspace));
-      if (workspace < 0 || workspace > kMaxWorkspace) {
-        ++too_big;
-        continue;
-      }
-      plan->parts.push_back(std::move(cfg));
-      plan->exec = std::move(exec);
-      plan->workspace = workspace;
-      return plan;
-    }
+  int nondeterministic = 0, declined = 0, failed = 0, too_big = 0;
+  std::string why;
+};
+
+// The execution plan of one config, or an empty Desc when it declines (NOT_SUPPORTED), fails to
+// finalize or wants too much workspace (counted in `search`).
+Desc try_config(cudnnHandle_t handle, const Desc& cfg, PlanSearch& search, i64* workspace) {
+  Desc exec(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  const cudnnBackendDescriptor_t c = cfg.get();
+  DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  DIT_SET(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+  const cudnnStatus_t rc = cudnnBackendFinalize(exec.get());  // checked: configs may decline
+  if (rc != CUDNN_STATUS_SUCCESS) {
+    const bool declined = CUDNN_STATUS_CATEGORY(rc) == CUDNN_STATUS_NOT_SUPPORTED;
+    char detail[256] = {};
+    cudnnGetLastErrorString(detail, sizeof detail);
+    if (search.declined + search.failed == 0)
+      search.why += detail::concat(" first plan failure: ", cudnnGetErrorString(rc), " (",
+                                   static_cast<int>(rc), ") ", detail, ";");
+    ++(declined ? search.declined : search.failed);
+    return Desc();
   }
-  DIT_FAIL(kNoEngine, " for ", describe(p), ": the heuristics offered ", offered,
-           " engine configs, ", skipped_nondeterministic, " non-deterministic, ", too_big,
-           " over ", kMaxWorkspace >> 20, " MiB of workspace, ", failed, " not plannable;", why);
+  i64 count = 0;
+  DIT_CUDNN_CHECK(cudnnBackendGetAttribute(exec.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                           CUDNN_TYPE_INT64, 1, &count, workspace));
+  if (*workspace < 0 || *workspace > kMaxWorkspace) {
+    ++search.too_big;
+    return Desc();
+  }
+  return exec;
+}
+
+// Operation, graph, heuristics, and the first engine config (deterministic ones only when asked)
+// that finalizes into an execution plan. Throws a FusedError of the stage that failed: Graph for
+// the operation and graph, NoEngine when no config could be planned (Plan when some config failed
+// with an error rather than declining).
+std::unique_ptr<SdpaPlan> build_plan(cudnnHandle_t handle, const SdpaProblem& p, bool deterministic,
+                                     const std::optional<FusedFailure>& inject) {
+  auto plan = std::make_unique<SdpaPlan>();
+  plan->problem = p;
+  plan->scale = 1.f / std::sqrt(static_cast<float>(p.e));  // as the composed attention
+  const cudnnBackendDescriptor_t g =
+      stage(FusedFailure::Graph, inject, [&] { return make_graph(handle, *plan); });
+  PlanSearch search;
+  // Heuristics mode A ranks the engines for this GPU; the fallback list is the second chance.
+  const bool found = stage(FusedFailure::NoEngine, inject, [&] {
+    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      std::vector<Desc> cfgs = engine_configs(g, mode, search.why);
+      search.offered += cfgs.size();
+      for (Desc& cfg : cfgs) {
+        if (deterministic && nondeterministic(cfg)) {
+          ++search.nondeterministic;
+          continue;
+        }
+        i64 workspace = 0;
+        Desc exec = stage(FusedFailure::Plan, inject,
+                          [&] { return try_config(handle, cfg, search, &workspace); });
+        if (!exec.get()) continue;
+        plan->parts.push_back(std::move(cfg));
+        plan->exec = std::move(exec);
+        plan->workspace = workspace;
+        return true;
+      }
+    }
+    return false;
+  });
+  if (found) return plan;
+  throw FusedError(search.failed > 0 ? FusedFailure::Plan : FusedFailure::NoEngine,
+                   detail::concat(kNoEngine, " for ", describe(p), ": the heuristics offered ",
+                                  search.offered, " engine configs, ", search.nondeterministic,
+                                  " non-deterministic, ", search.too_big, " over ",
+                                  kMaxWorkspace >> 20, " MiB of workspace, ", search.declined,
+                                  " declined, ", search.failed, " failed;", search.why));
 }
 
 }  // namespace
 
-AttentionPath parse_attention_path(const char* value) {
-  if (!value || !*value || std::strcmp(value, "auto") == 0) return AttentionPath::Auto;
-  if (std::strcmp(value, "kernel") == 0) return AttentionPath::Kernel;
-  if (std::strcmp(value, "cudnn") == 0) return AttentionPath::Cudnn;
-  DIT_FAIL("DIT_ATTENTION=", value, ": expected auto, kernel or cudnn");
+int cudnn_loaded_version() { return static_cast<int>(cudnnGetVersion()); }
+
+std::string cudnn_version_string() {
+  const int v = cudnn_loaded_version();
+  return detail::concat("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100);
 }
 
-AttentionPath attention_path_from_env() {
-  return parse_attention_path(std::getenv("DIT_ATTENTION"));
+std::optional<FusedFailure> injected_cudnn_failure(const char* value) {
+  if (!value || !*value) return std::nullopt;
+  for (FusedFailure f : {FusedFailure::Library, FusedFailure::Graph, FusedFailure::NoEngine,
+                         FusedFailure::Plan, FusedFailure::Execute})
+    if (std::strcmp(value, fused_failure_name(f)) == 0) return f;
+  DIT_FAIL("DIT_CUDNN_FAIL=", value, ": expected library, graph, no engine, plan or execute");
 }
 
 CudnnAttention::CudnnAttention(cudaStream_t stream, AttentionPath path)
-    : stream_(stream), path_(path) {}
+    : stream_(stream), inject_(injected_cudnn_failure(std::getenv("DIT_CUDNN_FAIL"))),
+      log_(cudnn_version_string()), cache_(path, log_) {}
 
 void CudnnAttention::set_deterministic(bool d) {
-  if (d != deterministic_) entries_.clear();
+  if (d != deterministic_) cache_.clear();
   deterministic_ = d;
 }
 
 CudnnAttention::~CudnnAttention() {
-  entries_.clear();  // the plans before the handle they were built with
+  cache_.clear();  // the plans before the handle they were built with
   if (handle_) cudnnDestroy(handle_);
 }
 
 void CudnnAttention::prepare() {
-  if (path_ == AttentionPath::Kernel || handle_ || !handle_error_.empty()) return;
+  try_prepare();
+  if (!library_error_.empty() && path() == AttentionPath::Cudnn)
+    DIT_FAIL("DIT_ATTENTION=cudnn: cuDNN cannot be used (library): ", library_error_);
+}
+
+void CudnnAttention::try_prepare() {
+  const AttentionPath p = path();
+  if (p == AttentionPath::Kernel || p == AttentionPath::Composed || handle_ || !library_error_.empty())
+    return;
   try {
-    handle();
-  } catch (const Error& e) {
-    if (path_ == AttentionPath::Cudnn) throw;
-    handle_error_ = e.what();
+    stage(FusedFailure::Library, inject_, [&] {
+      const int v = cudnn_loaded_version();
+      DIT_CHECK(v >= kCudnnNeeded, cudnn_version_string(), " is loaded; this build needs ",
+                kCudnnNeeded / 10000, ".", kCudnnNeeded / 100 % 100,
+                " or newer (cuDNN's unified SDPA operations)");
+      return handle();
+    });
+  } catch (const FusedError& e) {
+    library_error_ = e.what();
   }
 }
 
@@ -349,9 +411,12 @@ cudnnHandle_t CudnnAttention::handle() {
 }
 
 const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& ptrs) {
-  // cuDNN's SDPA has no fp32: there the plain kernels are the implementation, not a fallback,
+  // cuDNN's SDPA has no fp32: there the other paths are the implementation, not a fallback,
   // whatever the path (a process may hold an fp32 backend beside a forced bf16 one).
-  if (path_ == AttentionPath::Kernel || p.dtype == DType::F32) return nullptr;
+  const AttentionPath path_now = path();
+  if (path_now == AttentionPath::Kernel || path_now == AttentionPath::Composed ||
+      p.dtype == DType::F32)
+    return nullptr;
   const bool backward = p.dir == AttnDir::Backward;
   const auto aligned = [](const void* q) {
     return reinterpret_cast<std::uintptr_t>(q) % kAlign == 0;
@@ -359,42 +424,21 @@ const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& p
   const bool all_aligned = aligned(ptrs.qkv) && aligned(ptrs.out) && aligned(ptrs.lse) &&
                            (!backward || (aligned(ptrs.dout) && aligned(ptrs.dqkv)));
   const Key key{p.n, p.t, p.h, p.e, p.dtype, p.dir, all_aligned};
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    Entry e;
-    e.why = ineligible(p, all_aligned);
-    if (e.why.empty() && !handle_error_.empty()) e.why = handle_error_;
-    if (e.why.empty()) {
-      // A CudnnError (a failed call: a malformed graph or descriptor) propagates as an error;
-      // only "no engine for this problem" falls back to the plain kernels.
-      try {
-        e.plan = build_plan(handle(), p, deterministic_);
-      } catch (const CudnnError&) {
-        throw;
-      } catch (const Error& err) {
-        e.why = err.what();
-      }
-    }
-    it = entries_.emplace(key, std::move(e)).first;
-  }
-  Entry& e = it->second;
-  if (e.plan) return e.plan.get();
-  DIT_CHECK(path_ != AttentionPath::Cudnn, "DIT_ATTENTION=cudnn: ", describe(p),
-            " cannot run on cuDNN: ", e.why);
-  if (!e.reported) {
-    std::fprintf(stderr, "dit: %s uses the plain kernels: %s\n", describe(p).c_str(),
-                 e.why.c_str());
-    e.reported = true;
-  }
-  return nullptr;
+  return cache_.get(key, describe(p), [&]() -> std::unique_ptr<SdpaPlan> {
+    if (const std::string why = ineligible(p, all_aligned); !why.empty())
+      throw FusedError(FusedFailure::Ineligible, why);
+    try_prepare();
+    if (!library_error_.empty()) throw FusedError(FusedFailure::Library, library_error_);
+    return build_plan(handle(), p, deterministic_, inject_);
+  });
 }
 
 std::size_t CudnnAttention::workspace_bytes(const SdpaPlan& plan) const {
   return static_cast<std::size_t>(plan.workspace);
 }
 
-void CudnnAttention::run(const SdpaPlan& plan, const SdpaPointers& ptrs, void* workspace) {
-  const SdpaProblem& p = plan.problem;
+bool CudnnAttention::run(const SdpaPlan& plan, const SdpaPointers& ptrs, void* workspace) {
+  const SdpaProblem p = plan.problem;  // a copy: a failed run drops the plan
   const std::size_t head_block = static_cast<std::size_t>(p.h * p.e) * dtype_size(p.dtype);
   auto at = [&](void* base, int block) { return static_cast<char*>(base) + block * head_block; };
   std::array<i64, 10> uids{};
@@ -416,12 +460,22 @@ void CudnnAttention::run(const SdpaPlan& plan, const SdpaPointers& ptrs, void* w
     bind(kDK, at(ptrs.dqkv, 1));
     bind(kDV, at(ptrs.dqkv, 2));
   }
-  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data());
-  DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, data.data());
-  DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  pack.finalize();
-  DIT_CUDNN_CHECK(cudnnBackendExecute(handle(), plan.exec.get(), pack.get()));
+  try {
+    stage(FusedFailure::Execute, inject_, [&] {
+      Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+      DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data());
+      DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, data.data());
+      DIT_SET(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+      pack.finalize();
+      DIT_CUDNN_CHECK(cudnnBackendExecute(handle(), plan.exec.get(), pack.get()));
+      return true;
+    });
+  } catch (const FusedError& e) {
+    const bool aligned = true;  // a plan exists only for aligned pointers
+    cache_.run_failed(Key{p.n, p.t, p.h, p.e, p.dtype, p.dir, aligned}, describe(p), e);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace dit::cuda

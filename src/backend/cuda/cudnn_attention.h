@@ -1,7 +1,10 @@
 // The CUDA backend's cuDNN path for fused attention: cuDNN's unified SDPA forward and backward
 // operations, built through the graph (backend) C API once per problem and run on the backend's
-// stream. A problem cuDNN cannot take falls back to the plain kernels of attention.cu, decided
-// once per problem and said once on stderr. This header needs no cuDNN or CUDA header.
+// stream. Under the auto path a problem cuDNN cannot serve — any failure while building or
+// finalizing the graph or a plan, or running it, a cuDNN older than the build needs, a problem
+// outside its limits — falls back to the composed attention (backend/composed_attention.h),
+// decided once per problem and said once on stderr with cuDNN's message and version
+// (backend/attention_path.h). This header needs no cuDNN or CUDA header.
 //
 // Layout, as backend.h states it: qkv (N, T, 3*H*E) rows [q | k | v], heads contiguous inside
 // each, so Q as a (b=N, h=H, s=T, d=E) tensor has strides (T*3HE, E, 3HE, 1) and K, V the same
@@ -14,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <tuple>
 
+#include "backend/attention_path.h"
 #include "core/dtype.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -26,19 +31,6 @@ struct cudnnContext;
 typedef struct cudnnContext* cudnnHandle_t;
 
 namespace dit::cuda {
-
-// Which implementation attention_fwd/bwd use in bf16 and fp16 (fp32 always takes the plain
-// kernels: cuDNN's SDPA has no fp32, and then cuDNN is never touched). The default comes from
-// the environment:
-// DIT_ATTENTION=auto (or unset): cuDNN where it can, else the plain kernels (one line on stderr
-//   per problem saying why: E not a multiple of 8 up to 128, a misaligned pointer, no engine, ...);
-// DIT_ATTENTION=kernel: always the plain kernels, cuDNN is never touched;
-// DIT_ATTENTION=cudnn: always cuDNN; a problem it cannot take is an error, not a fallback.
-enum class AttentionPath { Auto, Kernel, Cudnn };
-
-// "auto" | "kernel" | "cudnn" (nullptr or "" is auto); throws naming the allowed values.
-AttentionPath parse_attention_path(const char* value);
-AttentionPath attention_path_from_env();  // DIT_ATTENTION
 
 enum class AttnDir : std::uint8_t { Forward, Backward };
 
@@ -65,6 +57,18 @@ inline constexpr std::string_view kNoEngine = "cuDNN has no engine";
 
 struct SdpaPlan;  // the finalized execution plan of one problem and what it was built from
 
+// Versions as numbers major * 10000 + minor * 100 + patch. The unified SDPA operations need
+// cuDNN 9.17 or newer (the build checks its headers; this is checked against the loaded library).
+inline constexpr int kCudnnNeeded = 91700;
+int cudnn_loaded_version();  // cudnnGetVersion() of the loaded library, in that form
+// "cuDNN 9.19.0"
+std::string cudnn_version_string();
+
+// DIT_CUDNN_FAIL=library|graph|no engine|plan|execute: that stage fails as if cuDNN had failed
+// there, so a device check can watch the fallback (and DIT_ATTENTION=cudnn's error) happen.
+// Unset or empty: no injection. Throws naming the values on anything else.
+std::optional<FusedFailure> injected_cudnn_failure(const char* value);
+
 class CudnnAttention {
  public:
   // `stream` is the backend's only stream; nothing of cuDNN is touched until a plan is needed.
@@ -73,39 +77,42 @@ class CudnnAttention {
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  AttentionPath path() const { return path_; }
-  // Creates the cuDNN handle ahead of the first plan, unless the path is Kernel. A failure is kept
-  // as the reason every problem then takes the kernels (an error under AttentionPath::Cudnn).
+  AttentionPath path() const { return cache_.path(); }
+  // Checks the loaded cuDNN's version and creates the handle ahead of the first plan, unless the
+  // path does not use cuDNN. A failure becomes the reason every problem falls back (an error
+  // under AttentionPath::Cudnn).
   void prepare();
-  void set_path(AttentionPath path) { path_ = path; }
+  void set_path(AttentionPath path) { cache_.set_path(path); }
   // Deterministic engines only (train.deterministic): cuDNN's fastest SDPA backward may use
   // atomics, whose sums differ run to run. Plans made so far are dropped.
   void set_deterministic(bool d);
 
-  // The plan for p with these pointers, built on first use and cached; nullptr when the call
-  // takes the plain kernels. Under AttentionPath::Cudnn a problem cuDNN cannot take throws.
+  // The plan for p with these pointers, built on first use and cached; nullptr when the call does
+  // not go to cuDNN (fp32, the kernel or composed path, or a fallback). Under AttentionPath::Cudnn
+  // a problem cuDNN cannot serve throws.
   const SdpaPlan* plan(const SdpaProblem& p, const SdpaPointers& ptrs);
   std::size_t workspace_bytes(const SdpaPlan& plan) const;
-  // Enqueues the plan on the stream; `workspace` holds workspace_bytes(plan) device bytes.
-  void run(const SdpaPlan& plan, const SdpaPointers& ptrs, void* workspace);
+  // Enqueues the plan on the stream; `workspace` holds workspace_bytes(plan) device bytes. False
+  // when cuDNN refused to run it: the call, and every later one of the problem, then falls back
+  // (said once; an error under AttentionPath::Cudnn). `plan` is gone after a false.
+  bool run(const SdpaPlan& plan, const SdpaPointers& ptrs, void* workspace);
+  // The fallbacks so far, one line for a run's accounting ("" when none).
+  std::string note() const { return log_.note(); }
 
  private:
   // n, t, h, e, dtype, direction, and whether every pointer is 16-byte aligned
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, DType, AttnDir,
                          bool>;
-  struct Entry {
-    std::unique_ptr<SdpaPlan> plan;  // null: this problem takes the plain kernels
-    std::string why;                 // the reason when it does
-    bool reported = false;           // said on stderr (once, and only under Auto)
-  };
-  cudnnHandle_t handle();  // created on first use, bound to the stream
-  std::string handle_error_;  // why prepare() could not create the handle ("" if it could)
+  cudnnHandle_t handle();     // created on first use, bound to the stream
+  void try_prepare();         // prepare(), keeping a failure in library_error_ only
+  std::string library_error_;  // why cuDNN cannot be used at all ("" if it can)
 
   cudaStream_t stream_;
-  AttentionPath path_;
   bool deterministic_ = false;
+  std::optional<FusedFailure> inject_;  // DIT_CUDNN_FAIL
   cudnnHandle_t handle_ = nullptr;
-  std::map<Key, Entry> entries_;
+  FallbackLog log_;
+  FusedPlanCache<Key, SdpaPlan> cache_;
 };
 
 }  // namespace dit::cuda

@@ -1,13 +1,15 @@
 // CUDA backend: construction, device memory, the scratch area, copies (any direction, with dtype
 // conversion on the device), fill, transpose_01 and the deterministic sum of squares.
 // Downloads (device to host) synchronize, so the host reads the data on return, as on the CPU
-// backend; uploads go through a pinned ring and return at once (the host's source is copied).
+// backend; uploads go through a pinned ring (upload_ring.h: one event per slot, allocated at
+// start) and return at once (the host's source is copied).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/composed_attention.h"
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm.cuh"
 
@@ -16,6 +18,11 @@ namespace dit {
 using cuda::i64;
 
 namespace {
+
+// The upload ring at start: enough for the inputs of two steps of every configuration this
+// project trains (reserve_uploads() makes it larger before the first step when asked).
+constexpr std::size_t kUploadRingBytes = std::size_t{64} << 20;
+constexpr int kUploadSlots = 64;
 
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, i64 n) {
@@ -80,7 +87,7 @@ void convert_on_device(void* dst, DType dt, const void* src, DType st, i64 n, cu
 CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
   DIT_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
             "the CUDA backend computes in fp32, bf16 or fp16, not ", dtype_name(compute));
-  const cuda::AttentionPath attention_path = cuda::attention_path_from_env();  // may throw
+  const AttentionPath attention_path = attention_path_from_env();  // may throw
   if (device >= 0) DIT_CUDA_CHECK(cudaSetDevice(device));
   DIT_CUDA_CHECK(cudaGetDevice(&device_));
   DIT_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
@@ -106,10 +113,12 @@ CudaBackend::CudaBackend(DType compute, int device) : compute_(compute) {
                                cudaHostAllocMapped));
   DIT_CUDA_CHECK(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&result_dev_), result_host_, 0));
-  DIT_CUDA_CHECK(cudaEventCreateWithFlags(&pinned_done_, cudaEventDisableTiming));
+  make_upload_ring(kUploadRingBytes);
   gemm_ = std::make_unique<cuda::GemmContext>(stream_);
   cudnn_attention_ = std::make_unique<cuda::CudnnAttention>(stream_, attention_path);
-  // 16-bit attention goes through cuDNN: make its handle now rather than inside the first step.
+  composed_ = std::make_unique<ComposedAttention>(*this);
+  // 16-bit attention goes through cuDNN: check it and make its handle now rather than inside the
+  // first step (a failure is a fallback to the composed attention, said once).
   if (compute != DType::F32) cudnn_attention_->prepare();
 }
 
@@ -118,18 +127,35 @@ CudaBackend::~CudaBackend() {
   cudaError_t rc = cudaStreamSynchronize(stream_);
   gemm_.reset();
   cudnn_attention_.reset();
+  composed_.reset();
   if (scratch_) cudaFree(scratch_);
   if (fault_host_) cudaFreeHost(fault_host_);
   if (result_host_) cudaFreeHost(result_host_);
   if (pinned_) cudaFreeHost(pinned_);
-  if (pinned_done_) cudaEventDestroy(pinned_done_);
+  for (cudaEvent_t e : ring_events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timeline_events_) cudaEventDestroy(e);
   if (stream_) cudaStreamDestroy(stream_);
   if (rc != cudaSuccess)
     std::fprintf(stderr, "CUDA backend teardown: %s\n", cudaGetErrorString(rc));
 }
 
-void CudaBackend::set_attention_path(cuda::AttentionPath path) { cudnn_attention_->set_path(path); }
+void CudaBackend::set_attention_path(AttentionPath path) { cudnn_attention_->set_path(path); }
+
+std::size_t CudaBackend::workspace_bytes() const {
+  return scratch_bytes_ + (composed_ ? composed_->workspace_bytes() : 0);
+}
+
+std::string CudaBackend::attention_note() const {
+  const std::string fallbacks = cudnn_attention_->note();
+  if (!fallbacks.empty()) return fallbacks;
+  switch (cudnn_attention_->path()) {
+    case AttentionPath::Kernel: return "plain attention kernels (DIT_ATTENTION=kernel)";
+    case AttentionPath::Composed: return "composed attention (DIT_ATTENTION=composed)";
+    default: break;
+  }
+  return compute_ == DType::F32 ? "composed attention (cuDNN's SDPA has no fp32)"
+                                : cuda::cudnn_version_string() + " fused attention";
+}
 void CudaBackend::set_deterministic(bool d) { cudnn_attention_->set_deterministic(d); }
 
 std::size_t CudaBackend::mark() {
@@ -203,26 +229,52 @@ void CudaBackend::synchronize() {
   check_fault_flag();
 }
 
-void* CudaBackend::stage_upload(const void* src, std::size_t bytes) {
-  const std::size_t need = (bytes + 255) / 256 * 256;
-  if (need > pinned_bytes_ - pinned_off_ || !pinned_) {
-    // Every earlier upload must have left the ring before it is reused or replaced.
-    if (pinned_ && cudaEventQuery(pinned_done_) == cudaErrorNotReady) {
-      count_sync();
-      DIT_CUDA_CHECK(cudaEventSynchronize(pinned_done_));
-    }
-    cudaGetLastError();  // a not-ready query is not an error
-    if (need > pinned_bytes_) {
-      if (pinned_) DIT_CUDA_CHECK(cudaFreeHost(pinned_));
-      pinned_bytes_ = std::max({need, 2 * pinned_bytes_, std::size_t{16} << 20});
-      DIT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned_), pinned_bytes_, cudaHostAllocDefault));
-    }
-    pinned_off_ = 0;
+void CudaBackend::make_upload_ring(std::size_t bytes) {
+  if (pinned_) {  // at start only (reserve_uploads): every earlier upload must have left
+    synchronize();
+    DIT_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
   }
-  char* at = pinned_ + pinned_off_;
-  std::memcpy(at, src, bytes);
-  pinned_off_ += need;
-  return at;
+  ring_ = std::make_unique<UploadRing>(bytes, kUploadSlots);
+  DIT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned_), ring_->capacity(), cudaHostAllocDefault));
+  while (static_cast<int>(ring_events_.size()) < ring_->slots()) {
+    cudaEvent_t e = nullptr;
+    DIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    ring_events_.push_back(e);
+  }
+}
+
+void CudaBackend::reserve_uploads(std::size_t bytes_per_step) {
+  // Two steps' worth in pieces of at most half the ring each: an upload never waits for the step
+  // before it.
+  const std::size_t want = 2 * bytes_per_step + 2 * kUploadSlots * UploadRing::kAlign;
+  if (want > ring_->capacity()) make_upload_ring(want);
+}
+
+void CudaBackend::wait_upload_slot(int slot) {
+  const cudaError_t rc = cudaEventQuery(ring_events_[slot]);
+  if (rc == cudaSuccess) return;
+  if (rc != cudaErrorNotReady) DIT_CUDA_CHECK(rc);
+  cudaGetLastError();  // a not-ready query is not an error
+  count_sync();
+  DIT_CUDA_CHECK(cudaEventSynchronize(ring_events_[slot]));
+}
+
+void CudaBackend::upload(const Tensor& dst, const Tensor& src) {
+  // A converting upload lands in scratch as it is, then the device converts it.
+  char* to = static_cast<char*>(dst.dtype == src.dtype ? dst.data : scratch(src.bytes()));
+  const char* from = static_cast<const char*>(src.data);
+  std::size_t done = 0;
+  for (const std::size_t piece : ring_->pieces(src.bytes())) {
+    const UploadRing::Claim c = ring_->claim(piece);
+    for (int w : c.wait) wait_upload_slot(w);
+    std::memcpy(pinned_ + c.offset, from + done, piece);
+    DIT_CUDA_CHECK(cudaMemcpyAsync(to + done, pinned_ + c.offset, piece, cudaMemcpyHostToDevice, stream_));
+    DIT_CUDA_CHECK(cudaEventRecord(ring_events_[c.slot], stream_));
+    done += piece;
+  }
+  if (dst.dtype != src.dtype)
+    convert_on_device(dst.data, dst.dtype, to, src.dtype, dst.numel(), stream_);
 }
 
 void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
@@ -244,11 +296,7 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   if (src_host) {  // an upload: through the pinned ring, asynchronous
-    const void* pinned = stage_upload(src.data, src.bytes());
-    void* to = dst.dtype == src.dtype ? dst.data : scratch(src.bytes());
-    DIT_CUDA_CHECK(cudaMemcpyAsync(to, pinned, src.bytes(), cudaMemcpyHostToDevice, stream_));
-    DIT_CUDA_CHECK(cudaEventRecord(pinned_done_, stream_));
-    if (dst.dtype != src.dtype) convert_on_device(dst.data, dst.dtype, to, src.dtype, n, stream_);
+    upload(dst, src);
     return;
   }
   if (dst.dtype == src.dtype) {

@@ -4,7 +4,10 @@
 // Pointers it returns are never dereferenced: tensors on Device::Virtual are only passed around.
 #pragma once
 
+#include <memory>
+
 #include "backend/backend.h"
+#include "backend/composed_attention.h"
 
 namespace dit {
 
@@ -46,9 +49,19 @@ class VirtualBackend final : public Backend {
   void gate_residual_fwd(const Tensor&, const Tensor&, const ModChunk&) override {}
   void gate_residual_bwd(const Tensor&, const Tensor&, const ModChunk&, const Tensor&,
                          const ModChunk&) override {}
-  void attention_fwd(const Tensor&, int, const Tensor&, const Tensor&) override {}
-  void attention_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
-                     const Tensor&) override {}
+  // Attention is planned as the composed attention, the GPU's path when cuDNN cannot serve: its
+  // workspace is then counted (workspace_bytes) and its GEMM shapes checked.
+  void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override {
+    composed_.forward(*this, qkv, heads, out, lse);
+  }
+  void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                     int heads, const Tensor& dqkv) override {
+    composed_.backward(*this, qkv, out, lse, dout, heads, dqkv);
+  }
+  void softmax_rows(const Tensor&, const Tensor&, const Tensor&, SoftmaxStats) override {}
+  void softmax_rows_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void row_dot(const Tensor&, const Tensor&, const Tensor&) override {}
+  std::size_t workspace_bytes() const override { return composed_.workspace_bytes(); }
   void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void timestep_embedding(const Tensor&, float, const Tensor&) override {}
@@ -69,6 +82,7 @@ class VirtualBackend final : public Backend {
  private:
   DType dtype_;
   std::uintptr_t next_ = 4096;  // the next address handed out
+  ComposedAttention composed_{*this};
 };
 
 }  // namespace dit
