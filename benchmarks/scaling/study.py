@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,109 @@ def fail(msg):
 
 
 def write_atomic(path, text):
-    """Write under a temporary name, then rename into place (a crash never leaves half a file)."""
+    """Write under a temporary name, then rename into place (a crash never leaves half a file). A stop
+    signal waits until the file is in place."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with signals_held():
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+
+# ---- Stopping ---------------------------------------------------------------------------------------
+# SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the study: the point running then is ended and not stored
+# (an interrupted point is not a result, so a resumed study runs it again); the finished points stay
+# in results.json. The trainer runs in a session of its own, so that only the study signals it.
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+END_GRACE_S = 30  # for mpirun to stop its ranks (the trainer checkpoints at its next step) before SIGKILL
+
+
+class Stopped(BaseException):
+    """A stop signal (to the study, or to a point's trainer from outside)."""
+
+    def __init__(self, sig, how=""):
+        super().__init__(sig)
+        self.sig, self.how, self.output = sig, how, ""
+
+
+def install_stop_handlers():
+    def on_stop(sig, frame):
+        raise Stopped(sig)
+    for sig in STOP_SIGNALS:
+        # SIGINT is handled even when inherited as ignored (a background job of a script), so that
+        # `kill -INT` stops the study; a SIGHUP that nohup ignores stays ignored.
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        signal.signal(sig, on_stop)
+
+
+class signals_held:
+    """Stop signals wait (pending) until the block ends: for writing files and ending a child."""
+
+    def __enter__(self):
+        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        return False
+
+
+def end_child(proc):
+    """(stdout, stderr) of a child asked to stop (mpirun passes SIGTERM on to its ranks), its session
+    killed when it has not ended after END_GRACE_S."""
+    with signals_held():
+        for sig, wait_s in ((signal.SIGTERM, END_GRACE_S), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                return proc.communicate(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+        proc.wait()  # killed; whatever still holds its output pipes outlived it
+        return "", ""
+
+
+def run_child(args, env=None, timeout=None):
+    """(return code, stdout, stderr) of a command run in a session of its own; return code None when
+    it ran past `timeout` (seconds) and was ended. A stop signal ends it and raises Stopped."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        out, err = end_child(proc)
+        return None, out or "", err or ""
+    except BaseException as e:
+        out, err = end_child(proc)
+        if isinstance(e, Stopped):
+            e.output = (out or "") + (err or "")
+        raise
+
+
+def stopped_from_outside(code, log):
+    """How a point's run was stopped by a signal from outside the study (someone signalled mpirun or a
+    rank), or "" when it was not: the trainer checkpoints and exits 75 on SIGTERM or SIGUSR1, mpirun
+    reports a rank that a stop signal ended."""
+    if code is None or code == 0:
+        return ""
+    m = re.search(r"^stopping after step \d+ of \d+: received (\S+)", log, re.M)
+    if code == 75 or (m and not re.search(r"\berror\b", log, re.I)):  # not a rank that failed first
+        return f"the trainer was stopped from outside the study ({m.group(1) if m else 'exit code 75'})"
+    if code < 0 and -code in STOP_SIGNALS:
+        return f"the launcher was stopped from outside the study ({signal.Signals(-code).name})"
+    m = re.search(r"exited on signal (\d+) \((\w+)\)", log)
+    if m and int(m.group(1)) in STOP_SIGNALS:
+        return f"a rank was stopped from outside the study (signal {m.group(1)}, {m.group(2)})"
+    return ""
 
 
 def parse_layout(text):
@@ -369,15 +468,24 @@ def run_point(st, model, p, out):
                OMPI_MCA_rmaps_base_oversubscribe="1")
     t0 = time.time()
     os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    timeout = st.get("timeout_s", 600)
+    command_line = " ".join(shlex.quote(a) for a in args)
     try:
-        res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=st.get("timeout_s", 600))
-        log = res.stdout + res.stderr
-        ok = res.returncode == 0
-    except subprocess.TimeoutExpired as e:
-        log, ok = f"timed out after {e.timeout} s", False
-    write_atomic(run_dir + ".log", " ".join(shlex.quote(a) for a in args) + "\n" + log)
-    if not ok:
-        lines = [l for l in log.splitlines() if "error" in l.lower() or "timed out" in l]
+        code, out, err = run_child(args, env=env, timeout=timeout)
+    except Stopped as e:
+        write_atomic(run_dir + ".log", f"{command_line}\n{e.output}\ninterrupted: not a result\n")
+        raise
+    log = out + err
+    timed_out = f"\ntimed out after {timeout} s\n" if code is None else ""
+    write_atomic(run_dir + ".log", f"{command_line}\n{log}{timed_out}")
+    how = stopped_from_outside(code, log)
+    if how:
+        raise Stopped(None, how)
+    if code is None:
+        row.update(status="failed", reason=f"timed out after {timeout} s (timeout_s)")
+        return row
+    if code != 0:
+        lines = [l for l in log.splitlines() if "error" in l.lower()]
         lines = lines or log.strip().splitlines()[-1:] or ["exited with an error and no output"]
         row.update(status="failed", reason=lines[0].strip()[:300])
         return row
@@ -419,35 +527,51 @@ def cmd_run(a):
         os.makedirs(a.out, exist_ok=True)
     except OSError as e:
         fail(f"--out {a.out}: cannot create the study folder: {e.strerror or e}")
-    if not st.get("data"):  # the Fashion-MNIST test split (10k images), prepared once per study folder
-        st["data"] = os.path.join(os.path.abspath(a.out), "fashion_mnist_test.h5")
-        if not os.path.exists(st["data"]):
-            binary = os.environ.get("DIT_MP") or st.get("binary") or os.path.join(ROOT, "build-cpu/bin/dit_mp")
+    resume = " ".join(shlex.quote(x) for x in (sys.argv[0], "run", a.study, "--out", a.out))
+    rows, done = [], {}
+    try:
+        if not st.get("data"):  # the Fashion-MNIST test split (10k images), prepared once per study folder
+            st["data"] = os.path.join(os.path.abspath(a.out), "fashion_mnist_test.h5")
+            if not os.path.exists(st["data"]):
+                binary = os.environ.get("DIT_MP") or st.get("binary") or os.path.join(ROOT, "build-cpu/bin/dit_mp")
+                try:
+                    code, out, err = run_child([binary, "prepare-data", "fashion-mnist", "--split", "test",
+                                                "--out", st["data"]])
+                except OSError as e:
+                    fail(f"{binary}: cannot run it: {e.strerror or e} (set DIT_MP to the dit_mp binary)")
+                if code != 0:
+                    fail(f"preparing {st['data']}: {(out + err).strip()}")
+        path = os.path.join(a.out, "results.json")
+        done = {r["point"]: r for r in load_results(path)} if os.path.exists(path) else {}
+        skipped = 0
+        for i, p in enumerate(points):
+            if p["point"] in done and (done[p["point"]]["status"] == "ok" or not a.retry_failed):
+                rows.append(done[p["point"]])
+                skipped += 1
+                continue
             try:
-                res = subprocess.run([binary, "prepare-data", "fashion-mnist", "--split", "test", "--out", st["data"]],
-                                     capture_output=True, text=True)
-            except OSError as e:
-                fail(f"{binary}: cannot run it: {e.strerror or e} (set DIT_MP to the dit_mp binary)")
-            if res.returncode != 0:
-                fail(f"preparing {st['data']}: {(res.stdout + res.stderr).strip()}")
-    path = os.path.join(a.out, "results.json")
-    done = {r["point"]: r for r in load_results(path)} if os.path.exists(path) else {}
-    rows, skipped = [], 0
-    for i, p in enumerate(points):
-        if p["point"] in done and (done[p["point"]]["status"] == "ok" or not a.retry_failed):
-            rows.append(done[p["point"]])
-            skipped += 1
-            continue
-        row = run_point(st, models[p["model"]], p, a.out)
-        rows.append(row)
-        save(a.out, rows + [r for k, r in done.items() if k not in {x["point"] for x in rows}])
-        status = f"{row['images_per_s']:.1f} img/s" if row["status"] == "ok" else "FAILED: " + row["reason"]
-        print(f"[{i + 1}/{len(points)}] {p['point']}: {status}", flush=True)
-    save(a.out, rows)
-    print(f"study: {len(points)} points, {skipped} finished before (skipped), "
-          f"{sum(r['status'] == 'ok' for r in rows)} ok, {sum(r['status'] != 'ok' for r in rows)} failed")
-    import report  # noqa: E402 (plots need matplotlib only here)
-    report.write_report(a.out, rows, title=st.get("name", os.path.basename(a.study)))
+                row = run_point(st, models[p["model"]], p, a.out)
+            except Stopped as e:
+                e.point = f"point {i + 1}/{len(points)} ({p['point']})"
+                raise
+            rows.append(row)
+            save(a.out, rows + [r for k, r in done.items() if k not in {x["point"] for x in rows}])
+            status = f"{row['images_per_s']:.1f} img/s" if row["status"] == "ok" else "FAILED: " + row["reason"]
+            print(f"[{i + 1}/{len(points)}] {p['point']}: {status}", flush=True)
+        save(a.out, rows)
+        print(f"study: {len(points)} points, {skipped} finished before (skipped), "
+              f"{sum(r['status'] == 'ok' for r in rows)} ok, {sum(r['status'] != 'ok' for r in rows)} failed",
+              flush=True)
+        import report  # noqa: E402 (plots need matplotlib only here)
+        report.write_report(a.out, rows, title=st.get("name", os.path.basename(a.study)))
+    except Stopped as e:
+        what = e.how or f"stopped by {signal.Signals(e.sig).name}"
+        during = getattr(e, "point", None)
+        during = f" during {during}, which is not stored and runs again" if during else ""
+        kept = len({r["point"] for r in rows} | set(done))
+        print(f"study: {what}{during}; {kept} finished point{'s' * (kept != 1)} kept in "
+              f"{os.path.join(a.out, 'results.json')}; resume with: {resume}", file=sys.stderr, flush=True)
+        sys.exit(128 + e.sig if e.sig else 75)
 
 
 def cmd_report(a):
@@ -470,7 +594,12 @@ def main():
     p.add_argument("--title", default="scaling study")
     p.set_defaults(func=cmd_report)
     a = ap.parse_args()
-    a.func(a)
+    install_stop_handlers()
+    try:
+        a.func(a)
+    except Stopped as e:
+        print(f"study: {e.how or 'stopped by ' + signal.Signals(e.sig).name}", file=sys.stderr, flush=True)
+        sys.exit(128 + e.sig if e.sig else 75)
 
 
 if __name__ == "__main__":
