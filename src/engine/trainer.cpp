@@ -19,7 +19,8 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
 Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, const Dataset& data)
     : be_(&be), ctx_(&ctx), cfg_(setup.model), train_(setup.train),
       schedule_(diffusion::create_diffusion({"", setup.model.learn_sigma, setup.train.diffusion_steps})),
-      scaler_(be.compute_dtype() == DType::F16, setup.train.loss_scale_window, setup.train.loss_scale) {
+      scaler_(be.compute_dtype() == DType::F16 ? LossScaling::Dynamic : LossScaling::Off, setup.train.loss_scale_window,
+              setup.train.loss_scale) {
   const SampleShape s = data.shape();
   DIT_CHECK(s.channels == cfg_.in_channels && s.height == cfg_.input_size && s.width == cfg_.input_size,
             "the dataset's samples are ", s.channels, "x", s.height, "x", s.width, " but the model takes ",
@@ -38,6 +39,10 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
   const BatchPlan& plan = batches_->plan();
   terms_ = Buffer(be, static_cast<std::size_t>(plan.microbatches) * plan.micro_batch * 3 * sizeof(float));
+  // What one step uploads per microbatch: x0, t (schedule and model timesteps) and labels; the
+  // backend sizes its upload ring for it once, so nothing is allocated mid-step.
+  const std::size_t per_sample = std::size_t(cfg_.in_channels) * cfg_.input_size * cfg_.input_size * 4 + 3 * 4;
+  be.reserve_uploads(per_sample * plan.micro_batch * plan.microbatches);
 }
 
 StageState Trainer::state() {
@@ -142,7 +147,7 @@ StepStats Trainer::step() {
   const std::int64_t n = plan.micro_batch;
   const DType dt = be.compute_dtype();
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
-                      dp0 = ctx_->dp->stats().bytes;
+                      dp0 = ctx_->dp->stats().bytes, syncs0 = be.host_syncs();
   // The watchdog names the step in its message; this process's first step builds plans and
   // touches all memory, so its waits get the slow-phase allowance.
   const bool first = !stepped_;
@@ -193,7 +198,7 @@ StepStats Trainer::step() {
   const ZeroOptimizer::Result r =
       zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
                   ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
-                  scaler_.enabled());
+                  scaler_.enabled() ? ZeroOptimizer::NonFinite::Skip : ZeroOptimizer::NonFinite::Apply);
   st.grad_norm = r.grad_norm;
   st.skipped = !r.applied;
   st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
@@ -212,6 +217,7 @@ StepStats Trainer::step() {
   a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
   workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
   a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
+  a.host_syncs = be.host_syncs() - syncs0;
   ++step_;
   return st;
 }

@@ -30,6 +30,7 @@ struct StepAccounting {
   double measured_bubble = 0;     // pp_wait / (pp_wait + compute) on this rank
   double theoretical_bubble = 0;  // (pp - 1) / (v m + pp - 1)
   std::size_t activation_bytes = 0;  // peak of the microbatch arenas
+  std::uint64_t host_syncs = 0;      // times the host waited for the backend this step
 };
 
 // The bytes one rank holds, by category: what a run reports in accounting.json and what

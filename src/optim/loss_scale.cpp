@@ -8,8 +8,9 @@
 
 namespace dit {
 
-LossScaler::LossScaler(bool enabled, std::int64_t growth_interval, double initial_scale)
-    : enabled_(enabled), growth_interval_(growth_interval), initial_(initial_scale) {
+LossScaler::LossScaler(LossScaling scaling, std::int64_t growth_interval, double initial_scale)
+    : enabled_(scaling == LossScaling::Dynamic), growth_interval_(growth_interval), initial_(initial_scale) {
+  const bool enabled = enabled_;
   DIT_CHECK(growth_interval >= 1, "loss scaling: growth interval ", growth_interval, ", expected >= 1");
   DIT_CHECK(std::isfinite(initial_scale) && initial_scale >= 1, "loss scaling: initial scale ",
             initial_scale, ", expected a finite number >= 1");

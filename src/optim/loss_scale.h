@@ -18,12 +18,15 @@ struct LossScaleState {
   bool active = false;             // saved by a run with loss scaling on (fp16)
 };
 
+// Whether a run scales its loss (fp16 storage) or not (fp32, bf16: scale 1, nothing skipped).
+enum class LossScaling : std::uint8_t { Off, Dynamic };
+
 class LossScaler {
  public:
   static constexpr double kInitialScale = 65536.0;  // 2^16
   static constexpr std::int64_t kGrowthInterval = 1000;
 
-  explicit LossScaler(bool enabled, std::int64_t growth_interval = kGrowthInterval,
+  explicit LossScaler(LossScaling scaling, std::int64_t growth_interval = kGrowthInterval,
                       double initial_scale = kInitialScale);
 
   bool enabled() const { return enabled_; }

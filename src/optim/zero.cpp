@@ -51,7 +51,7 @@ std::size_t ZeroOptimizer::state_bytes() const {
 
 ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
                                           std::int64_t step_number, double max_norm,
-                                          double ema_decay, double loss_scale, bool skip_nonfinite) {
+                                          double ema_decay, double loss_scale, NonFinite nonfinite) {
   Backend& be = *be_;
   const int dp = ctx_->dp->size();
   const std::int64_t n = end_ - begin_;
@@ -74,7 +74,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   ctx_->world->all_reduce_sum(&sumsq, 1);
   Result r;
   r.grad_norm = std::sqrt(sumsq) * unscale;
-  if (skip_nonfinite && !std::isfinite(r.grad_norm)) {
+  if (nonfinite == NonFinite::Skip && !std::isfinite(r.grad_norm)) {
     r.applied = false;
     return r;
   }

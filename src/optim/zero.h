@@ -29,10 +29,11 @@ class ZeroOptimizer {
     double grad_norm = 0;  // global norm before clipping, of the unscaled gradients
     bool applied = true;   // false: skipped (non-finite gradients under loss scaling)
   };
-  // max_norm <= 0: no clipping. The grads hold d(loss_scale x loss); skip_nonfinite (fp16 loss
+  // max_norm <= 0: no clipping. The grads hold d(loss_scale x loss); NonFinite::Skip (fp16 loss
   // scaling) leaves params, moments and EMA untouched when any gradient is inf or NaN.
+  enum class NonFinite : std::uint8_t { Apply, Skip };
   Result step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
-              double ema_decay, double loss_scale = 1.0, bool skip_nonfinite = false);
+              double ema_decay, double loss_scale = 1.0, NonFinite nonfinite = NonFinite::Apply);
 
   Optimizer& shard() { return *opt_; }
   const Optimizer& shard() const { return *opt_; }

@@ -13,8 +13,25 @@
 
 namespace dit {
 
+namespace {
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+}  // namespace
+
 void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
-                       const std::string& json_path) {
+                       const std::string& json_path, const std::string& attention) {
   const std::vector<std::pair<const char*, double>> mine = {
       {"step_s", a.step_s},
       {"compute_s", a.compute_s},
@@ -25,6 +42,7 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
       {"dp_bytes", double(a.dp_bytes)},
       {"measured_bubble", a.measured_bubble},
       {"theoretical_bubble", a.theoretical_bubble},
+      {"host_syncs_per_step", double(a.host_syncs)},
       {"optimizer_state_bytes", double(mem.master + mem.exp_avg + mem.exp_avg_sq + mem.ema)},
       {"param_bytes", double(mem.params)},
       {"grad_bytes", double(mem.grads)},
@@ -65,6 +83,7 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
                   format_bytes(col(r, "total_bytes")).c_str());
       js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp;
       for (std::size_t i = 0; i < k; ++i) js << ", \"" << mine[i].first << "\": " << cols[k * r + i];
+      if (r == 0 && !attention.empty()) js << ", \"attention\": " << json_string(attention);
       js << "}" << (r + 1 < n ? ",\n" : "\n");
     }
     js << "]\n";

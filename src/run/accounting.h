@@ -10,7 +10,9 @@
 namespace dit {
 
 // Collective over ctx.world: every rank contributes its row; rank 0 prints and writes `json_path`.
+// `attention` is what rank 0's backend says of its attention path (a cuDNN fallback, or ""); it is
+// recorded in rank 0's row.
 void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
-                       const std::string& json_path);
+                       const std::string& json_path, const std::string& attention = "");
 
 }  // namespace dit

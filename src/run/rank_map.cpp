@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "backend/gpu_versions.h"
 
 namespace dit {
 
@@ -88,7 +89,14 @@ std::string rank_map(const ParallelContext& ctx, const std::string& device) {
     const char* rec = all.data() + static_cast<std::size_t>(r) * sizeof mine;
     places.push_back({std::string(rec), std::string(rec + kHost)});
   }
-  return format_rank_map(ctx.layout, places, !device.empty());
+  std::string map = format_rank_map(ctx.layout, places, !device.empty());
+  if (device.empty()) return map;
+  // The GPU libraries as this rank loaded them (a GPU host brings its own), and any that is older
+  // than the build needs.
+  const std::vector<LibraryVersion> libs = gpu_library_versions();
+  map += "GPU libraries (rank 0): " + describe_gpu_versions(libs) + "\n";
+  for (const std::string& problem : gpu_version_problems(libs)) map += "warning: " + problem + "\n";
+  return map;
 }
 
 }  // namespace dit

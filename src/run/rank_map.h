@@ -22,7 +22,8 @@ struct RankPlace {
 std::string format_rank_map(const Layout& layout, const std::vector<RankPlace>& places, bool gpus);
 
 // Collective over ctx.world. `device` is this rank's GPU ("cuda:0") or "" on the CPU backend (then
-// the cores it may run on are shown). Returns the table on rank 0 (one line per rank, then a
+// the cores it may run on are shown). With GPUs, a line gives the driver, runtime, cuBLASLt, cuDNN
+// and NCCL versions as loaded, and a warning line names each one older than the build needs. Returns the table on rank 0 (one line per rank, then a
 // warning line per tp group that spans nodes), "" elsewhere.
 std::string rank_map(const ParallelContext& ctx, const std::string& device);
 

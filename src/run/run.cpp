@@ -233,7 +233,8 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   ctx_.watch->factor = CommWatch::kSlowPhaseFactor;  // the final save, weights and samples
   ctx_.watch->phase = "finishing";
   checkpoint();
-  if (steps_run > 0) report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"));
+  if (steps_run > 0)
+    report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"), be_->attention_note());
   // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
   // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
   const StageState final_state = trainer_->state();

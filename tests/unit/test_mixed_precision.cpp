@@ -93,7 +93,7 @@ TEST(Fp16, NarrowingRoundsToNearestEvenAtEveryBoundary) {
 // ---- the loss scaler -----------------------------------------------------------------------------
 
 TEST(LossScaler, OffForBf16AndFp32) {
-  LossScaler s(false);
+  LossScaler s(LossScaling::Off);
   EXPECT_EQ(s.scale(), 1.0);
   EXPECT_TRUE(s.update(false));  // nothing is skipped without loss scaling
   EXPECT_EQ(s.scale(), 1.0);
@@ -101,7 +101,7 @@ TEST(LossScaler, OffForBf16AndFp32) {
 }
 
 TEST(LossScaler, HalvesAndSkipsOnOverflowDoublesAfterCleanStepsNeverBelowOne) {
-  LossScaler s(true, 3);
+  LossScaler s(LossScaling::Dynamic, 3);
   EXPECT_EQ(s.scale(), 65536.0);
   EXPECT_FALSE(s.update(false));
   EXPECT_EQ(s.scale(), 32768.0);
@@ -118,7 +118,7 @@ TEST(LossScaler, HalvesAndSkipsOnOverflowDoublesAfterCleanStepsNeverBelowOne) {
   for (int i = 0; i < 40; ++i) s.update(false);
   EXPECT_EQ(s.scale(), 1.0);
 
-  LossScaler d(true);
+  LossScaler d(LossScaling::Dynamic);
   for (int i = 0; i < 999; ++i) d.update(true);
   EXPECT_EQ(d.scale(), 65536.0);
   d.update(true);
@@ -126,7 +126,7 @@ TEST(LossScaler, HalvesAndSkipsOnOverflowDoublesAfterCleanStepsNeverBelowOne) {
 }
 
 TEST(LossScaler, RestoreChecksAndRestartsFromRunsWithoutScaling) {
-  LossScaler s(true);
+  LossScaler s(LossScaling::Dynamic);
   s.restore({1024.0, 17, 3, true});
   EXPECT_EQ(s.scale(), 1024.0);
   EXPECT_EQ(s.state().clean_steps, 17);
@@ -138,7 +138,7 @@ TEST(LossScaler, RestoreChecksAndRestartsFromRunsWithoutScaling) {
   EXPECT_THROW(s.restore({0.5, 0, 0, true}), Error);
   EXPECT_THROW(s.restore({NAN, 0, 0, true}), Error);
   EXPECT_THROW(s.restore({8.0, -1, 0, true}), Error);
-  LossScaler off(false);
+  LossScaler off(LossScaling::Off);
   off.restore({1024.0, 5, 1, true});  // an fp16 checkpoint continued in bf16
   EXPECT_EQ(off.scale(), 1.0);
   EXPECT_TRUE(off.update(false));
