@@ -90,7 +90,7 @@ MemoryAccount Trainer::memory() const {
   m.ema = o.ema().bytes();
   m.activations = executor_->peak_activation_bytes();
   m.messages = executor_->peak_message_bytes();
-  m.workspace = workspace_peak_;
+  m.workspace = workspace_peak_ + be_->workspace_bytes();  // the stage's scratch + the backend's (attention)
   return m;
 }
 

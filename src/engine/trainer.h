@@ -41,7 +41,8 @@ struct MemoryAccount {
   std::size_t exp_avg = 0, exp_avg_sq = 0, ema = 0;  // fp32 ZeRO shards
   std::size_t activations = 0;  // peak of the microbatch arenas (message buffers included)
   std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
-  std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation)
+  std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation) and the
+                                // backend's own workspace (the composed attention's score tiles)
   std::size_t total() const {
     return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace;
   }

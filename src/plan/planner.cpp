@@ -11,6 +11,7 @@
 
 #include "core/resources.h"
 #include "engine/train_setup.h"
+#include "backend/attention_path.h"
 #include "backend/virtual/virtual_backend.h"
 #include "io/dataset.h"
 #include "parallel/virtual_comm.h"
@@ -74,12 +75,13 @@ class BlankDataset final : public Dataset {
 };
 
 // One rank of stage `s` (tp rank 0, dp rank 0: the others of the stage hold the same).
-StagePlan plan_stage(const TrainSetup& setup, DType dtype, int s, const Dataset& data) {
+StagePlan plan_stage(const TrainSetup& setup, DType dtype, VirtualBackend::Attention attention, int s,
+                     const Dataset& data) {
   const Layout& l = setup.layout;
   const DiTConfig& model = setup.model;
   const TrainConfig& tc = setup.train;
   const std::vector<StageLayout> chunks = setup.stage_chunks(s);
-  VirtualBackend be(dtype);
+  VirtualBackend be(dtype, attention);
   ParallelContext ctx;
   ctx.layout = l;
   ctx.coord = {0, s, 0};
@@ -135,6 +137,12 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   const DiTConfig& model = setup.model;
   BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
                     tc.global_batch);
+  // The attention the run's backend takes: the CPU's fused kernel unless DIT_ATTENTION=composed;
+  // on a GPU the composed attention's workspace is counted (its path where cuDNN cannot serve).
+  const VirtualBackend::Attention attention =
+      cfg.train.backend == BackendKind::Cuda || attention_path_from_env() == AttentionPath::Composed
+          ? VirtualBackend::Attention::Composed
+          : VirtualBackend::Attention::Fused;
   LayoutPlan p;
   p.layout = layout;
   p.micro_batch = setup.batch.micro_batch;
@@ -145,7 +153,7 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   p.sequence_parallel = cfg.parallel.sequence_parallel;
   p.virtual_stages = tc.virtual_stages;
   for (int s = 0; s < layout.pp; ++s)
-    p.stages.push_back(plan_stage(setup, cfg.train.precision, s, data));
+    p.stages.push_back(plan_stage(setup, cfg.train.precision, attention, s, data));
   return p;
 }
 

@@ -18,6 +18,8 @@
 #include "backend_params.h"
 #include "core/arena.h"
 #include "core/philox.h"
+#include "io/config.h"
+#include "plan/planner.h"
 #include "reference_ops.h"
 #include "value_checks.h"
 
@@ -227,6 +229,22 @@ TEST(ComposedAttentionCpu, ChosenPathRunsComposedDefaultDoesNot) {
                  ref::attention_fwd(qkv_h, s).out, ref::tolerance(DType::F32));
     EXPECT_EQ(be.workspace_bytes() > 0, path == AttentionPath::Composed);
   }
+}
+
+// `dit_mp plan` counts the composed attention's workspace where the run takes that path (a GPU
+// run, where cuDNN cannot serve), and not for the CPU's fused kernel: the plan stays the run's own.
+TEST(ComposedAttentionPlan, PlanCountsTheWorkspaceOfTheGpuPathOnly) {
+  RunConfig c = RunConfig::demo();
+  c.parallel.tp = 1, c.parallel.pp = 1;
+  const LayoutPlan cpu = plan_layout(c, {1, 1, 1});
+  c.train.backend = BackendKind::Cuda;
+  const LayoutPlan gpu = plan_layout(c, {1, 1, 1});
+  const DiTConfig& m = c.model.dit;
+  const AttentionDims d{c.train.micro_batch, m.num_patches(), m.num_heads, m.hidden_size / m.num_heads, DType::F32};
+  const std::size_t tiles = composed_tile_bytes(
+      d, AttnDirection::Backward, composed_tiling(d, AttnDirection::Backward, ComposedAttention::kDefaultBudget));
+  EXPECT_GT(tiles, 0u);
+  EXPECT_EQ(gpu.stages[0].mem.workspace - cpu.stages[0].mem.workspace, tiles);
 }
 
 }  // namespace

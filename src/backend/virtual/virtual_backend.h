@@ -13,7 +13,12 @@ namespace dit {
 
 class VirtualBackend final : public Backend {
  public:
-  explicit VirtualBackend(DType compute) : dtype_(compute) {}
+  // How the planned backend runs attention: its own fused kernel (the CPU backend's default; no
+  // workspace) or the composed attention (the GPU's path when cuDNN cannot serve, and the CPU's
+  // under DIT_ATTENTION=composed), whose workspace is then counted.
+  enum class Attention : std::uint8_t { Fused, Composed };
+  explicit VirtualBackend(DType compute, Attention attention = Attention::Composed)
+      : dtype_(compute), attention_(attention) {}
   std::string name() const override { return "virtual"; }
   DType compute_dtype() const override { return dtype_; }
   Device device() const override { return Device::Virtual; }
@@ -52,11 +57,11 @@ class VirtualBackend final : public Backend {
   // Attention is planned as the composed attention, the GPU's path when cuDNN cannot serve: its
   // workspace is then counted (workspace_bytes) and its GEMM shapes checked.
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override {
-    composed_.forward(*this, qkv, heads, out, lse);
+    if (attention_ == Attention::Composed) composed_.forward(*this, qkv, heads, out, lse);
   }
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override {
-    composed_.backward(*this, qkv, out, lse, dout, heads, dqkv);
+    if (attention_ == Attention::Composed) composed_.backward(*this, qkv, out, lse, dout, heads, dqkv);
   }
   void softmax_rows(const Tensor&, const Tensor&, const Tensor&, SoftmaxStats) override {}
   void softmax_rows_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
@@ -81,6 +86,7 @@ class VirtualBackend final : public Backend {
 
  private:
   DType dtype_;
+  Attention attention_;
   std::uintptr_t next_ = 4096;  // the next address handed out
   ComposedAttention composed_{*this};
 };
