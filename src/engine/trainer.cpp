@@ -152,8 +152,7 @@ StepStats Trainer::step() {
   // touches all memory, so its waits get the slow-phase allowance.
   const bool first = !stepped_;
   stepped_ = true;
-  WatchPhase phase(ctx_->watch.get(), first ? "the first step" : "training",
-                   first ? CommWatch::kSlowPhaseFactor : 1.0);
+  WatchPhase phase(ctx_->watch.get(), first ? "the first step" : "training", first ? CommWatch::kSlowPhaseFactor : 1.0);
   ctx_->watch->step = step_ + 1;
   StepStats st;
   st.step = step_;
