@@ -24,17 +24,29 @@
 #include "core/error.h"
 #include "engine/rank_backend.h"
 #include "parallel/world.h"
+#include "run/signals.h"
 
 namespace {
+
+const char* const kSubcommands[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "help"};
+
+// The command line trains: `train` given, or no subcommand (train is the default).
+bool trains(int argc, char** argv) {
+  if (argc < 2) return true;
+  const std::string first = argv[1];
+  if (first == "--help" || first == "-h" || first == "--version") return false;
+  for (const char* s : kSubcommands)
+    if (first == s) return first == "train";
+  return true;
+}
 
 // `train` is the default: insert it when the first argument is not a subcommand.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  static const char* subs[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "help"};
   const bool top_level = !args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "--version");
   bool has_sub = false;
   if (!args.empty())
-    for (const char* s : subs) has_sub |= args[0] == s;
+    for (const char* s : kSubcommands) has_sub |= args[0] == s;
   if (!has_sub && !top_level) args.insert(args.begin(), "train");
   if (!args.empty() && args[0] == "help") args[0] = "--help";
   std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
@@ -69,6 +81,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A stop request (preemption, a time limit's warning) may come while the job is still starting:
+  // recorded from the first instant, it stops the run at its first step boundary with a checkpoint
+  // instead of killing a rank inside MPI_Init.
+  if (trains(argc, argv)) dit::install_stop_handlers();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rc = 1;
