@@ -45,7 +45,8 @@ struct ParallelContext {
   bool last_stage() const { return coord.pp == layout.pp - 1; }
 };
 
-// Machines in the job: the number of shared-memory groups of MPI_COMM_WORLD.
+// Machines in the job: the number of shared-memory groups of MPI_COMM_WORLD. The first call is a
+// collective of every rank (make it at start-up); later calls return the same number at no cost.
 int node_count();
 
 // One rank on its own: every communicator is a SelfComm.

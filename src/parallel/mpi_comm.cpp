@@ -4,9 +4,13 @@
 
 #include "parallel/grid.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -41,6 +45,112 @@ bool yield_while_waiting() {
 }
 }  // namespace
 
+// ---- who is a timed-out wait really waiting for? -------------------------------------------------
+// A collective that times out does not know which member of its group is late, and a peer that
+// is late may itself be waiting on a third rank. So the timed-out rank asks: it sends a query to
+// the ranks it waited on, over MPI_COMM_WORLD with tags no other message uses, and every rank that
+// is blocked in a polled wait answers with what it waits for and on which world ranks. The chain
+// is followed from answer to answer for a fraction of a second; the ranks that never answer are the ones that
+// stopped. Waits serve queries only while they poll (every 256 polls, with the deadline check).
+namespace {
+
+constexpr int kInquiryTag = 32101;  // MPI guarantees tags up to 32767
+constexpr int kAnswerTag = 32102;
+constexpr double kInquirySeconds = 0.3;  // a polling rank answers within microseconds
+
+// The wait this rank is blocked in, if any (one thread drives MPI).
+struct CurrentWait {
+  std::string (*describe)(const void*) = nullptr;
+  const void* self = nullptr;
+};
+CurrentWait g_current;
+
+// Answers every pending query: "r1,r2,...;<what this rank waits for>" ("-;" when not waiting).
+void serve_inquiries() {
+  static std::deque<std::string> sent;  // Isend buffers stay alive; answers are few and small
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kInquiryTag, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag) return;
+    int query = 0;
+    MPI_Recv(&query, 1, MPI_INT, st.MPI_SOURCE, kInquiryTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    sent.push_back(g_current.describe ? g_current.describe(g_current.self) : "-;");
+    if (sent.size() > 64) sent.pop_front();  // long completed: the oldest answers were eager sends
+    MPI_Request r;
+    MPI_Isend(sent.back().data(), static_cast<int>(sent.back().size()), MPI_CHAR, st.MPI_SOURCE, kAnswerTag,
+              MPI_COMM_WORLD, &r);
+    MPI_Request_free(&r);
+  }
+}
+
+std::vector<int> parse_ranks(const std::string& list) {
+  std::vector<int> out;
+  std::size_t i = 0;
+  while (i < list.size()) {
+    const std::size_t j = std::min(list.find(',', i), list.size());
+    if (j > i && list[i] != '-') out.push_back(std::atoi(list.substr(i, j - i).c_str()));
+    i = j + 1;
+  }
+  return out;
+}
+
+// Asks `ranks` (world ranks) and whoever their answers name; returns a clause naming the ranks
+// that did not answer and what the others wait for, or "" when nothing could be learnt.
+std::string inquire(const std::vector<int>& ranks) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  std::set<int> asked;
+  std::map<int, std::pair<std::vector<int>, std::string>> answers;
+  static const int query = 0;
+  auto ask = [&](int r) {
+    if (r == me || !asked.insert(r).second) return;
+    MPI_Request req;
+    MPI_Isend(&query, 1, MPI_INT, r, kInquiryTag, MPI_COMM_WORLD, &req);
+    MPI_Request_free(&req);
+  };
+  for (int r : ranks) ask(r);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (answers.size() < asked.size() &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kInquirySeconds) {
+    serve_inquiries();
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, MPI_COMM_WORLD, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string text(static_cast<std::size_t>(n), '\0');
+    MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, kAnswerTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    const std::size_t semi = text.find(';');
+    auto on = parse_ranks(text.substr(0, semi));
+    answers[st.MPI_SOURCE] = {on, semi == std::string::npos ? "" : text.substr(semi + 1)};
+    for (int r : on) ask(r);
+  }
+  std::set<int> silent;
+  for (int r : asked)
+    if (!answers.count(r)) silent.insert(r);
+  // Who waits on a silent rank directly (the last link of the chain), else a few of the waiters.
+  std::string waiting;
+  int listed = 0;
+  for (const auto& [r, a] : answers) {
+    const bool on_silent = std::any_of(a.first.begin(), a.first.end(), [&](int x) { return silent.count(x) > 0; });
+    if (a.second.empty() || listed >= 2 || (!silent.empty() && !on_silent)) continue;
+    waiting += (listed++ ? "; " : "") + std::string("world rank ") + std::to_string(r) + " waits for " + a.second;
+  }
+  std::string out, names;
+  for (int r : silent) names += (names.empty() ? "" : ", ") + std::to_string(r);
+  if (!silent.empty())
+    out = std::string(silent.size() == 1 ? "world rank " : "world ranks ") + names +
+          (silent.size() == 1 ? " does" : " do") + " not answer (stopped, hung, or cut off)";
+  if (!waiting.empty()) out += (out.empty() ? "every rank asked is itself waiting: " : "; ") + waiting;
+  return out;
+}
+
+}  // namespace
+
 bool mpi_running() {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -49,6 +159,11 @@ bool mpi_running() {
 }
 
 int node_count() {
+  // Computed once, by the first call (a blocking collective of every rank, made at start-up):
+  // the machines of a job do not change, and a later call outside the watchdog's polled waits
+  // (the step log's MFU) could block forever on a stopped rank.
+  static int cached = 0;
+  if (cached > 0) return cached;
   MPI_Comm local;
   DIT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
   int local_rank = 0, leaders = 0;
@@ -56,6 +171,7 @@ int node_count() {
   MPI_Comm_free(&local);
   int leader = local_rank == 0 ? 1 : 0;
   DIT_MPI_CHECK(MPI_Allreduce(&leader, &leaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  cached = leaders;
   return leaders;
 }
 
@@ -86,11 +202,19 @@ void MpiComm::complete(MPI_Request& r, const Wait& what) {
   DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
   if (done) return;
   const auto t0 = std::chrono::steady_clock::now();
+  const WaitingOn waiting{this, &what};
+  const CurrentWait outer = g_current;
+  g_current = {&WaitingOn::answer, &waiting};
+  struct Restore {
+    CurrentWait previous;
+    ~Restore() { g_current = previous; }
+  } restore{outer};
   for (unsigned polls = 1;; ++polls) {
     DIT_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (yield_) std::this_thread::yield();
     if (polls % 256 == 0) {  // reading the clock on every poll would cost more than the poll
+      serve_inquiries();
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if ((limit > 0 && waited > limit) || (watch_->stopping() && waited > CommWatch::kStopGrace))
         timed_out(what, waited);
@@ -104,6 +228,32 @@ std::string MpiComm::group() const {
   return s + ")";
 }
 
+std::string MpiComm::WaitingOn::answer(const void* self) {
+  const auto& me = *static_cast<const WaitingOn*>(self);
+  const MpiComm& c = *me.comm;
+  std::string ranks;
+  for (int r : c.waited_on(*me.what)) {
+    if (!ranks.empty()) ranks += ',';
+    ranks += std::to_string(r);
+  }
+  return (ranks.empty() ? "-" : ranks) + ";" + c.describe(*me.what);
+}
+
+std::vector<int> MpiComm::waited_on(const Wait& w) const {
+  if (w.peer >= 0) return {world_ranks_[static_cast<std::size_t>(w.peer)]};
+  std::vector<int> out;
+  for (int i = 0; i < size_; ++i)
+    if (i != rank_) out.push_back(world_ranks_[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+std::string MpiComm::describe(const Wait& w) const {
+  if (w.peer < 0) return std::string("the ") + w.op + " over " + group();
+  const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
+  return std::string("the ") + w.op + " (tag " + std::to_string(w.tag) + ") " +
+         (std::string(w.op) == "send" ? "to" : "from") + " world rank " + std::to_string(peer) + " over " + group();
+}
+
 void MpiComm::timed_out(const Wait& w, double waited) const {
   char secs[64];
   std::snprintf(secs, sizeof secs, "%.1f s (parallel.timeout_s = %g", waited, watch_->timeout_s);
@@ -111,14 +261,15 @@ void MpiComm::timed_out(const Wait& w, double waited) const {
   if (watch_->stopping()) limit += ", or " + std::to_string(int(CommWatch::kStopGrace)) + " s after a stop signal";
   if (watch_->factor != 1) limit += ", x" + std::to_string(int(watch_->factor)) + " during " + watch_->phase;
   limit += ")";
+  const std::string found = inquire(waited_on(w));
   if (w.peer >= 0) {
     const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
-    DIT_FAIL("communication timeout: waited ", limit, " for the ", w.op, " (tag ", w.tag, ") ",
-             std::string(w.op) == "send" ? "to" : "from", " world rank ", peer, " over ", group(), " during ",
-             watch_->where(), "; rank ", peer, " stopped making progress (stopped, hung, or cut off from this one)");
+    DIT_FAIL("communication timeout: waited ", limit, " for ", describe(w), " during ", watch_->where(), "; ",
+             found.empty() ? "rank " + std::to_string(peer) + " stopped making progress (stopped, hung, or cut off from this one)"
+                           : found);
   }
-  DIT_FAIL("communication timeout: waited ", limit, " in ", w.op, " over ", group(), " during ", watch_->where(),
-           "; a rank of that group stopped making progress (stopped, hung, or cut off)");
+  DIT_FAIL("communication timeout: waited ", limit, " in ", w.op, " over ", group(), " during ", watch_->where(), "; ",
+           found.empty() ? std::string("a rank of that group stopped making progress (stopped, hung, or cut off)") : found);
 }
 
 MpiComm::~MpiComm() {

@@ -60,7 +60,17 @@ class MpiComm final : public Comm {
   // between polls with DIT_MPI_WAIT=yield); throws naming the operation and peer when it runs
   // out. With the watchdog off and no yielding, plain MPI_Wait.
   void complete(MPI_Request& r, const Wait& what);
+  // On a timeout, asks the ranks waited on what they wait for (the chain to the rank that
+  // stopped; see mpi_comm.cpp) and throws naming them.
   [[noreturn]] void timed_out(const Wait& what, double waited) const;
+  std::vector<int> waited_on(const Wait& w) const;  // world ranks: the peer, or the group but this rank
+  std::string describe(const Wait& w) const;        // "the all-reduce over the tp group (world ranks 0, 1)"
+  // The wait in progress, as other ranks' timeout inquiries see it.
+  struct WaitingOn {
+    const MpiComm* comm;
+    const Wait* what;
+    static std::string answer(const void* self);
+  };
   std::string group() const;  // "the tp group (world ranks 0, 1)"
   MPI_Comm comm_;
   bool owned_;
