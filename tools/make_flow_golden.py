@@ -660,6 +660,201 @@ def mirror_checks(a, model, res):
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# DDPM with min-SNR (official DiT model and diffusion; Min-SNR's weighted training_losses)
+# ---------------------------------------------------------------------------------------------
+
+SCHEDULE_KEYS = ("betas", "alphas_cumprod", "alphas_cumprod_prev", "posterior_variance",
+                 "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2")
+
+
+def minsnr_diffusion(refs, weight_type):
+    """Min-SNR's GaussianDiffusion configured as DiT's create_diffusion("") (linear betas, epsilon,
+    learned range, MSE, no timestep rescale), with its mse_loss_weight_type."""
+    g = refs.minsnr
+    dit = refs.diffusion.create_diffusion("")
+    return g.GaussianDiffusion(betas=dit.betas, model_mean_type=g.ModelMeanType.EPSILON,
+                               model_var_type=g.ModelVarType.LEARNED_RANGE,
+                               loss_type=g.LossType.MSE, rescale_timesteps=False,
+                               mse_loss_weight_type=weight_type), dit
+
+
+def draw_ddpm_inputs(a, gen):
+    N, C, H = a.batch, a.in_channels, a.input_size
+
+    def randn(*s):
+        return torch.randn(*s, generator=gen, dtype=F64)
+
+    y_fwd = torch.randint(0, a.num_classes, (N,), generator=gen)
+    y_fwd[-1] = a.num_classes
+    fwd = {"x": randn(N, C, H, H), "t": torch.randint(0, 1000, (N,), generator=gen).to(F64),
+           "y": y_fwd, "cotangent": randn(N, 2 * C, H, H)}
+    t = torch.randint(1, 1000, (N,), generator=gen)
+    t[0] = 0                                    # discretized-likelihood branch
+    t[1] = 999                                  # snr < gamma: weight 1
+    if N > 2:
+        t[2] = 3                                # snr >> gamma: weight gamma / snr
+    loss = {"x_start": 0.7 * randn(N, C, H, H), "t": t,
+            "y": torch.randint(0, a.num_classes, (N,), generator=gen), "noise": randn(N, C, H, H)}
+    step = int(torch.randint(1, 10, (1,), generator=gen))
+    smp = {"x_t": randn(N, C, H, H), "t": torch.full((N,), step, dtype=torch.int64),
+           "y": torch.randint(0, a.num_classes, (N,), generator=gen),
+           "ddpm_noise": randn(N, C, H, H)}
+    return fwd, loss, smp
+
+
+def ddpm_loss_group(refs, model, inp, weight_type):
+    ms, _ = minsnr_diffusion(refs, weight_type)
+    model.zero_grad(set_to_none=True)
+    terms = ms.training_losses(model, inp["x_start"], inp["t"], dict(y=inp["y"]), inp["noise"])
+    terms["loss"].mean().backward()
+    raw = terms["mse_raw"].detach()
+    g = dict(inp, loss=terms["loss"].detach(), mse=terms["mse"].detach(), mse_raw=raw,
+             vb=terms["vb"].detach())
+    w = terms["mse"].detach() / raw             # the weight the reference applied
+    g["weight"] = w
+    return g, {n: p.grad.detach().clone() for n, p in trainable(model).items()}
+
+
+def ddpm_sample_group(refs, model, inp):
+    a = refs.a
+    diff = refs.diffusion.create_diffusion(a.respacing)
+    x, t, y = inp["x_t"], inp["t"], inp["y"]
+    with torch.no_grad():
+        with rs.given_randn(inp["ddpm_noise"].to(x.dtype)):
+            ddpm = diff.p_sample(model, x, t, clip_denoised=False, model_kwargs=dict(y=y))
+        ddim = diff.ddim_sample(model, x, t, clip_denoised=False, model_kwargs=dict(y=y), eta=0.0)
+        cx = torch.cat([x, x])
+        ct = torch.cat([t, t]).to(x.dtype)
+        cy = torch.cat([y, torch.full_like(y, a.num_classes)])
+        cout = model.forward_with_cfg(cx, ct, cy, a.cfg_scale)
+    smp = {"timestep_map": torch.tensor(diff.timestep_map, dtype=torch.int64),
+           "betas": torch.from_numpy(np.asarray(diff.betas, dtype=np.float64)), "x_t": x, "y": y,
+           "t": t, "ddpm_noise": inp["ddpm_noise"], "ddpm_out": ddpm["sample"],
+           "pred_xstart": ddpm["pred_xstart"], "ddim_out": ddim["sample"]}
+    return smp, {"x": cx, "t": ct, "y": cy, "out": cout}
+
+
+def compute_ddpm(refs, model, draws, weight_type):
+    fwd_in, loss_in, smp_in = draws
+    out = {}
+    out["forward"], out["forward/grads"] = forward_group(model, fwd_in)
+    out["loss"], out["loss/grads"] = ddpm_loss_group(refs, model, loss_in, weight_type)
+    out["sample"], out["sample/cfg"] = ddpm_sample_group(refs, model, smp_in)
+    return out
+
+
+def ddpm_config(a):
+    return dict(model_family="DiT", objective="ddpm", timestep_sampling="uniform",
+                logit_normal_mean=0.0, logit_normal_std=1.0, cosine_loss=False,
+                loss_weight="none" if a.no_min_snr else "min_snr",
+                min_snr_gamma=float(a.min_snr_gamma), mlp="gelu", norm="layernorm",
+                pos_embed="sincos", qk_norm=False, mlp_hidden=int(a.hidden_size * a.mlp_ratio))
+
+
+def main_ddpm(a, refs):
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(a.seed)
+    wtype = "constant" if a.no_min_snr else f"min_snr_{a.min_snr_gamma}"
+    with rs.Float64(round_float=True):
+        torch.manual_seed(a.seed)
+        model = perturbed_model(refs, gen)
+        weights = {n: v.detach().clone() for n, v in model.state_dict().items()}
+        draws = draw_ddpm_inputs(a, gen)
+        res = compute_ddpm(refs, model, draws, wtype)
+        after, ema = adamw_ema(model, a, weights, res["loss/grads"])
+        _, dit = minsnr_diffusion(refs, wtype)
+        schedule = {k: torch.from_numpy(np.asarray(getattr(dit, k), dtype=np.float64))
+                    for k in SCHEDULE_KEYS}
+    cmd = f"{command_line()} [{provenance(a)}] float64"
+    with h5py.File(a.out, "w") as f:
+        write_config(f, a, model, ddpm_config(a))
+        f["config"].attrs["source"] = cmd
+        f.attrs.create("trainable", np.array(list(trainable(model)), dtype=object),
+                       dtype=h5py.string_dtype())
+        write_group(f, "weights", weights)
+        for g in ("forward", "forward/grads", "loss", "loss/grads"):
+            write_group(f, g, res[g])
+        write_group(f, "schedule", schedule)
+        g = write_group(f, "sample", res["sample"])
+        g.attrs["respacing"] = a.respacing
+        g = write_group(f, "sample/cfg", res["sample/cfg"])
+        g.attrs["scale"] = np.float64(a.cfg_scale)
+        g.attrs["guided_channels"] = np.int64(min(3, a.in_channels))
+        write_group(f, "adamw/params_after", after)
+        for k in ("lr", "beta1", "beta2", "eps", "weight_decay"):
+            f["adamw"].attrs[k] = np.float64(getattr(a, k))
+        write_group(f, "ema/after", ema)
+        f["ema"].attrs["decay"] = np.float64(a.ema_decay)
+    print(f"wrote {a.out} ({os.path.getsize(a.out) / 1e3:.0f} KB)")
+    if a.no_self_check:
+        return 0
+    return self_check_ddpm(a, refs, model, weights, draws, res, wtype, dit)
+
+
+def self_check_ddpm(a, refs, model64, weights, draws, res, wtype, dit):
+    ok = True
+    m32 = refs.model()
+    m32.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+    res32 = compute_ddpm(refs, m32, cast_inputs(draws, torch.float32), wtype)
+    rows = compare_results(res, res32)
+    for name, err in rows:
+        flag = err >= 1e-5
+        ok &= not flag
+        if flag or "grads" not in name:
+            print(f"  f32 vs f64 {err:9.2e}  {name}{'   <-- FAIL' if flag else ''}")
+    worst = max(rows, key=lambda r: r[1])
+    print(f"  float32 reference vs float64: {len(rows)} tensors, worst {worst[1]:.2e} ({worst[0]})")
+    with rs.Float64(round_float=True):
+        # With constant weighting the Min-SNR class must equal DiT's own training_losses.
+        x0, t, y, noise = (draws[1][k] for k in ("x_start", "t", "y", "noise"))
+        with torch.no_grad():
+            ours = minsnr_diffusion(refs, "constant")[0].training_losses(model64, x0, t,
+                                                                        dict(y=y), noise)
+            official = dit.training_losses(model64, x0, t, dict(y=y), noise)
+        for k in ("mse", "vb", "loss"):
+            err = rs.rel_l2(ours[k], official[k])
+            ok &= err <= 1e-14
+            print(f"  Min-SNR constant vs DiT {k}: {err:.2e}")
+        err = rs.rel_l2(ours["mse"], res["loss"]["mse_raw"])
+        ok &= err <= 1e-14
+        print(f"  DiT mse vs file mse_raw: {err:.2e}")
+        # the reference: snr = (alpha / sigma)^2 of the extracted (float32-rounded) coefficients
+        alpha = torch.from_numpy(dit.sqrt_alphas_cumprod)[t].to(torch.float32).to(F64)
+        sigma = torch.from_numpy(dit.sqrt_one_minus_alphas_cumprod)[t].to(torch.float32).to(F64)
+        snr = (alpha / sigma) ** 2
+        w = torch.minimum(snr, torch.full_like(snr, a.min_snr_gamma)) / snr
+        if a.no_min_snr:
+            w = torch.ones_like(w)
+        err = rs.rel_l2(w, res["loss"]["weight"])
+        ok &= err <= 1e-14
+        print(f"  weight = min(snr, gamma)/snr: {err:.2e}  (weights {res['loss']['weight'].tolist()})")
+        err = rs.rel_l2(res["loss"]["mse"] + res["loss"]["vb"], res["loss"]["loss"])
+        ok &= err <= 1e-15
+        print(f"  loss = weight * mse_raw + vb: {err:.2e}")
+
+        # vb sees the model's mean detached (the reference's frozen_out), so mean(loss)'s
+        # autograd gradient is not the derivative of its value: check the weighted mse part.
+        ms = minsnr_diffusion(refs, wtype)[0]
+
+        def mse_terms():
+            return ms.training_losses(model64, x0, t, dict(y=y), noise)["mse"].mean()
+
+        model64.zero_grad(set_to_none=True)
+        mse_terms().backward()
+        g_mse = {n: p.grad.detach().clone() for n, p in trainable(model64).items()}
+        with torch.no_grad():
+            fd = finite_difference_check(refs, model64, draws, g_mse,
+                                         lambda: float(mse_terms()), fd_picks(model64, g_mse))
+    for name, ad, fdv, err in fd:
+        flag = err > 1e-6
+        ok &= not flag
+        print(f"  finite diff {err:9.2e}  {name}: autograd {ad:+.10e} fd {fdv:+.10e}"
+              f"{'   <-- FAIL' if flag else ''}")
+    print("SELF-CHECK OK" if ok else "SELF-CHECK FAILED")
+    return 0 if ok else 1
+
+
 def main(argv=None):
     a = parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

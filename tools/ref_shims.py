@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 
 _ORIG = {"float": torch.Tensor.float, "arange": torch.arange, "tensor": torch.tensor,
-         "randn": torch.randn}
+         "randn": torch.randn, "randn_like": torch.randn_like}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,12 +222,23 @@ def _f64_dtype(kwargs):
     return kwargs
 
 
+def _float_to_f64(self, memory_format=torch.preserve_format):
+    return self.to(torch.float64)
+
+
+def _float_rounded(self, memory_format=torch.preserve_format):
+    return _ORIG["float"](self).to(torch.float64)
+
+
 @contextlib.contextmanager
-def Float64():
-    """The references' float32 casts become float64 (see the module docstring)."""
+def Float64(round_float=False):
+    """The references' float32 casts become float64 (see the module docstring). With
+    round_float, `Tensor.float()` still rounds to float32 (then returns float64): the convention
+    of the project's DiT golden files, whose pos_embed and `_extract_into_tensor` coefficients
+    carry the official code's float32 rounding."""
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
-    torch.Tensor.float = lambda self, memory_format=torch.preserve_format: self.to(torch.float64)
+    torch.Tensor.float = _float_rounded if round_float else _float_to_f64
     torch.arange = lambda *a, **k: _ORIG["arange"](*a, **_f64_dtype(k))
     torch.tensor = lambda *a, **k: _ORIG["tensor"](*a, **_f64_dtype(k))
     try:
@@ -241,8 +252,9 @@ def Float64():
 
 @contextlib.contextmanager
 def given_randn(noise):
-    """`torch.randn(shape)` inside returns `noise` (shape must match; once): the SDE step's
-    Wiener increment and DiT's p_sample noise are drawn inside the references' functions."""
+    """`torch.randn(shape)` / `torch.randn_like(x)` inside return `noise` (shape must match;
+    once): the SDE step's Wiener increment and DiT's p_sample noise are drawn inside the
+    references' functions."""
     calls = []
 
     def fake(*size, **kwargs):
@@ -253,10 +265,12 @@ def given_randn(noise):
         return noise.clone().to(kwargs.get("dtype") or torch.get_default_dtype())
 
     torch.randn = fake
+    torch.randn_like = lambda x, **kwargs: fake(tuple(x.shape), dtype=kwargs.get("dtype", x.dtype))
     try:
         yield
     finally:
         torch.randn = _ORIG["randn"]
+        torch.randn_like = _ORIG["randn_like"]
     if not calls:
         raise RuntimeError("given_randn: the noise was never drawn")
 
