@@ -209,13 +209,30 @@ def flow_loss_group(refs, model, inp):
     return g, {n: p.grad.detach().clone() for n, p in trainable(model).items()}
 
 
+class _GivenNormal:
+    """scipy.stats.norm whose rvs(loc, scale, size) is loc + scale * u for the given u (what
+    norm.rvs computes from its standard normal draws)."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def rvs(self, loc=0.0, scale=1.0, size=None):
+        assert size == len(self.u), f"logit-normal draw of {size}, given {len(self.u)}"
+        return loc + scale * self.u
+
+
 def timesteps_group(refs, inp):
     """LightningDiT's logit-normal sampler (norm.rvs, then 1/(1+exp(-u)), then * (t1 - t0) + t0
-    from check_interval) with numpy's global RNG seeded so its normal draws are the given u."""
+    from check_interval), its normal draws replaced by the given standard normals u."""
     a = refs.a
     tr = refs.transport_obj()
-    np.random.seed(inp["seed"])
-    t_ref = tr.sample_logit_normal(a.logit_normal_mean, a.logit_normal_std, size=a.batch)
+    mod = refs.transport.transport                # LightningDiT's transport/transport.py
+    real = mod.norm
+    mod.norm = _GivenNormal(inp["u"].detach().cpu().numpy().astype(np.float64))
+    try:
+        t_ref = tr.sample_logit_normal(a.logit_normal_mean, a.logit_normal_std, size=a.batch)
+    finally:
+        mod.norm = real
     t0, t1 = tr.check_interval(tr.train_eps, tr.sample_eps)
     t_ref = t_ref * (t1 - t0) + t0
     return {"u": inp["u"], "t": t_ref}, (t0, t1)
@@ -317,8 +334,7 @@ def draw_inputs(a, gen):
     loss = {"x1": 0.7 * randn(N, C, H, H), "noise": randn(N, C, H, H), "t": loss_t,
             "y": torch.randint(0, a.num_classes, (N,), generator=gen)}
     seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
-    rng = np.random.RandomState(seed)
-    u = torch.from_numpy(rng.standard_normal(N))  # what norm.rvs draws after np.random.seed
+    u = torch.from_numpy(np.random.RandomState(seed).standard_normal(N))
     samp = {"x_t": randn(N, C, H, H), "y": torch.randint(0, a.num_classes, (N,), generator=gen),
             "noise": randn(N, C, H, H), "noise_null_half": randn(N, C, H, H)}
     return fwd, loss, {"u": u, "seed": seed}, samp
@@ -855,13 +871,139 @@ def self_check_ddpm(a, refs, model64, weights, draws, res, wtype, dit):
     return 0 if ok else 1
 
 
+# ---------------------------------------------------------------------------------------------
+# --verify FILE: recompute a flow file from its own weights and inputs with the reference code
+# ---------------------------------------------------------------------------------------------
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def args_from_file(f, base):
+    """The generator's arguments that reproduce the file's config and sampler attrs."""
+    c = f["config"].attrs
+    fam = {"LightningDiT": "lightning", "SiT": "sit"}[_s(c["model_family"])]
+    e, em = f["sample/euler"].attrs, f["sample/euler_maruyama"].attrs
+    argv = ["--family", fam, "--out", "-",
+            "--input-size", str(c["input_size"]), "--patch-size", str(c["patch_size"]),
+            "--in-channels", str(c["in_channels"]), "--hidden-size", str(c["hidden_size"]),
+            "--depth", str(c["depth"]), "--num-heads", str(c["num_heads"]),
+            "--mlp-ratio", repr(float(c["mlp_ratio"])), "--num-classes", str(c["num_classes"]),
+            "--class-dropout-prob", repr(float(c["class_dropout_prob"])),
+            "--batch", str(f["forward/x"].shape[0]), "--mlp", _s(c["mlp"]),
+            "--norm", _s(c["norm"]), "--pos-embed", _s(c["pos_embed"]),
+            "--timestep-sampling", _s(c["timestep_sampling"]),
+            "--logit-normal-mean", repr(float(c["logit_normal_mean"])),
+            "--logit-normal-std", repr(float(c["logit_normal_std"])),
+            "--cfg-scale", repr(float(e["cfg_scale"])),
+            "--cfg-interval-start", repr(float(e["cfg_interval_start"])),
+            "--ode-steps", str(e["num_steps"]), "--sde-steps", str(em["num_steps"]),
+            "--diffusion-form", _s(em["diffusion_form"]),
+            "--diffusion-norm", repr(float(em["diffusion_norm"])),
+            "--last-step", _s(em["last_step"]),
+            "--last-step-size", repr(float(em["last_step_size"])),
+            "--ema-decay", repr(float(f["ema"].attrs["decay"]))]
+    for k in ("lr", "beta1", "beta2", "eps", "weight_decay"):
+        argv += [f"--{k.replace('_', '-')}", repr(float(f["adamw"].attrs[k]))]
+    argv += ["--qk-norm"] if int(c["qk_norm"]) else []
+    argv += ["--cosine-loss"] if int(c["cosine_loss"]) else []
+    argv += [f"--{k}={getattr(base, k)}" for k in ("lightningdit", "sit") if getattr(base, k)]
+    return parse_args(argv)
+
+
+def verify_flow(path, base, tol):
+    """Every dataset of a flow file against the reference recomputed from the file's /weights
+    and inputs in float64 (relative L2 <= tol; exact zeros by absolute error)."""
+    torch.set_num_threads(1)
+    with h5py.File(path, "r") as f:
+        a = args_from_file(f, base)
+        refs = Refs(a)
+
+        def rd(name):
+            return torch.from_numpy(np.asarray(f[name][()]))
+
+        with rs.Float64():
+            model = refs.model()
+            sd = model.state_dict()
+            problems = []
+            if set(f["weights"]) != set(sd):
+                problems.append(f"/weights names differ: {sorted(set(f['weights']) ^ set(sd))}")
+            rebuilt = {k: v.clone() for k, v in sd.items()}   # pos_embed, RoPE from the code
+            model.load_state_dict({k: rd(f"weights/{k}") for k in sd}, strict=True)
+            names = [_s(n) for n in f.attrs["trainable"]]
+            if names != list(trainable(model)):
+                problems.append("/ attr trainable differs from named_parameters")
+            fwd = {k: rd(f"forward/{k}") for k in ("x", "t", "y", "cotangent")}
+            loss = {k: rd(f"loss/{k}") for k in ("x1", "noise", "t", "y")}
+            ts = {"u": rd("timesteps/u")} if "timesteps" in f else {"u": torch.zeros(a.batch)}
+            smp = {k: rd(f"sample/euler/{k}") for k in ("x_t", "y")}
+            smp["noise"] = rd("sample/euler_maruyama/noise")
+            smp["noise_null_half"] = torch.zeros_like(smp["noise"])
+            res = compute_flow(refs, model, (fwd, loss, ts, smp))
+            weights = {k: rd(f"weights/{k}") for k in sd}
+            res["adamw/params_after"], res["ema/after"] = adamw_ema(model, a, weights,
+                                                                   res["loss/grads"])
+        for k in ("pos_embed", "feat_rope.freqs_cos", "feat_rope.freqs_sin"):
+            if k in rebuilt:
+                res.setdefault("weights", {})[k] = rebuilt[k]
+        for name, st in res["_steps"].items():
+            if int(f[f"sample/{name}"].attrs["step"]) != st:
+                problems.append(f"/sample/{name} attr step {f[f'sample/{name}'].attrs['step']} "
+                                f"!= {st}")
+        rows, covered = [], set()
+        for g, d in res.items():
+            if g.startswith("_"):
+                continue
+            for k, v in d.items():
+                name = f"{g}/{k}"
+                if name not in f:
+                    continue
+                covered.add(name)
+                ref = rd(name)
+                if tuple(ref.shape) != tuple(torch.as_tensor(v).shape):
+                    problems.append(f"{name}: shape {tuple(ref.shape)} != {tuple(v.shape)}")
+                    continue
+                zero = float(ref.double().norm()) == 0.0
+                err = float((torch.as_tensor(v).double() - ref.double()).norm()) / \
+                    (1.0 if zero else float(ref.double().norm()))
+                rows.append((name, err))
+        covered |= {f"weights/{k}" for k in sd}
+        every = []
+        f.visititems(lambda n, o: every.append(n) if isinstance(o, h5py.Dataset) else None)
+        problems += [f"{n}: dataset not checked" for n in sorted(set(every) - covered)]
+    bad = [r for r in rows if r[1] > tol]
+    for n, e in bad:
+        print(f"  {e:9.2e}  {n}   <-- FAIL")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    worst = max(rows, key=lambda r: r[1])
+    print(f"{path}: {len(rows)} tensors recomputed by the reference, worst {worst[1]:.2e} "
+          f"({worst[0]})")
+    ok = not bad and not problems
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--verify" in argv:
+        return main_verify(argv)
     a = parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     refs = Refs(a)
     if a.family == "ddpm":
         return main_ddpm(a, refs)
     return main_flow(a, refs)
+
+
+def main_verify(argv):
+    ap = argparse.ArgumentParser(description="recompute a flow golden file with the reference")
+    ap.add_argument("--verify", nargs="+", required=True, metavar="FILE")
+    ap.add_argument("--lightningdit")
+    ap.add_argument("--sit", required=True)
+    ap.add_argument("--tol", type=float, default=1e-12)
+    b = ap.parse_args(argv)
+    return max(verify_flow(p, b, b.tol) for p in b.verify)
 
 
 if __name__ == "__main__":
