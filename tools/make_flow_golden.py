@@ -257,10 +257,21 @@ def ode_step(refs, model, inp, method, k):
     N = a.batch
     x2 = torch.cat([inp["x_t"], inp["x_t"]])
     y2 = torch.cat([inp["y"], torch.full_like(inp["y"], a.num_classes)])
+    kw = _cfg_kwargs(refs, y2)
     with torch.no_grad():
-        out = fn(x2, model.forward_with_cfg, **_cfg_kwargs(refs, y2))[-1]
-    return {"x_t": inp["x_t"], "y": inp["y"], "t": grid[k], "t_next": grid[k + 1],
-            "grid": grid, "out": out[:N]}
+        out = fn(x2, model.forward_with_cfg, **kw)[-1]
+        # the guided velocities the step used (the reference's drift = forward_with_cfg)
+        ones = torch.ones(2 * N, dtype=x2.dtype)
+        t0, dt = grid[k], grid[k + 1] - grid[k]
+        k1 = sampler.drift(x2, ones * t0, model.forward_with_cfg, **kw)
+        k2 = sampler.drift(x2 + dt * k1, ones * (t0 + dt), model.forward_with_cfg, **kw)
+    g = {"x_t": inp["x_t"], "y": inp["y"], "t": grid[k], "t_next": grid[k + 1], "grid": grid,
+         "out": out[:N]}
+    if method == "euler":
+        g["v"] = k1[:N]
+    else:
+        g["k1"], g["k2"] = k1[:N], k2[:N]
+    return g
 
 
 def sde_parts(refs):
@@ -280,6 +291,14 @@ def sde_parts(refs):
     return sde, last, t1
 
 
+def _sde_terms(sde, x2, t, model, kw):
+    """The reference's SDE drift (v + D score, cfg inside) and diffusion D(t) at (x2, t)."""
+    ts = torch.ones(x2.shape[0], dtype=x2.dtype) * t
+    drift = sde.drift(x2, ts, model.forward_with_cfg, **kw)
+    diffusion = torch.as_tensor(sde.diffusion(x2, ts), dtype=x2.dtype)
+    return drift, diffusion.expand(x2.shape[0], *([1] * (x2.dim() - 1))).reshape(-1)
+
+
 def sde_step(refs, model, inp, k):
     """Step k of SiT's Euler-Maruyama loop (sde._sde__Euler_Maruyama_step) on the doubled batch
     with the given Wiener draw, and the last step ("Mean") at t1 = 1 - last_step_size."""
@@ -296,10 +315,14 @@ def sde_step(refs, model, inp, k):
     with torch.no_grad():
         ts = torch.ones(2 * N, dtype=x2.dtype) * t1
         x_last = last(x2, ts, model.forward_with_cfg, **kw)
+        d_em, diff_em = _sde_terms(sde, x2, sde.t[k], model, kw)
+        d_last, diff_last = _sde_terms(sde, x2, t1, model, kw)
     em = {"x_t": inp["x_t"], "y": inp["y"], "t": sde.t[k], "t_next": sde.t[k] + sde.dt,
-          "grid": sde.t.clone(), "noise": inp["noise"], "out": x_next[:N], "mean": mean_x[:N]}
+          "grid": sde.t.clone(), "noise": inp["noise"], "out": x_next[:N], "mean": mean_x[:N],
+          "drift": d_em[:N], "diffusion": diff_em[:N]}
     lst = {"x_t": inp["x_t"], "y": inp["y"], "t": torch.as_tensor(float(t1), dtype=x2.dtype),
-           "t_next": torch.as_tensor(1.0, dtype=x2.dtype), "out": x_last[:N]}
+           "t_next": torch.as_tensor(1.0, dtype=x2.dtype), "out": x_last[:N],
+           "drift": d_last[:N], "diffusion": diff_last[:N]}
     return em, lst
 
 
@@ -644,13 +667,17 @@ def mirror_checks(a, model, res):
             rows.append(("timesteps/t = sigmoid(mean + std u)", rs.rel_l2(t, res["timesteps"]["t"])))
         g = res["sample/euler"]
         x, y, t, tn = g["x_t"], g["y"], g["t"], g["t_next"]
-        out = x + (tn - t) * _guided(a, model, x, t, y)
+        v = _guided(a, model, x, t, y)
+        rows.append(("sample/euler/v = guided velocity", rs.rel_l2(v, g["v"])))
+        out = x + (tn - t) * v
         rows.append(("sample/euler/out = x + dt v(x,t)", rs.rel_l2(out, g["out"])))
         g = res["sample/heun"]
         x, y, t, tn = g["x_t"], g["y"], g["t"], g["t_next"]
         k1 = _guided(a, model, x, t, y)
         k2 = _guided(a, model, x + (tn - t) * k1, tn, y)
         out = x + (tn - t) * 0.5 * (k1 + k2)
+        rows.append(("sample/heun/k1, k2 (k1 unguided, k2 guided)",
+                     max(rs.rel_l2(k1, g["k1"]), rs.rel_l2(k2, g["k2"]))))
         rows.append(("sample/heun/out = x + dt/2 (k1 + k2)", rs.rel_l2(out, g["out"])))
 
         def sde_drift(x, t, y):
@@ -663,6 +690,9 @@ def mirror_checks(a, model, res):
         g = res["sample/euler_maruyama"]
         x, y, t, tn = g["x_t"], g["y"], g["t"], g["t_next"]
         d, diff = sde_drift(x, t, y)
+        rows.append(("sample/euler_maruyama/drift, diffusion",
+                     max(rs.rel_l2(d, g["drift"]),
+                         rs.rel_l2(torch.full_like(g["diffusion"], float(diff)), g["diffusion"]))))
         mean = x + d * (tn - t)
         out = mean + torch.sqrt(2 * torch.as_tensor(diff, dtype=x.dtype)) * g["noise"] * \
             torch.sqrt(tn - t)
