@@ -15,11 +15,16 @@ float32 casts into float64):
 The SDE sampler (`euler_maruyama`) is SiT's `Sampler.sample_sde`; LightningDiT's transport is the
 same code, so a lightning file gets it from LightningDiT's copy.
 
-Only the reference's random draws are replaced by given tensors: the flow loss's (t, x0) through
-`Transport.sample`, the SDE's Wiener increment and DDPM's noise through `torch.randn` (see
+Every reference module named above is imported and run; none had to be mirrored. Only the
+reference's random draws are replaced by given tensors: the flow loss's (t, x0) through
+`Transport.sample`, the logit-normal normals through `norm.rvs` in LightningDiT's transport module,
+the SDE's Wiener increment and DDPM's noise through `torch.randn` / `torch.randn_like` (see
 ref_shims.given_randn). After writing, the tool re-runs everything in the references' stock float32
 and reports relative L2 errors against the float64 file (must be < 1e-5), and compares a few
 parameter gradients with central finite differences in float64.
+
+`--verify FILE... --lightningdit L --sit S` instead recomputes every dataset of existing flow
+files from their own weights and inputs (tolerance 1e-12; DDPM files: tools/check_golden.py).
 
 Example (the shipped lightning file):
   /usr/bin/python3 tools/make_flow_golden.py --family lightning \
