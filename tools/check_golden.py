@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_dit  # noqa: E402
 
 INT_DATASETS = {"forward/y", "loss/t", "loss/y", "sample/t", "sample/y", "sample/cfg/y",
-                "sample/timestep_map"}
+                "sample/timestep_map"}  # min-SNR files add loss/weight, loss/mse_raw (float64)
 CONFIG_INT = ["input_size", "patch_size", "in_channels", "hidden_size", "depth", "num_heads",
               "num_classes", "out_channels", "num_patches", "frequency_embedding_size"]
 CONFIG_FLOAT = ["mlp_ratio", "class_dropout_prob", "layernorm_eps"]
@@ -129,6 +129,10 @@ def check_loss(f, c, model):
     model.zero_grad(set_to_none=True)
     terms = diffusion.training_losses(model, c.ref("loss/x_start"), t, c.ref("loss/y"),
                                       c.ref("loss/noise"))
+    if attr_str(f["config"].attrs, "loss_weight", "none") == "min_snr":
+        terms = min_snr_terms(diffusion, terms, t, float(f["config"].attrs["min_snr_gamma"]))
+        for k in ("weight", "mse_raw"):
+            c.compare(f"loss/{k}", terms[k])
     terms["loss"].mean().backward()
     for k in ("loss", "mse", "vb"):
         if k in terms:
@@ -137,6 +141,25 @@ def check_loss(f, c, model):
             c.problem(f"loss/{k} present but learn_sigma is false")
     for n, p in params(model).items():
         c.compare(f"loss/grads/{n}", p.grad)
+
+
+def attr_str(attrs, key, default):
+    v = attrs.get(key, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def min_snr_terms(diffusion, terms, t, gamma):
+    """Min-SNR-gamma for epsilon prediction (Hang et al. 2023, their training_losses):
+    weight = min(snr, gamma) / snr, snr = (alpha / sigma)^2 of the extracted coefficients
+    (float32-rounded as the official _extract_into_tensor), applied to mse only: loss = w mse + vb."""
+    alpha = torch.from_numpy(diffusion.sqrt_alphas_cumprod)[t].float().double()
+    sigma = torch.from_numpy(diffusion.sqrt_one_minus_alphas_cumprod)[t].float().double()
+    snr = (alpha / sigma) ** 2
+    w = torch.minimum(snr, torch.full_like(snr, gamma)) / snr
+    w[snr == 0] = 1.0
+    out = dict(terms, weight=w, mse_raw=terms["mse"], mse=w * terms["mse"])
+    out["loss"] = out["mse"] + terms["vb"] if "vb" in terms else out["mse"]
+    return out
 
 
 def check_adamw_ema(f, c, model):
@@ -191,6 +214,10 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     with h5py.File(args.file, "r") as f:
+        if attr_str(f["config"].attrs, "objective", "ddpm") != "ddpm":
+            print(f"{args.file}: objective {attr_str(f['config'].attrs, 'objective', '')} is "
+                  f"not a DiT/DDPM file; tools/make_flow_golden.py writes and self-checks those")
+            return 2
         c = Checker(f, args.tol)
         check_schema(f, c)
         model = build_model(f, c)
