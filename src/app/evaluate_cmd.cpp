@@ -67,7 +67,10 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
               ": not a run folder (expected config.toml and ema.h5 in it)");
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);
-  if (from_weights) check_sample_count(opt.sample);
+  if (from_weights) {  // before the classifier is trained: sampling that cannot run is refused now
+    check_sample_count(opt.sample);
+    check_sample_request(opt.sample);
+  }
   if (!opt.json.empty()) check_writable_target(opt.json, "--json");
   if (!opt.samples_out.empty()) check_writable_target(opt.samples_out, "--samples-out");
   EvalPaths paths = eval_paths(cfg);

@@ -94,16 +94,20 @@ SampleSource resolve_source(const SampleOptions& requested) {
   check_outputs(opt.out, model);
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
-  const int ranks_per_node = std::max(1, world_size() / node_count());
-  check_memory_fits(sampling_memory_need(model, src.layout, std::min<std::int64_t>(total, opt.batch)),
-                    ranks_per_node, "--batch");
   std::string why;
   DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
             " --precision ", opt.precision, ": ", why);
+  const int ranks_per_node = std::max(1, world_size() / node_count());
+  const SamplingSize size{total, std::min<std::int64_t>(total, opt.batch), s, src.diffusion_steps,
+                          opt.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, parse_dtype(opt.precision)};
+  check_sampling_fits(sampling_memory_need(model, src.layout, size), size, ranks_per_node,
+                      "--batch (or --per-class, --classes)");
   return src;
 }
 
 }  // namespace
+
+void check_sample_request(const SampleOptions& opt) { resolve_source(opt); }
 
 SampledImages sample_from_weights(const SampleOptions& requested) {
   SampleSource src;

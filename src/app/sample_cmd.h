@@ -38,6 +38,10 @@ struct SampledImages {
   std::vector<int> labels;     // (n,)
 };
 SampledImages sample_from_weights(const SampleOptions& opt);
+// The checks sample_from_weights makes before it allocates (the weights, the settings, the outputs,
+// the backend, and that the sampling fits this machine's memory), for a command that has work to
+// do before it samples.
+void check_sample_request(const SampleOptions& opt);
 
 int run_sample(const SampleOptions& opt);
 

@@ -5,6 +5,9 @@
 
 #include "core/resources.h"
 #include "core/error.h"
+#include "engine/dit_pipeline.h"
+#include "engine/sampler.h"
+#include "plan/planner.h"
 
 namespace dit {
 
@@ -27,18 +30,39 @@ MemoryNeed training_memory_need(const RunConfig& cfg, const Layout& l) {
   need.activations = (host ? 1.0 : 0.0) * in_flight * tokens * (2.0 * m.hidden_size + double(m.mlp_hidden()) / l.tp) * 4.0 *
                      (double(m.depth) / l.pp);
   const std::int64_t classes = cfg.sample.classes.empty() ? m.num_classes : std::int64_t(cfg.sample.classes.size());
-  need.sampling = sampling_memory_need(m, l, classes * cfg.sample.per_class).sampling;
+  const std::int64_t images = classes * cfg.sample.per_class;
+  need.sampling = sampling_memory_need(m, l, {images, images, cfg.sample, cfg.diffusion.steps, cfg.train.backend,
+                                              cfg.train.precision})
+                      .total();
   return need;
 }
 
-MemoryNeed sampling_memory_need(const DiTConfig& m, const Layout& l, std::int64_t images) {
-  MemoryNeed need;
-  need.state = double(m.num_params()) / (double(l.tp) * l.pp) * 4;
-  // Every rank holds all samples (x and the model output); a dp replica runs its share of the
-  // guided (doubled) batch through the residual stream.
-  const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
-  need.sampling = double(images) * image * 3 + 2.0 * double(images) / l.dp * m.num_patches() * m.hidden_size * 4;
+SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const SamplingSize& size) {
+  SamplingNeed need;
+  const bool host = size.backend != BackendKind::Cuda;
+  const auto chunks = partition_stages(m, l.pp);
+  for (int s = 0; s < l.pp; ++s) {
+    VirtualBackend be(size.precision, planned_attention(size.backend));
+    ParallelContext ctx = planning_context(l, s);
+    const DiTStage stage(be, m, chunks[std::size_t(s)], *ctx.tp, l.dp);
+    const double weights = double(be.allocated_bytes());
+    const SamplerBytes b =
+        sampler_bytes(be, ctx, stage, sample_request(size.sample, {}, size.diffusion_steps), size.batch, size.total);
+    const SamplingNeed here{host ? weights : 0, host ? double(b.backend) : 0, double(b.host)};
+    if (here.total() > need.total()) need = here;
+  }
   return need;
+}
+
+void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int ranks_per_node,
+                         const std::string& settings) {
+  const double machine = machine_memory_bytes();
+  if (machine <= 0 || need.total() * ranks_per_node <= machine) return;
+  DIT_FAIL("sampling ", size.total, " images, ", size.batch, " at once, needs at least ", format_bytes(need.total()),
+           " per rank (weights ", format_bytes(need.weights), ", the forward pass ", format_bytes(need.pass),
+           ", the sampler's host buffers and samples ", format_bytes(need.host), ") x ", ranks_per_node,
+           " ranks on this machine, which has ", format_bytes(machine), "; lower ", settings,
+           " or use more machines");
 }
 
 void check_memory_fits(const MemoryNeed& need, int ranks_per_node, const std::string& settings) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/backend_kind.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
 #include "parallel/grid.h"
@@ -22,7 +24,31 @@ struct MemoryNeed {
 };
 
 MemoryNeed training_memory_need(const RunConfig& cfg, const Layout& layout);
-MemoryNeed sampling_memory_need(const DiTConfig& model, const Layout& layout, std::int64_t images);
+
+// What is sampled: `total` images of a request, `batch` of them at once (sample --batch; a run's
+// sample grid is one batch), with the sampler settings of `sample` on a schedule of
+// `diffusion_steps`.
+struct SamplingSize {
+  std::int64_t total = 0, batch = 0;
+  SampleSection sample;
+  int diffusion_steps = 1000;
+  BackendKind backend = BackendKind::Cpu;
+  DType precision = DType::F32;
+};
+// Host bytes one rank needs to sample, from the sampler's own pass planned on the virtual backend
+// (engine/sampler.h: sampler_bytes) at every pipeline stage, the largest kept. On the CUDA backend
+// the weights and the pass are the GPU's and only the host buffers count.
+struct SamplingNeed {
+  double weights = 0;  // the stage's parameters in the compute dtype
+  double pass = 0;     // the forward pass's activation arenas, scratch and workspace
+  double host = 0;     // the sampler's host buffers and the gathered samples
+  double total() const { return weights + pass + host; }
+};
+SamplingNeed sampling_memory_need(const DiTConfig& model, const Layout& layout, const SamplingSize& size);
+// Throws, naming `settings` and the numbers, when `ranks_per_node` ranks of `need` exceed the
+// memory of this machine.
+void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int ranks_per_node,
+                         const std::string& settings);
 
 // Throws, naming the settings and the numbers, when `ranks_per_node` ranks of `need` exceed the
 // memory of this machine.
