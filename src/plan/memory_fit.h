@@ -1,6 +1,6 @@
-// Refusing runs that cannot fit before allocating for them: a lower bound on the host memory one
-// rank needs (parameters and optimizer state, the step's activations, sampling), compared with the
-// machine's memory.
+// Refusing runs that cannot fit before allocating for them: the host memory one rank needs
+// (parameters and optimizer state, the step's activations, sampling), from the planner's and the
+// sampler's own allocations on the virtual backend, compared with the machine's memory.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +10,28 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "engine/train_setup.h"
 #include "parallel/grid.h"
 
 namespace dit {
 
-// Host bytes one rank needs at least, by what asks for them. Lower bounds: counted from the exact
-// parameter count and the sizes of the biggest buffers, not a full plan (see `dit_mp plan`).
+// Host bytes one rank needs, by what asks for them, from the planner's numbers (plan/planner.h:
+// one step of the real Trainer, and the sampler's passes, on the virtual backend).
 struct MemoryNeed {
   double state = 0;        // parameters, grads, the ZeRO shards, the checkpoint's gathered copies
-  double activations = 0;  // the microbatches in flight in a training step
-  double sampling = 0;     // the sample grid and its guided batch
-  double total() const { return state + (activations > sampling ? activations : sampling); }
+  double activations = 0;  // the step's activation arenas and scratch (kept between steps)
+  double sampling = 0;     // the sample grid (or the evaluation's samples) drawn from the EMA
+  double total() const { return state + activations + sampling; }
 };
 
-MemoryNeed training_memory_need(const RunConfig& cfg, const Layout& layout);
+// What a run of `setup` (TrainSetup::make of `cfg`) holds on its largest stage. A micro-batch
+// whose images would take the planner's own step past 256 MiB is planned at 1 and 2 images and
+// its activations extended linearly.
+MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup);
+// Throws, naming `settings` and the numbers, when a run cannot fit this machine: first a bound
+// from the parameter count alone (at once, for sizes far past any machine), then the planned need.
+void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,
+                         const std::string& settings);
 
 // What is sampled: `total` images of a request, `batch` of them at once (sample --batch; a run's
 // sample grid is one batch), with the sampler settings of `sample` on a schedule of
