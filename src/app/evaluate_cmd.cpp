@@ -42,13 +42,13 @@ std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& imag
 }
 
 // Enough samples to measure, known before any is drawn.
-void check_sample_count(const SampleOptions& s) {
-  const std::string weights = s.weights.empty() ? (fs::path(s.run_dir) / "ema.h5").string() : s.weights;
-  if (!fs::is_regular_file(weights)) return;  // sampling names the missing file
+void check_sample_count(const SampleOptions& opt) {
+  const SampleSection s = check_sample_request(opt);  // and the rest that sampling checks
+  const std::string weights = opt.weights.empty() ? (fs::path(opt.run_dir) / "ema.h5").string() : opt.weights;
   const std::int64_t classes =
-      s.sample.classes.empty() ? read_weights_config(weights).num_classes : std::int64_t(s.sample.classes.size());
-  const std::int64_t n = std::int64_t(s.sample.per_class) * classes;
-  DIT_CHECK(n >= eval::kMinEvalSamples, "evaluate: --per-class ", s.sample.per_class, " x ", classes, " classes = ", n,
+      s.classes.empty() ? read_weights_config(weights).num_classes : std::int64_t(s.classes.size());
+  const std::int64_t n = std::int64_t(s.per_class) * classes;
+  DIT_CHECK(n >= eval::kMinEvalSamples, "evaluate: --per-class ", s.per_class, " x ", classes, " classes = ", n,
             " samples; at least ", eval::kMinEvalSamples, " are needed (precision and recall use each sample's ",
             eval::kNearestNeighbour, "rd nearest neighbour)");
 }
@@ -67,7 +67,7 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
               ": not a run folder (expected config.toml and ema.h5 in it)");
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);
-  if (from_weights) check_sample_count(opt.sample);
+  if (from_weights) check_sample_count(opt.sample);  // before the classifier is trained
   if (!opt.json.empty()) check_writable_target(opt.json, "--json");
   if (!opt.samples_out.empty()) check_writable_target(opt.samples_out, "--samples-out");
   EvalPaths paths = eval_paths(cfg);
@@ -141,9 +141,7 @@ int run_evaluate(const EvaluateOptions& opt) {
 
 std::function<int()> add_evaluate_command(CLI::App& app) {
   auto opt = std::make_shared<EvaluateOptions>();
-  auto classes = std::make_shared<std::string>();
   EvaluateOptions& e = *opt;
-  e.sample.sample.per_class = 100;
   CLI::App* cmd = app.add_subcommand(
       "evaluate", "Sample quality: FID, precision/recall and class accuracy in a classifier's feature space against "
                   "a labelled reference set, with the real-data floor (samples drawn from weights, or a samples file)");
@@ -163,15 +161,12 @@ std::function<int()> add_evaluate_command(CLI::App& app) {
   cmd->add_option("--inception", e.inception,
                   "Inception-V3 FID weights (HDF5, from tools/convert_inception.py): FID in its pool features");
   cmd->add_option("--reference-stats", e.reference_stats, "With --inception: reference mu/sigma (.npz)");
-  cmd->add_option("--classes", *classes, "Comma-separated classes (default: all)");
-  cmd->add_option("--per-class", e.sample.sample.per_class, "Samples per class")->capture_default_str();
   cmd->add_option("--batch", e.sample.batch, "Images sampled at once (split over data-parallel replicas)")
       ->capture_default_str();
-  auto given = add_sampler_options(cmd, e.sample);
-  return [cmd, opt, classes, given] {
+  auto settings = add_sampler_options(cmd, e.sample, 100);
+  return [cmd, opt, settings] {
     if (!*cmd) return -1;
-    collective_check([&] { opt->sample.sample.classes = parse_ints(*classes, "--classes"); });
-    opt->sample.given = given();
+    collective_check([&] { opt->sample.settings = settings(); });
     return run_evaluate(*opt);
   };
 }

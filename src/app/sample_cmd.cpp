@@ -26,26 +26,26 @@ namespace {
 
 // What to sample from, resolved and checked on every rank.
 struct SampleSource {
-  SampleOptions opt;  // the sampler settings completed from the run's [sample]
+  SampleOptions opt;
+  SampleSection sample;  // the run's [sample] (or the defaults) with the command line's settings
   std::string weights;
   DiTConfig model;
   int diffusion_steps = 1000;
   Layout layout;
 };
 
-// With --run, the settings the command line left out come from the run's [sample].
-void take_run_settings(SampleOptions& opt) {
+// The sampler settings: the run's [sample] (with --weights: the defaults) and over them the
+// command line's, as sample.* overrides through the config's field table, checked once against
+// the weights' classes and schedule.
+SampleSection resolve_settings(const SampleOptions& opt, const DiTConfig& model, int diffusion_steps) {
+  RunConfig cfg;
   const fs::path config = fs::path(opt.run_dir) / "config.toml";
-  if (!fs::is_regular_file(config)) return;
-  const SampleSection s = RunConfig::from_file(config.string()).sample;
-  const SampleOptions::Given& g = opt.given;
-  SampleSection& o = opt.sample;
-  if (!g.steps) o.num_steps = s.num_steps;
-  if (!g.sampler) o.sampler = s.sampler;
-  if (!g.cfg_scale) o.cfg_scale = s.cfg_scale;
-  if (!g.cfg_official) o.cfg_official = s.cfg_official;
-  if (!g.cfg_t_min) o.cfg_t_min = s.cfg_t_min;
-  if (!g.cfg_t_max) o.cfg_t_max = s.cfg_t_max;
+  if (!opt.run_dir.empty() && fs::is_regular_file(config)) cfg = RunConfig::from_file(config.string());
+  cfg.model.dit = model;
+  cfg.diffusion.steps = diffusion_steps;
+  for (const SampleOptions::Setting& s : opt.settings) cfg.set(s.assignment, s.flag);
+  cfg.validate_sample();
+  return cfg.sample;
 }
 
 // The grid and the raw samples beside it are two files: neither a folder nor the same name.
@@ -65,14 +65,10 @@ void check_outputs(const std::string& out, const DiTConfig& model) {
 SampleSource resolve_source(const SampleOptions& requested) {
   SampleSource src;
   src.opt = requested;
-  SampleOptions& opt = src.opt;
-  const SampleSection& s = opt.sample;
+  const SampleOptions& opt = src.opt;
   DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "give exactly one of --run DIR or --weights FILE");
   src.weights = opt.weights;
-  if (!opt.run_dir.empty()) {
-    src.weights = (fs::path(opt.run_dir) / "ema.h5").string();
-    take_run_settings(opt);
-  }
+  if (!opt.run_dir.empty()) src.weights = (fs::path(opt.run_dir) / "ema.h5").string();
   DIT_CHECK(fs::exists(src.weights), src.weights, " does not exist",
             opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
   const DiTConfig model = src.model = read_weights_config(src.weights);
@@ -81,35 +77,31 @@ SampleSource resolve_source(const SampleOptions& requested) {
   partition_stages(model, src.layout.pp);
   DIT_CHECK(model.num_heads % src.layout.tp == 0, "--tp ", src.layout.tp, " does not divide the model's ",
             model.num_heads, " heads");
-  for (int c : s.classes)
-    DIT_CHECK(c >= 0 && c < model.num_classes, "--classes: class ", c, " outside [0, ", model.num_classes, ")");
-  DIT_CHECK(s.per_class >= 1 && s.per_class <= 100000 && s.num_steps >= 2 && s.num_steps <= src.diffusion_steps &&
-                s.cfg_scale >= 1.0,
-            "--per-class in [1, 100000], 2 <= --steps <= ", src.diffusion_steps,
-            " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
-  DIT_CHECK(s.sampler == "ddim" || s.sampler == "ddpm", "--sampler ", s.sampler, ": expected ddim or ddpm");
-  DIT_CHECK(s.cfg_t_min >= 0 && s.cfg_t_min <= s.cfg_t_max && s.cfg_t_max <= 1, "--cfg-t-min ", s.cfg_t_min,
-            " --cfg-t-max ", s.cfg_t_max, ": expected 0 <= min <= max <= 1 (noise levels)");
+  const SampleSection& s = src.sample = resolve_settings(opt, model, src.diffusion_steps);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
   check_outputs(opt.out, model);
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
-  const int ranks_per_node = std::max(1, world_size() / node_count());
-  check_memory_fits(sampling_memory_need(model, src.layout, std::min<std::int64_t>(total, opt.batch)),
-                    ranks_per_node, "--batch");
   std::string why;
   DIT_CHECK(backend_available(backend_name(opt.backend, opt.precision), &why), "--backend ", opt.backend,
             " --precision ", opt.precision, ": ", why);
+  const int ranks_per_node = std::max(1, world_size() / node_count());
+  const SamplingSize size{total, std::min<std::int64_t>(total, opt.batch), s, src.diffusion_steps,
+                          opt.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, parse_dtype(opt.precision)};
+  check_sampling_fits(sampling_memory_need(model, src.layout, size), size, ranks_per_node,
+                      "--batch (or --per-class, --classes)");
   return src;
 }
 
 }  // namespace
 
+SampleSection check_sample_request(const SampleOptions& opt) { return resolve_source(opt).sample; }
+
 SampledImages sample_from_weights(const SampleOptions& requested) {
   SampleSource src;
   collective_check([&] { src = resolve_source(requested); });
   const SampleOptions& opt = src.opt;
-  const SampleSection& s = opt.sample;
+  const SampleSection& s = src.sample;
   std::unique_ptr<Backend> be = make_rank_backend(opt.backend, opt.precision);
   ParallelContext ctx = make_mpi_context(src.layout);
   attach_backend_comms(ctx, *be);
@@ -129,6 +121,7 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
                     batches * s.num_steps, ctx.world_rank == 0);
   SampledImages out;
   out.model = src.model;
+  out.sample = s;
   out.labels = labels;
   for (std::int64_t first = 0; first < total; first += opt.batch) {
     SampleRequest req = sample_request(
@@ -145,7 +138,7 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
 
 int run_sample(const SampleOptions& opt) {
   const SampledImages s = sample_from_weights(opt);
-  const std::string wrote = write_sample_outputs(s.model, s.samples, s.labels, opt.sample.per_class, opt.out);
+  const std::string wrote = write_sample_outputs(s.model, s.samples, s.labels, s.sample.per_class, opt.out);
   if (world_rank() == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;
 }
@@ -168,48 +161,72 @@ std::vector<int> parse_ints(const std::string& s, const char* what) {
   return out;
 }
 
-std::function<SampleOptions::Given()> add_sampler_options(CLI::App* cmd, SampleOptions& o) {
+std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::App* cmd, SampleOptions& o,
+                                                                         int per_class) {
   const std::string run = " (with --run: the run's [sample])";
-  SampleSection& s = o.sample;
-  auto* steps = cmd->add_option("--steps", s.num_steps, "Sampler steps" + run)->capture_default_str();
-  auto* sampler = cmd->add_option("--sampler", s.sampler, "ddim or ddpm" + run)->capture_default_str();
-  auto* cfg = cmd->add_option("--cfg-scale", s.cfg_scale, "Classifier-free guidance scale, 1: none" + run)
-                  ->capture_default_str();
-  auto* official = cmd->add_flag("--cfg-official", s.cfg_official,
-                                 "Guide only the first 3 channels, as the official sampler" + run);
-  auto* tmin = cmd->add_option("--cfg-t-min", s.cfg_t_min, "Guide only at noise levels t/T >= this (0: clean)" + run)
-                   ->capture_default_str();
-  auto* tmax = cmd->add_option("--cfg-t-max", s.cfg_t_max, "Guide only at noise levels t/T <= this (1: noise)" + run)
-                   ->capture_default_str();
-  cmd->add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
+  // Flag, key, help; the values stay text until RunConfig::set reads them.
+  struct Flag {
+    const char* flag;
+    const char* key;
+    std::string help;
+    std::string value;  // a default is always applied; none: only when given
+    CLI::Option* option = nullptr;
+  };
+  const SampleSection defaults;
+  auto flags = std::make_shared<std::vector<Flag>>(std::vector<Flag>{
+      {"--per-class", "per_class", "Images per class row", std::to_string(per_class)},
+      {"--classes", "classes", "Comma-separated class rows, e.g. 0,3,7 (default: all)", ""},
+      {"--seed", "seed", "Sampling seed", std::to_string(defaults.seed)},
+      {"--steps", "num_steps", "Sampler steps" + run, ""},
+      {"--sampler", "sampler", "ddim or ddpm" + run, ""},
+      {"--cfg-scale", "cfg_scale", "Classifier-free guidance scale, 1: none" + run, ""},
+      {"--cfg-t-min", "cfg_t_min", "Guide only at noise levels t/T >= this (0: clean)" + run, ""},
+      {"--cfg-t-max", "cfg_t_max", "Guide only at noise levels t/T <= this (1: noise)" + run, ""},
+  });
+  for (Flag& f : *flags) f.option = cmd->add_option(f.flag, f.value, f.help);
+  (*flags)[0].option->capture_default_str();
+  (*flags)[2].option->capture_default_str();
+  auto official = std::make_shared<bool>(false);
+  CLI::Option* official_opt = cmd->add_flag("--cfg-official", *official,
+                                            "Guide only the first 3 channels, as the official sampler" + run);
   cmd->add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", o.pp, "Pipeline stages")->capture_default_str();
   cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--precision", o.precision, "fp32, bf16 or fp16 (storage of weights and activations)")
       ->capture_default_str();
-  return [=] {
-    return SampleOptions::Given{steps->count() > 0, sampler->count() > 0, cfg->count() > 0,
-                                official->count() > 0, tmin->count() > 0, tmax->count() > 0};
+  return [flags, official, official_opt] {
+    std::vector<SampleOptions::Setting> out;
+    for (const Flag& f : *flags) {
+      const bool always = std::string(f.key) == "per_class" || std::string(f.key) == "classes" ||
+                          std::string(f.key) == "seed";
+      if (!always && f.option->count() == 0) continue;
+      std::string value = f.value;
+      if (std::string(f.key) == "classes") {  // "0,3,7" -> [0, 3, 7]
+        value = "[";
+        for (int c : parse_ints(f.value, "--classes")) value += (value.size() > 1 ? ", " : "") + std::to_string(c);
+        value += "]";
+      }
+      out.push_back({std::string(f.flag) + " " + f.value, std::string("sample.") + f.key + "=" + value});
+    }
+    if (official_opt->count() > 0)
+      out.push_back({"--cfg-official", std::string("sample.cfg_official=") + (*official ? "true" : "false")});
+    return out;
   };
 }
 
 std::function<int()> add_sample_command(CLI::App& app) {
   auto opt = std::make_shared<SampleOptions>();
-  auto classes = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("sample", "Sample an image grid (PNG) and the raw samples (HDF5) from trained weights");
   cmd->add_option("--run", opt->run_dir, "A training run folder (uses its ema.h5)");
   cmd->add_option("--weights", opt->weights, "A weights HDF5 file (/config and /weights)");
-  cmd->add_option("--classes", *classes, "Comma-separated class rows, e.g. 0,3,7 (default: all)");
-  cmd->add_option("--per-class", opt->sample.per_class, "Images per class row")->capture_default_str();
   cmd->add_option("--batch", opt->batch, "Images sampled at once (split over data-parallel replicas)")
       ->capture_default_str();
-  auto given = add_sampler_options(cmd, *opt);
+  auto settings = add_sampler_options(cmd, *opt, SampleSection{}.per_class);
   cmd->add_option("--out", opt->out, "Output PNG (raw samples go to the same name with .h5)")->capture_default_str();
-  return [cmd, opt, classes, given] {
+  return [cmd, opt, settings] {
     if (!*cmd) return -1;
-    collective_check([&] { opt->sample.classes = parse_ints(*classes, "--classes"); });
-    opt->given = given();
+    collective_check([&] { opt->settings = settings(); });
     return run_sample(*opt);
   };
 }

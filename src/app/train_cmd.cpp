@@ -66,8 +66,7 @@ TrainSetup check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& loc
   const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
   TrainSetup setup = TrainSetup::make(cfg, layout);
   const int ranks_per_node = std::max(1, world_size() / node_count());
-  check_memory_fits(training_memory_need(cfg, layout), ranks_per_node,
-                    "the model.* sizes, train.micro_batch or sample.per_class");
+  check_training_fits(cfg, setup, ranks_per_node, "the model.* sizes, train.micro_batch or sample.per_class");
   std::string why;
   DIT_CHECK(backend_available(backend_name(cfg.backend_str(), cfg.precision_str()), &why), "train.backend = ",
             cfg.backend_str(), " with train.precision = ", cfg.precision_str(), ": ", why);

@@ -2,6 +2,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "engine/dit_pipeline.h"
 #include "engine/global_tensors.h"
@@ -17,6 +18,37 @@ int forward_microbatches(std::int64_t rows, int pp) {
   for (int m = std::min<std::int64_t>(pp, rows); m > 1; --m)
     if (rows % m == 0) return m;
   return 1;
+}
+
+// What a forward pass reads and where its output goes, by rows: rows [first, first + n) enter the
+// first stage as `in` (allocated from `arena`); the last stage sees the output of rows from `first`.
+using PassInput = std::function<void(std::int64_t first, std::int64_t n, StageInputs& in, Arena& arena)>;
+using PassOutput = std::function<void(std::int64_t first, const Tensor& out)>;
+
+// One forward-only pass of `rows` rows through the pipeline, in equal microbatches: a sampler step.
+void forward_rows(Backend& be, PipelineExecutor& executor, int pp, const DiTStage& stage, std::int64_t rows,
+                  const PassInput& input, const PassOutput& output) {
+  const int m = forward_microbatches(rows, pp);
+  const std::int64_t mb_rows = rows / m;
+  DiTPipelineHooks hooks;
+  hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) { input(mb * mb_rows, mb_rows, in, arena); };
+  hooks.on_output = [&](int mb, const Tensor& o, Arena&) -> Tensor {
+    output(mb * mb_rows, o);
+    return {};
+  };
+  DiTPipelineStage pstage(be, stage, mb_rows, hooks);
+  executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage);
+}
+
+// The sampler's schedule: evenly respaced steps ("N", as the official sample.py) for both samplers.
+diffusion::Schedule sampler_schedule(const SampleRequest& req, const DiTConfig& cfg) {
+  return diffusion::create_diffusion({std::to_string(req.num_steps), cfg.learn_sigma, req.diffusion_steps});
+}
+
+// Whether step `step` is guided: guidance on, and the step's noise level in [cfg_t_min, cfg_t_max].
+bool guided_step(const diffusion::Schedule& sched, int step, const SampleRequest& req) {
+  const double level = static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps;
+  return req.cfg_scale != 1.0 && level >= req.cfg_t_min && level <= req.cfg_t_max;
 }
 }  // namespace
 
@@ -37,9 +69,7 @@ SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, in
 std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
                                  const SampleRequest& req) {
   const DiTConfig& cfg = stage.config();
-  // As the official sample.py: evenly respaced steps ("N") for both samplers.
-  const std::string respacing = std::to_string(req.num_steps);
-  const auto sched = diffusion::create_diffusion({respacing, cfg.learn_sigma, req.diffusion_steps});
+  const auto sched = sampler_schedule(req, cfg);
   const std::int64_t total = static_cast<std::int64_t>(req.labels.size());
   const std::int64_t per = std::int64_t(cfg.in_channels) * cfg.input_size * cfg.input_size;
   const std::int64_t per_out = std::int64_t(cfg.out_channels()) * cfg.input_size * cfg.input_size;
@@ -65,27 +95,21 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
   std::vector<float> tin(static_cast<std::size_t>(max_rows));
 
   for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
-    const double level = static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps;
-    const bool guide = guided && level >= req.cfg_t_min && level <= req.cfg_t_max;
+    const bool guide = guided_step(sched, step, req);
     const std::int64_t rows = guide ? 2 * n : n;  // outside the interval: the conditional rows alone
-    const int m = forward_microbatches(rows, ctx.layout.pp);
-    const std::int64_t mb_rows = rows / m;
     for (std::int64_t i = 0; i < rows; ++i) {
       std::copy(x.begin() + (i % n) * per, x.begin() + (i % n + 1) * per, xin.begin() + i * per);
       tin[i] = static_cast<float>(sched.timestep_map[step]);
     }
-    DiTPipelineHooks hooks;
-    hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
-      const std::int64_t f = mb * mb_rows;
-      upload_stage_inputs(be, cfg, mb_rows, {xin.data() + f * per, tin.data() + f, y.data() + f}, in, arena);
-    };
-    hooks.on_output = [&](int mb, const Tensor& o, Arena&) -> Tensor {
-      std::vector<float> v = host_copy(be, o);
-      std::copy(v.begin(), v.end(), out.begin() + mb * mb_rows * per_out);
-      return {};
-    };
-    DiTPipelineStage pstage(be, stage, mb_rows, hooks);
-    executor.run(make_forward_only(m, ctx.layout.pp, stage.chunks()), m, pstage);
+    forward_rows(
+        be, executor, ctx.layout.pp, stage, rows,
+        [&](std::int64_t f, std::int64_t k, StageInputs& in, Arena& arena) {
+          upload_stage_inputs(be, cfg, k, {xin.data() + f * per, tin.data() + f, y.data() + f}, in, arena);
+        },
+        [&](std::int64_t f, const Tensor& o) {
+          std::vector<float> v = host_copy(be, o);
+          std::copy(v.begin(), v.end(), out.begin() + f * per_out);
+        });
 
     if (ctx.last_stage()) {
       std::vector<double> o64(out.begin(), out.begin() + rows * per_out);
@@ -119,6 +143,48 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
     for (std::int64_t i = 0; i < n * per; ++i) all[lo * per + i] = static_cast<float>(x[i]);
   ctx.world->all_reduce_sum(Tensor{all.data(), DType::F32, {std::int64_t(all.size())}, Device::Host});
   return all;
+}
+
+SamplerBytes sampler_bytes(VirtualBackend& be, ParallelContext& ctx, const DiTStage& stage, const SampleRequest& req,
+                           std::int64_t batch, std::int64_t total) {
+  const DiTConfig& cfg = stage.config();
+  const int dp = ctx.layout.dp;
+  const std::int64_t n = (batch + dp - 1) / dp;  // the largest dp share, as sample_images splits
+  const bool guided = req.cfg_scale != 1.0;
+  const std::int64_t max_rows = guided ? 2 * n : n;
+  // The passes sample_images runs, in its order, on one executor: its arenas keep their chunks
+  // from step to step, so a guided step after an unguided one adds to them.
+  const auto sched = sampler_schedule(req, cfg);
+  PipelineExecutor executor(*ctx.pp, be, nullptr);
+  const std::size_t before = be.allocated_bytes();
+  std::int64_t last_rows = -1;
+  for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
+    const std::int64_t rows = guided_step(sched, step, req) ? 2 * n : n;
+    if (rows == last_rows) continue;  // the same pass again allocates nothing new
+    last_rows = rows;
+    forward_rows(
+        be, executor, ctx.layout.pp, stage, rows,
+        [&](std::int64_t, std::int64_t k, StageInputs& in, Arena& arena) {  // upload_stage_inputs' tensors
+          in.images = arena.tensor({k, cfg.in_channels, cfg.input_size, cfg.input_size}, be.compute_dtype());
+          in.t = arena.tensor({k}, DType::F32);
+          in.ids = arena.tensor({k}, DType::I32);
+        },
+        [](std::int64_t, const Tensor&) {});
+  }
+  SamplerBytes b;
+  b.backend = be.allocated_bytes() - before + be.workspace_bytes();
+  // The host buffers of sample_images at its peak, a sampler step on the last stage: x, noise and
+  // the step's result (fp64); xin, out and the copy of one microbatch's output (fp32); the model
+  // output in fp64 and its guided combine; the labels and timesteps; the x broadcast (fp32).
+  const double per = double(cfg.in_channels) * cfg.input_size * cfg.input_size;
+  const double per_out = double(cfg.out_channels()) * cfg.input_size * cfg.input_size;
+  const double rows = double(max_rows);
+  const double host = n * per * 8 * 3 + rows * per * 4 + rows * per_out * 4 * 2 + rows * per_out * 8 * 2 +
+                      rows * 8.0 + n * per * 4;
+  // Then sample_from_weights: every rank gathers the batch's samples (fp32, all replicas), keeps a
+  // copy while appending it to the request's samples, which grow to `total` images.
+  b.host = static_cast<std::size_t>(host + double(batch) * per * 4 * 2 + double(total) * per * 4);
+  return b;
 }
 
 }  // namespace dit

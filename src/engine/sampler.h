@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/virtual/virtual_backend.h"
 #include "io/config.h"
 #include "layers/dit_stage.h"
 #include "parallel/grid.h"
@@ -40,5 +41,18 @@ SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, in
 // (e.g. the EMA), for this rank's slice of the layout.
 std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
                                  const SampleRequest& req);
+
+// The bytes one rank holds to sample `total` images, `batch` at a time (sample_from_weights), with
+// the sampler settings of `req` (its labels unused), counted from the sampler's own passes: `be`
+// runs, on one executor as sample_images does, each pass of a batch's largest dp share (the
+// guided steps' rows doubled) through `stage`, and what they allocate on it is `backend` (on the
+// planning backend, backend/virtual, nothing runs). `host` is the sampler's host buffers at their
+// peak and the gathered samples.
+struct SamplerBytes {
+  std::size_t backend = 0;  // activation arenas, scratch and workspace of the forward passes
+  std::size_t host = 0;
+};
+SamplerBytes sampler_bytes(VirtualBackend& be, ParallelContext& ctx, const DiTStage& stage, const SampleRequest& req,
+                           std::int64_t batch, std::int64_t total);
 
 }  // namespace dit

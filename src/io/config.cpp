@@ -209,7 +209,8 @@ double to_float(const toml::value& v, const std::string& key, const std::string&
   if (v.is_floating()) x = v.as_floating();
   else if (v.is_integer()) x = static_cast<double>(v.as_integer());
   else DIT_FAIL(origin, ": ", key, ": expected a number, got ", describe(v));
-  if (!std::isfinite(x)) DIT_FAIL(origin, ": ", key, " = ", x, ": expected a finite number");
+  // nan and inf literals read as they are: validation names them with the key's rule (every float
+  // must be finite, RunConfig::validate; the sampler's noise levels, validate_sample).
   if (std::fabs(x) == std::numeric_limits<double>::max() && v.is_floating()) {
     const std::string text = literal_text(v);
     errno = 0;
@@ -483,8 +484,9 @@ RunConfig RunConfig::from_file(const std::string& path) {
 
 // Does not validate: several --set may pass through an inconsistent state (micro_batch raised
 // before global_batch); the caller validates once all overrides are in.
-void RunConfig::set(const std::string& assignment) {
-  const std::string origin = "--set " + assignment;
+void RunConfig::set(const std::string& assignment) { set(assignment, "--set " + assignment); }
+
+void RunConfig::set(const std::string& assignment, const std::string& origin) {
   const auto eq = assignment.find('=');
   DIT_CHECK(eq != std::string::npos, origin,
             ": expected section.key=value (e.g. --set train.lr=1e-4), found no '='");

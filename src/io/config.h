@@ -132,7 +132,14 @@ struct RunConfig {
   // Applies "section.key=value" (the value in TOML syntax, or a bare string). Does not validate:
   // call validate() once every override is in.
   void set(const std::string& assignment);
+  // The same for an assignment a command-line flag stands for: `origin` ("--steps 5") names it in
+  // messages.
+  void set(const std::string& assignment, const std::string& origin);
   void validate() const;
+  // The [sample] rules of validate() alone, against model.dit's classes and diffusion.steps: what
+  // `sample` and `evaluate` check once their flags are in (their messages name both the key and
+  // the flag).
+  void validate_sample() const;
   std::string to_toml() const;
   // "train.precision = bf16" style names of the enum settings, for messages and for calls that
   // take a backend by name.

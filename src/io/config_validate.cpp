@@ -149,21 +149,33 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
              m.depth, ", got ", sum);
 }
 
+// The [sample] rules, shared by training and by `sample` / `evaluate`, whose flags set the same
+// keys: each message names the key and the flag.
 void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
+  const std::string steps = show(diffusion_steps);
   require(s.num_steps >= 2 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
-          "an integer in [2, diffusion.steps = " + show(diffusion_steps) + "]");
+          "an integer in [2, diffusion.steps = " + steps + "], i.e. 2 <= --steps <= " + steps +
+              " (the model's diffusion.steps)");
   require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
-  require(s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale, "a value >= 1 (1 = no guidance)");
-  require(s.cfg_t_min >= 0 && s.cfg_t_min <= 1, "sample.cfg_t_min", s.cfg_t_min, "a noise level in [0, 1]");
-  require(s.cfg_t_max >= s.cfg_t_min && s.cfg_t_max <= 1, "sample.cfg_t_max", s.cfg_t_max,
-          "a noise level in [sample.cfg_t_min = " + show(s.cfg_t_min) + ", 1]");
-  require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1");
+  require(std::isfinite(s.cfg_scale) && s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale,
+          "a finite value >= 1 (--cfg-scale; 1 = no guidance)");
+  // The guidance interval, one rule: the key that breaks it, and the pair as flags.
+  const bool min_ok = s.cfg_t_min >= 0 && s.cfg_t_min <= 1;
+  if (!(min_ok && s.cfg_t_max >= s.cfg_t_min && s.cfg_t_max <= 1))
+    DIT_FAIL(min_ok ? "sample.cfg_t_max = " + show(s.cfg_t_max) + ": expected a noise level in [sample.cfg_t_min = " +
+                          show(s.cfg_t_min) + ", 1]"
+                    : "sample.cfg_t_min = " + show(s.cfg_t_min) + ": expected a noise level in [0, 1]",
+             "; as flags, --cfg-t-min ", show(s.cfg_t_min), " --cfg-t-max ", show(s.cfg_t_max),
+             ": expected 0 <= min <= max <= 1 (noise levels)");
+  require(s.per_class >= 1, "sample.per_class", s.per_class, "an integer >= 1 (--per-class)");
   for (std::size_t i = 0; i < s.classes.size(); ++i)
     require(s.classes[i] >= 0 && s.classes[i] < num_classes, "sample.classes[" + show(i) + "]",
-            s.classes[i], "a class in [0, model.num_classes = " + show(num_classes) + ")");
+            s.classes[i], "a class in [0, model.num_classes = " + show(num_classes) + ") (--classes)");
 }
 
 }  // namespace
+
+void RunConfig::validate_sample() const { dit::validate_sample(sample, diffusion.steps, model.dit.num_classes); }
 
 void RunConfig::validate() const {
   validate_representable(*this);
@@ -175,7 +187,7 @@ void RunConfig::validate() const {
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");
   require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
   require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
-  validate_sample(sample, diffusion.steps, model.dit.num_classes);
+  validate_sample();
   require(eval.per_class >= 1 && eval.per_class <= 100000, "eval.per_class", eval.per_class,
           "an integer in [1, 100000]");
   require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,

@@ -5,40 +5,113 @@
 
 #include "core/resources.h"
 #include "core/error.h"
+#include "engine/dit_pipeline.h"
+#include "engine/sampler.h"
+#include "plan/planner.h"
 
 namespace dit {
 
 
-MemoryNeed training_memory_need(const RunConfig& cfg, const Layout& l) {
-  const DiTConfig& m = cfg.model.dit;
-  MemoryNeed need;
-  // This rank's share of the parameters: fp32 values and grads, AdamW moments and EMA over dp,
-  // and the four full fp32 copies (model, EMA, moments) a checkpoint gathers. On the CUDA backend
-  // only the gathered copies and the samples are host memory (the rest is the GPU's).
+namespace {
+
+// Host bytes of the images the planner's one step would load (BlankDataset): past this, the plan
+// is made at micro-batches of 1 and 2 images and its activations extended linearly.
+constexpr double kPlannedImagesBytes = 256.0 * (1 << 20);
+
+// This rank's share of the parameters as the optimizer holds them, from the parameter count alone:
+// fp32 values and grads, AdamW moments and EMA over dp (host memory unless on the GPU), and the
+// four full fp32 copies (model, EMA, moments) a checkpoint gathers on the host.
+double parameter_state_bytes(const RunConfig& cfg, const Layout& l) {
   const bool host = cfg.train.backend != BackendKind::Cuda;
-  const double params = double(m.num_params()) / (double(l.tp) * l.pp);
-  need.state = params * ((host ? 4 + 4 + 12.0 / l.dp : 0.0) + 16);
-  // Activations: at least the residual stream and the MLP input of every block of a stage, for
-  // every microbatch in flight (1F1B keeps at most pp, GPipe all of them).
-  const std::int64_t microbatches = std::max<std::int64_t>(1, cfg.train.global_batch / (std::int64_t(l.dp) * cfg.train.micro_batch));
-  const double in_flight = cfg.parallel.schedule == ScheduleKind::GPipe ? double(microbatches)
-                                                            : double(std::min<std::int64_t>(l.pp, microbatches));
-  const double tokens = double(cfg.train.micro_batch) * m.num_patches();
-  need.activations = (host ? 1.0 : 0.0) * in_flight * tokens * (2.0 * m.hidden_size + double(m.mlp_hidden()) / l.tp) * 4.0 *
-                     (double(m.depth) / l.pp);
+  const double params = double(cfg.model.dit.num_params()) / (double(l.tp) * l.pp);
+  return params * ((host ? 4 + 4 + 12.0 / l.dp : 0.0) + 16);
+}
+
+// The largest stage of the plan of `cfg` with micro-batches of `micro_batch` images (the same
+// number of microbatches).
+MemoryAccount planned_stage(RunConfig cfg, const Layout& l, int micro_batch, std::int64_t microbatches) {
+  cfg.train.micro_batch = micro_batch;
+  cfg.train.global_batch = std::int64_t(l.dp) * micro_batch * microbatches;
+  const LayoutPlan p = plan_layout(cfg, l);
+  MemoryAccount peak;
+  for (const StagePlan& s : p.stages)
+    if (s.mem.total() > peak.total()) peak = s.mem;
+  return peak;
+}
+
+}  // namespace
+
+MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup) {
+  const Layout& l = setup.layout;
+  const DiTConfig& m = setup.model;
+  const bool host = cfg.train.backend != BackendKind::Cuda;
+  const int mb = setup.batch.micro_batch;
+  const std::int64_t mbs = setup.batch.microbatches;
+  // The planner's numbers: one step of the real Trainer on the virtual backend.
+  MemoryAccount a;
+  double activations = 0;
+  const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
+  if (double(mb) * double(mbs) * image <= kPlannedImagesBytes) {
+    a = planned_stage(cfg, l, mb, mbs);
+    activations = double(a.activations + a.workspace);
+  } else {  // activations and workspace grow with the micro-batch, the rest does not
+    const MemoryAccount one = planned_stage(cfg, l, 1, mbs), two = planned_stage(cfg, l, 2, mbs);
+    const auto act = [](const MemoryAccount& x) { return double(x.activations + x.workspace); };
+    a = one;
+    activations = act(one) + (act(two) - act(one)) * double(mb - 1);
+  }
+  MemoryNeed need;
+  need.state = (host ? double(a.params + a.grads + a.master + a.exp_avg + a.exp_avg_sq + a.ema) : 0.0) +
+               16.0 * double(m.num_params()) / (double(l.tp) * l.pp);  // a checkpoint's gathered fp32 copies
+  need.activations = host ? activations : 0.0;
+  // The sample grid, and the evaluation's samples when evaluated during training, drawn from the
+  // EMA in a stage of its own (its weights gathered in fp32 first).
   const std::int64_t classes = cfg.sample.classes.empty() ? m.num_classes : std::int64_t(cfg.sample.classes.size());
-  need.sampling = sampling_memory_need(m, l, classes * cfg.sample.per_class).sampling;
+  std::int64_t images = classes * cfg.sample.per_class;
+  SampleSection drawn = cfg.sample;
+  if (cfg.train.eval_every > 0 && std::int64_t(m.num_classes) * cfg.eval.per_class > images) {
+    images = std::int64_t(m.num_classes) * cfg.eval.per_class;
+    drawn.num_steps = cfg.eval.num_steps;
+  }
+  const SamplingSize size{images, images, drawn, cfg.diffusion.steps, cfg.train.backend, cfg.train.precision};
+  need.sampling = sampling_memory_need(m, l, size).total() + 4.0 * double(m.num_params()) / (double(l.tp) * l.pp);
   return need;
 }
 
-MemoryNeed sampling_memory_need(const DiTConfig& m, const Layout& l, std::int64_t images) {
-  MemoryNeed need;
-  need.state = double(m.num_params()) / (double(l.tp) * l.pp) * 4;
-  // Every rank holds all samples (x and the model output); a dp replica runs its share of the
-  // guided (doubled) batch through the residual stream.
-  const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
-  need.sampling = double(images) * image * 3 + 2.0 * double(images) / l.dp * m.num_patches() * m.hidden_size * 4;
+void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,
+                         const std::string& settings) {
+  MemoryNeed bound;  // at once for sizes far past any machine, before the planner builds a stage
+  bound.state = parameter_state_bytes(cfg, setup.layout);
+  check_memory_fits(bound, ranks_per_node, settings);
+  check_memory_fits(training_memory_need(cfg, setup), ranks_per_node, settings);
+}
+
+SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const SamplingSize& size) {
+  SamplingNeed need;
+  const bool host = size.backend != BackendKind::Cuda;
+  const auto chunks = partition_stages(m, l.pp);
+  for (int s = 0; s < l.pp; ++s) {
+    VirtualBackend be(size.precision, planned_attention(size.backend));
+    ParallelContext ctx = planning_context(l, s);
+    const DiTStage stage(be, m, chunks[std::size_t(s)], *ctx.tp, l.dp);
+    const double weights = double(be.allocated_bytes());
+    const SamplerBytes b =
+        sampler_bytes(be, ctx, stage, sample_request(size.sample, {}, size.diffusion_steps), size.batch, size.total);
+    const SamplingNeed here{host ? weights : 0, host ? double(b.backend) : 0, double(b.host)};
+    if (here.total() > need.total()) need = here;
+  }
   return need;
+}
+
+void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int ranks_per_node,
+                         const std::string& settings) {
+  const double machine = machine_memory_bytes();
+  if (machine <= 0 || need.total() * ranks_per_node <= machine) return;
+  DIT_FAIL("sampling ", size.total, " images, ", size.batch, " at once, needs at least ", format_bytes(need.total()),
+           " per rank (weights ", format_bytes(need.weights), ", the forward pass ", format_bytes(need.pass),
+           ", the sampler's host buffers and samples ", format_bytes(need.host), ") x ", ranks_per_node,
+           " ranks on this machine, which has ", format_bytes(machine), "; lower ", settings,
+           " or use more machines");
 }
 
 void check_memory_fits(const MemoryNeed& need, int ranks_per_node, const std::string& settings) {

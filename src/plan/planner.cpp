@@ -46,6 +46,24 @@ const Hardware& find_hardware(const std::string& name) {
   DIT_FAIL("unknown hardware '", name, "': expected one of ", names);
 }
 
+ParallelContext planning_context(const Layout& l, int stage) {
+  ParallelContext ctx;
+  ctx.layout = l;
+  ctx.coord = {0, stage, 0};
+  ctx.world_rank = grid_rank(l, ctx.coord);
+  ctx.world = std::make_unique<VirtualComm>(l.world(), ctx.world_rank);
+  ctx.tp = std::make_unique<VirtualComm>(l.tp, 0);
+  ctx.pp = std::make_unique<VirtualComm>(l.pp, stage);
+  ctx.dp = std::make_unique<VirtualComm>(l.dp, 0);
+  return ctx;
+}
+
+VirtualBackend::Attention planned_attention(BackendKind backend) {
+  return backend == BackendKind::Cuda || attention_path_from_env() == AttentionPath::Composed
+             ? VirtualBackend::Attention::Composed
+             : VirtualBackend::Attention::Fused;
+}
+
 std::size_t LayoutPlan::peak_bytes() const {
   std::size_t peak = 0;
   for (const StagePlan& s : stages) peak = std::max(peak, s.mem.total());
@@ -82,14 +100,7 @@ StagePlan plan_stage(const TrainSetup& setup, DType dtype, VirtualBackend::Atten
   const TrainConfig& tc = setup.train;
   const std::vector<StageLayout> chunks = setup.stage_chunks(s);
   VirtualBackend be(dtype, attention);
-  ParallelContext ctx;
-  ctx.layout = l;
-  ctx.coord = {0, s, 0};
-  ctx.world_rank = grid_rank(l, ctx.coord);
-  ctx.world = std::make_unique<VirtualComm>(l.world(), ctx.world_rank);
-  ctx.tp = std::make_unique<VirtualComm>(l.tp, 0);
-  ctx.pp = std::make_unique<VirtualComm>(l.pp, s);
-  ctx.dp = std::make_unique<VirtualComm>(l.dp, 0);
+  ParallelContext ctx = planning_context(l, s);
   Trainer trainer(be, ctx, setup, data);
   const StepStats st = trainer.step();
   StagePlan p;
@@ -137,12 +148,7 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   const DiTConfig& model = setup.model;
   BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
                     tc.global_batch);
-  // The attention the run's backend takes: the CPU's fused kernel unless DIT_ATTENTION=composed;
-  // on a GPU the composed attention's workspace is counted (its path where cuDNN cannot serve).
-  const VirtualBackend::Attention attention =
-      cfg.train.backend == BackendKind::Cuda || attention_path_from_env() == AttentionPath::Composed
-          ? VirtualBackend::Attention::Composed
-          : VirtualBackend::Attention::Fused;
+  const VirtualBackend::Attention attention = planned_attention(cfg.train.backend);
   LayoutPlan p;
   p.layout = layout;
   p.micro_batch = setup.batch.micro_batch;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/virtual/virtual_backend.h"
 #include "engine/trainer.h"
 #include "io/config.h"
 
@@ -55,6 +56,14 @@ struct LayoutPlan {
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
 };
+
+// One rank of pipeline stage `stage` of `l` (tp and dp rank 0: the others of the stage hold the
+// same), with virtual communicators that move nothing and count what they would move.
+ParallelContext planning_context(const Layout& l, int stage);
+// The attention a run on `backend` takes, as the planning backend counts it: the CPU's fused
+// kernel unless DIT_ATTENTION=composed; on a GPU the composed attention's workspace (its path
+// where cuDNN cannot serve).
+VirtualBackend::Attention planned_attention(BackendKind backend);
 
 // Plans `cfg` at `layout` (tp and pp from the layout, not from cfg.parallel). Throws on a layout
 // the trainer would refuse, with the trainer's own message.

@@ -24,6 +24,9 @@ class VirtualBackend final : public Backend {
   Device device() const override { return Device::Virtual; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void*) override {}
+  // Every byte handed out so far, alignment included (nothing is ever given back): a pass planned
+  // on a fresh backend allocates its peak.
+  std::size_t allocated_bytes() const { return next_ - kFirstAddress; }
   void synchronize() override {}
 
   void copy(const Tensor&, const Tensor&) override {}
@@ -87,7 +90,8 @@ class VirtualBackend final : public Backend {
  private:
   DType dtype_;
   Attention attention_;
-  std::uintptr_t next_ = 4096;  // the next address handed out
+  static constexpr std::uintptr_t kFirstAddress = 4096;
+  std::uintptr_t next_ = kFirstAddress;  // the next address handed out
   ComposedAttention composed_{*this};
 };
 
