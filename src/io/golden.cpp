@@ -42,6 +42,14 @@ void read_block_variants(const h5::File& f, DiTConfig& cfg) {
   if (cfg.pos_embed == PosEmbed::Rope) check_fixed(f, "rope_theta", 10000.0, "RoPE theta");
 }
 
+void write_block_variants(hid_t g, const DiTConfig& cfg, const std::string& where) {
+  if (cfg.mlp != MlpKind::Gelu) h5::write_attr_string(g, "mlp", name_of(kMlpNames, cfg.mlp), where);
+  if (cfg.norm != NormKind::LayerNorm) h5::write_attr_string(g, "norm", name_of(kNormNames, cfg.norm), where);
+  if (cfg.pos_embed != PosEmbed::Sincos)
+    h5::write_attr_string(g, "pos_embed", name_of(kPosEmbedNames, cfg.pos_embed), where);
+  if (cfg.qk_norm) h5::write_attr_ints(g, "qk_norm", {1}, h5::AttrShape::Scalar, where);
+}
+
 GoldenFile::GoldenFile(const std::string& path) : file_(h5::File::open_read(path)) {
   const std::string c = "/config";
   DIT_CHECK(file_.exists(c), path, ": group /config is missing (not a golden file?)");
