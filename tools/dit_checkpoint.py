@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
-"""Official DiT weights in and out of dit_mp.
+"""Official DiT, SiT and LightningDiT weights in and out of dit_mp.
 
   dit_checkpoint.py import MODEL.pt OUT.h5 --num-heads H [--input-size N] [--class-dropout-prob P]
+                    [--family dit|sit|lightning] [--mlp-ratio R]
       An official state dict (e.g. DiT-XL-2-256x256.pt, or a training checkpoint holding "model"
       and "ema"; --kind picks one) -> a dit_mp weights file: /weights/<PyTorch name> float32 and
       the model config as attributes of /config. `dit_mp sample --weights OUT.h5` and
       `dit_mp train --init-from OUT.h5` load it at any layout.
+      --family sit (SiT's keys are DiT's): SiT's model discards the learned-sigma half of its final
+      layer's output, so those rows of final_layer.linear are dropped (said once) and the model is
+      imported with learn_sigma = false. --family lightning (found by itself from mlp.w12, norm1 or
+      q_norm keys): SwiGLU (w12, w3), RMSNorm (norm weights), q/k norm and RoPE (its buffers
+      feat_rope.* are recomputed and dropped) become /config attrs mlp, norm, qk_norm, pos_embed;
+      --mlp-ratio (default 4) is the ratio LightningDiT built w12 from (checked against its width);
+      a learned-sigma half is dropped as for SiT.
   dit_checkpoint.py seal FILE.h5 [OUT.h5] | seal STEP_FOLDER
       Writes the seal (size and CRC-32 in a 512-byte user block) that dit_mp checks before it reads
       a weights or dataset file: after editing one with h5py, or for a file from before seals. For
@@ -13,7 +21,9 @@
   dit_checkpoint.py export SOURCE OUT.pt [--kind model|ema]
       A dit_mp weights file or checkpoint (step folder, its root, or index.h5; its virtual
       datasets read as full tensors) -> a state dict that the official models.py loads
-      (pos_embed included, computed as the official code does).
+      (pos_embed included, computed as the official code does). A model with LightningDiT's
+      variants exports LightningDiT's state dict (its RoPE buffers included), which its
+      models/lightningdit.py loads strictly; a DiT model without learned sigma loads into SiT's.
 
 Needs PyTorch, h5py and numpy (Debian: python3-torch python3-h5py python3-numpy).
 """
@@ -32,13 +42,61 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_dit  # noqa: E402  (the official architecture, for pos_embed and checks)
 
 
-def config_from_state(state, num_heads, input_size, dropout):
-    """The model config implied by a state dict's shapes (heads are not in it)."""
+def is_lightning(state):
+    return any(k.startswith("blocks.0.") and (".mlp.w12." in k or ".norm1." in k or ".q_norm." in k)
+               for k in state)
+
+
+def lightning_config(state, hidden, num_heads, mlp_ratio):
+    """LightningDiT's block variants from its state dict: /config attrs, and the MLP ratio."""
+    cfg = {"mlp": "gelu", "norm": "layernorm", "pos_embed": "sincos", "qk_norm": 0}
+    if "blocks.0.mlp.w12.weight" in state:
+        width = state["blocks.0.mlp.w12.weight"].shape[0] // 2
+        if int(2 / 3 * int(hidden * mlp_ratio)) != width:
+            sys.exit(f"import: w12 is 2 x {width} wide, but --mlp-ratio {mlp_ratio} gives "
+                     f"int(2/3 * int({hidden} * {mlp_ratio})) = {int(2 / 3 * int(hidden * mlp_ratio))}; "
+                     f"give the ratio the model was built with")
+        cfg["mlp"] = "swiglu"
+    else:
+        mlp_ratio = state["blocks.0.mlp.fc1.weight"].shape[0] / hidden
+    if "blocks.0.norm1.weight" in state:
+        cfg["norm"] = "rmsnorm"
+    if "blocks.0.attn.q_norm.weight" in state:
+        cfg["qk_norm"] = 1
+        if ("blocks.0.attn.q_norm.bias" in state) == (cfg["norm"] == "rmsnorm"):
+            sys.exit("import: the q/k norm's kind (bias: LayerNorm) does not match the block norms'")
+    if "feat_rope.freqs_cos" in state:
+        cfg["pos_embed"] = "rope"
+        if (hidden // num_heads) % 4:
+            sys.exit(f"import: RoPE needs a head dim divisible by 4, --num-heads {num_heads} gives "
+                     f"{hidden // num_heads}")
+    return cfg, mlp_ratio
+
+
+def drop_sigma_half(state, in_channels, patch, family):
+    """The rows of final_layer.linear that SiT and LightningDiT discard (their forward keeps
+    x.chunk(2, dim=1)[0]): row (i, j, c) of the 2C outputs per patch pixel, c >= C dropped."""
+    w, b = state["final_layer.linear.weight"], state["final_layer.linear.bias"]
+    keep = [r for r in range(w.shape[0]) if r % (2 * in_channels) < in_channels]
+    state["final_layer.linear.weight"], state["final_layer.linear.bias"] = w[keep], b[keep]
+    print(f"import: {family}'s model discards the learned-sigma half of its final layer's output: "
+          f"dropped {w.shape[0] - len(keep)} of {w.shape[0]} rows of final_layer.linear (learn_sigma = 0)")
+
+
+def config_from_state(state, num_heads, input_size, dropout, family="dit", mlp_ratio=4.0):
+    """The model config implied by a state dict's shapes (heads are not in it). SiT and
+    LightningDiT states lose their learned-sigma rows here (see drop_sigma_half)."""
     w = state["x_embedder.proj.weight"]
     hidden, in_channels, patch = w.shape[0], w.shape[1], w.shape[2]
     depth = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
-    mlp = state["blocks.0.mlp.fc1.weight"].shape[0]
-    out = state["final_layer.linear.weight"].shape[0] // (patch * patch)
+    variants = {}
+    if family == "lightning":
+        variants, mlp_ratio = lightning_config(state, hidden, num_heads, mlp_ratio)
+        mlp = int(hidden * mlp_ratio)
+    else:
+        mlp = state["blocks.0.mlp.fc1.weight"].shape[0]
+    if family != "dit" and state["final_layer.linear.weight"].shape[0] == 2 * in_channels * patch * patch:
+        drop_sigma_half(state, in_channels, patch, "SiT" if family == "sit" else "LightningDiT")
     rows = state["y_embedder.embedding_table.weight"].shape[0]
     if input_size is None:
         tokens = state["pos_embed"].shape[1] if "pos_embed" in state else None
@@ -47,13 +105,14 @@ def config_from_state(state, num_heads, input_size, dropout):
         input_size = int(math.isqrt(tokens)) * patch
     if hidden % num_heads:
         sys.exit(f"import: hidden size {hidden} is not divisible by --num-heads {num_heads}")
+    out = state["final_layer.linear.weight"].shape[0] // (patch * patch)
     return {
         "input_size": input_size, "patch_size": patch, "in_channels": in_channels,
         "hidden_size": hidden, "depth": depth, "num_heads": num_heads,
         "mlp_ratio": mlp / hidden, "num_classes": rows - (1 if dropout > 0 else 0),
         "learn_sigma": int(out == 2 * in_channels), "class_dropout_prob": dropout,
         "frequency_embedding_size": state["t_embedder.mlp.0.weight"].shape[1],
-        "layernorm_eps": 1e-6,
+        "layernorm_eps": 1e-6, **variants,
     }
 
 
@@ -128,21 +187,25 @@ def cmd_import(a):
     state = load_tensors(a.source)
     if isinstance(state, dict) and a.kind in state and isinstance(state[a.kind], dict):
         state = state[a.kind]
-    cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob)
+    state = dict(state)
+    family = a.family or ("lightning" if is_lightning(state) else "dit")
+    cfg = config_from_state(state, a.num_heads, a.input_size, a.class_dropout_prob, family, a.mlp_ratio)
+    fixed = {"pos_embed", "feat_rope.freqs_cos", "feat_rope.freqs_sin"}  # recomputed by dit_mp
     tmp = a.out + ".tmp"
     with h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as f:
         c = f.create_group("config")
         for k, v in cfg.items():
-            c.attrs[k] = np.float64(v) if isinstance(v, float) else np.int64(v)
+            c.attrs[k] = (np.float64(v) if isinstance(v, float) else v if isinstance(v, str)
+                          else np.int64(v))
         w = f.create_group("weights")
         for name, t in state.items():
-            if name == "pos_embed":  # fixed, recomputed by dit_mp
+            if name in fixed:
                 continue
             # chunked with Fletcher32 checksums: dit_mp verifies every tensor on load
             w.create_dataset(name, data=t.detach().to(torch.float32).numpy(), fletcher32=True)
     seal(tmp)
     os.replace(tmp, a.out)
-    print(f"wrote {a.out}: {len(state) - ('pos_embed' in state)} tensors, config {cfg}")
+    print(f"wrote {a.out}: {len([n for n in state if n not in fixed])} tensors, config {cfg}")
 
 
 def read_weights(path, kind):
@@ -156,10 +219,26 @@ def read_weights(path, kind):
         group = "weights" if "weights" in f else kind
         if group not in f:
             sys.exit(f"export: {path} has neither /weights nor /{kind}")
-        cfg = {k: f["config"].attrs[k].item() for k in f["config"].attrs}
+        cfg = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["config"].attrs.items()}
         tensors = {}
         f[group].visititems(lambda n, d: tensors.__setitem__(n, d[...]) if isinstance(d, h5py.Dataset) else None)
     return tensors, cfg
+
+
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def rope_buffers(hidden, num_heads, grid):
+    """LightningDiT's feat_rope.freqs_cos / freqs_sin (T, head_dim), as VisionRotaryEmbeddingFast
+    computes them (frequencies in float32; per adjacent pair; rows then columns)."""
+    dim = hidden // num_heads // 2
+    freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
+    pos = torch.arange(grid) / grid * grid  # the reference's positions (ft_seq_len = pt_seq_len)
+    f = pos[:, None].float() * freqs[None]  # (grid, dim/2)
+    f = f.repeat_interleave(2, dim=-1)  # (grid, dim)
+    full = torch.cat([f[:, None, :].expand(grid, grid, dim), f[None, :, :].expand(grid, grid, dim)], dim=-1)
+    return full.cos().reshape(grid * grid, -1), full.sin().reshape(grid * grid, -1)
 
 
 def cmd_export(a):
@@ -169,6 +248,15 @@ def cmd_export(a):
     state = {"pos_embed": torch.from_numpy(np.asarray(pos, dtype=np.float32)).unsqueeze(0)}
     for name, v in tensors.items():
         state[name] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+    lightning = (text(cfg.get("mlp", "gelu")) != "gelu" or text(cfg.get("norm", "layernorm")) != "layernorm"
+                 or text(cfg.get("pos_embed", "sincos")) != "sincos" or int(cfg.get("qk_norm", 0)))
+    if lightning:  # LightningDiT's names are dit_mp's; its checks are its own module's
+        if text(cfg.get("pos_embed", "sincos")) == "rope":
+            state["feat_rope.freqs_cos"], state["feat_rope.freqs_sin"] = rope_buffers(
+                int(cfg["hidden_size"]), int(cfg["num_heads"]), grid)
+        torch.save(state, a.out)
+        print(f"wrote {a.out}: {len(state)} tensors (LightningDiT's state dict)")
+        return
     model = torch_dit.DiT(
         input_size=int(cfg["input_size"]), patch_size=int(cfg["patch_size"]),
         in_channels=int(cfg["in_channels"]), hidden_size=int(cfg["hidden_size"]),
@@ -190,6 +278,9 @@ def main():
     i.add_argument("--input-size", type=int)
     i.add_argument("--class-dropout-prob", type=float, default=0.1)
     i.add_argument("--kind", default="ema", help="for training checkpoints holding model and ema")
+    i.add_argument("--family", choices=["dit", "sit", "lightning"],
+                   help="whose state dict (default: lightning when its keys say so, else dit)")
+    i.add_argument("--mlp-ratio", type=float, default=4.0, help="lightning with SwiGLU: the ratio w12 was built from")
     e = sub.add_parser("export", help="dit_mp weights or checkpoint -> official .pt")
     e.add_argument("source")
     e.add_argument("out")

@@ -403,8 +403,8 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   // pp (x virtual stages) must fit the depth
   check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
   check_virtual_stages(opt.schedule, layout.pp, opt.microbatches, opt.virtual_stages);
-  DIT_CHECK(c.num_heads % layout.tp == 0 && c.mlp_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
-            "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.mlp_hidden(),
+  DIT_CHECK(c.num_heads % layout.tp == 0 && c.ffn_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
+            "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.ffn_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
   DIT_CHECK(!opt.stage.sequence_parallel || (layout.tp > 1 && c.num_patches() % layout.tp == 0),
             "--sequence-parallel needs --tp > 1 dividing the golden model's ", c.num_patches(),

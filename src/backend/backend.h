@@ -40,6 +40,18 @@ struct ModChunk {
   int index;   // which chunk: columns [index*D, (index+1)*D)
 };
 
+// The norm over each head of q and k (model.qk_norm): RMSNorm or LayerNorm over E, with the
+// reference's eps and affine weights (E each; LayerNorm also has biases).
+enum class HeadNormKind : std::uint8_t { RmsNorm, LayerNorm };
+struct HeadNorm {
+  HeadNormKind kind = HeadNormKind::RmsNorm;
+  float eps = 1e-6f;
+  Tensor q_w, q_b, k_w, k_b;  // of the compute dtype; the biases have no data for RmsNorm
+};
+struct HeadNormGrads {
+  Tensor q_w, q_b, k_w, k_b;  // fp32, accumulated; the biases have no data for RmsNorm
+};
+
 // The sizes of C = op(A) op(B) for 2-D views or 3-D strided batches: A stored (ar, ac), B stored
 // (br, bc), C (m, n), inner size k. Shared by every backend so they accept and reject the same views.
 struct GemmShape {
@@ -107,6 +119,38 @@ class Backend : public Allocator {
   // dh = gate * dx; dgate = sum_T dx * h (overwrites the gate chunk of dmod).
   virtual void gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate,
                                  const Tensor& dh, const ModChunk& dgate) = 0;
+
+  // ---- block variants (LightningDiT: SwiGLU, RMSNorm, q/k norm, 2-D RoPE) ----------------------
+  // h (R, F) = SiLU(x1) * x2 with x12 (R, 2F) = [x1 | x2] per row (math::SiluGate).
+  virtual void swiglu_fwd(const Tensor& x12, const Tensor& h) = 0;
+  // dx12 (R, 2F) = [dh * x2 * SiLU'(x1) | dh * SiLU(x1)] (overwritten).
+  virtual void swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& dx12) = 0;
+  // y = RMSNorm(x) * weight * (1 + scale) + shift per token over D; x (N, T, D), weight (D) of the
+  // compute dtype, or no data for a norm without weight. Saves rstd (N*T) fp32 for backward.
+  virtual void rms_modulate_fwd(const Tensor& x, const Tensor& weight, const ModChunk& shift,
+                                const ModChunk& scale, float eps, const Tensor& y,
+                                const Tensor& rstd) = 0;
+  // Gradients of rms_modulate_fwd: dx (acc chooses), dweight (D) fp32 accumulated (when it has
+  // data), and the shift and scale chunks of dmod (overwritten).
+  virtual void rms_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                const Tensor& weight, const ModChunk& scale, const Tensor& dx,
+                                Accumulate acc, const Tensor& dweight, const ModChunk& dshift,
+                                const ModChunk& dscale) = 0;
+  // Per-head norm of q and k (LightningDiT's q_norm/k_norm over the head dim E) in qkv
+  // (N, T, 3*H*E) laid out as attention_fwd reads it: out gets normalized q and k and a copy of v.
+  // mean and rstd (N*T, 2, H) fp32 are saved (mean unused by RMSNorm); see HeadNorm for weights.
+  virtual void head_norm_fwd(const Tensor& qkv, int heads, const HeadNorm& p, const Tensor& out,
+                             const Tensor& mean, const Tensor& rstd) = 0;
+  // dqkv (overwritten) from dout; dv passes through. The weight grads of `g` (fp32, E each) are
+  // accumulated.
+  virtual void head_norm_bwd(const Tensor& dout, const Tensor& qkv, const Tensor& mean,
+                             const Tensor& rstd, int heads, const HeadNorm& p,
+                             const HeadNormGrads& g, const Tensor& dqkv) = 0;
+  // LightningDiT's 2-D axial rotary embedding (math::rope_angle) of q and k in qkv (N, T, 3*H*E),
+  // T = grid^2 tokens row-major; out gets the rotated q and k and a copy of v (out may be qkv).
+  virtual void rope_fwd(const Tensor& qkv, int heads, int grid, const Tensor& out) = 0;
+  // Its adjoint (the inverse rotation) on a gradient of the same layout; dqkv may be dout.
+  virtual void rope_bwd(const Tensor& dout, int heads, int grid, const Tensor& dqkv) = 0;
 
   // ---- attention ----------------------------------------------------------------------------
   // Fused softmax(q k^T / sqrt(E)) v over heads. qkv (N, T, 3*H*E) laid out [q | k | v] with

@@ -80,6 +80,44 @@ struct Silu {
   }
 };
 
+// LightningDiT's SwiGLU gate h = SiLU(a) * b (a, b the two halves of w12's output) and its
+// gradients da = dh b SiLU'(a), db = dh SiLU(a).
+struct SiluGate {
+  DIT_HD static float forward(float a, float b) { return Silu::forward(a) * b; }
+  DIT_HD static void backward(float a, float b, float dh, float& da, float& db) {
+    da = dh * b * Silu::derivative(a);
+    db = dh * Silu::forward(a);
+  }
+};
+
+// 1 / sqrt(mean + eps): the reciprocal standard deviation of LayerNorm (mean = the variance) and
+// RMSNorm (mean = the mean square).
+DIT_HD float norm_rstd(double mean, float eps) { return static_cast<float>(1.0 / sqrt(mean + eps)); }
+
+// The backward of one normalized row xhat = (x - mu) r (LayerNorm) or x r (RMSNorm, centered =
+// false) given g = dL/dxhat, the row means mean_g = mean(g) and mean_gx = mean(g xhat):
+//   dx = r (g - mean_g - xhat mean_gx)     (RMSNorm: without the mean_g term)
+DIT_HD float norm_dx(float g, float xhat, float rstd, float mean_g, float mean_gx, bool centered) {
+  return rstd * (g - (centered ? mean_g : 0.f) - xhat * mean_gx);
+}
+
+// LightningDiT's 2-D axial rotary embedding (EVA-02's VisionRotaryEmbeddingFast with
+// dim = E/2, pt_seq_len = the token grid): head dims (2p, 2p+1) form pair p of E/2 pairs; pairs
+// [0, E/4) rotate by the token's grid row, pairs [E/4, E/2) by its column, at frequency
+// 10000^(-k / (E/4)) for k = p mod E/4. Tokens are row-major over the grid.
+DIT_HD float rope_angle(int token, int pair, int grid, int head_dim) {
+  const int quarter = head_dim / 4;
+  const int pos = pair < quarter ? token / grid : token % grid;
+  const int k = pair < quarter ? pair : pair - quarter;
+  return static_cast<float>(pos) * powf(10000.f, -static_cast<float>(k) / static_cast<float>(quarter));
+}
+// (y0, y1) = (x0 cos - x1 sin, x1 cos + x0 sin): rotate_half's pairing (out[2p] = -x[2p+1]).
+// The backward is the same rotation by -angle (sin negated).
+DIT_HD void rope_rotate(float x0, float x1, float c, float s, float& y0, float& y1) {
+  y0 = x0 * c - x1 * s;
+  y1 = x1 * c + x0 * s;
+}
+
 // adaLN modulation of a normalized activation: y = xn * (1 + scale) + shift
 DIT_HD float modulate(float xn, float shift, float scale) { return xn * (1.f + scale) + shift; }
 

@@ -76,6 +76,35 @@ class TimedBackend final : public Backend {
                          const ModChunk& dgate) override {
     timed([&] { in_.gate_residual_bwd(dx, h, gate, dh, dgate); });
   }
+  void swiglu_fwd(const Tensor& x12, const Tensor& h) override { timed([&] { in_.swiglu_fwd(x12, h); }); }
+  void swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& dx12) override {
+    timed([&] { in_.swiglu_bwd(x12, dh, dx12); });
+  }
+  void rms_modulate_fwd(const Tensor& x, const Tensor& w, const ModChunk& shift,
+                        const ModChunk& scale, float eps, const Tensor& y,
+                        const Tensor& rstd) override {
+    timed([&] { in_.rms_modulate_fwd(x, w, shift, scale, eps, y, rstd); });
+  }
+  void rms_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& w,
+                        const ModChunk& scale, const Tensor& dx, Accumulate acc, const Tensor& dw,
+                        const ModChunk& dshift, const ModChunk& dscale) override {
+    timed([&] { in_.rms_modulate_bwd(dy, x, rstd, w, scale, dx, acc, dw, dshift, dscale); });
+  }
+  void head_norm_fwd(const Tensor& qkv, int heads, const HeadNorm& p, const Tensor& out,
+                     const Tensor& mean, const Tensor& rstd) override {
+    timed([&] { in_.head_norm_fwd(qkv, heads, p, out, mean, rstd); });
+  }
+  void head_norm_bwd(const Tensor& dout, const Tensor& qkv, const Tensor& mean, const Tensor& rstd,
+                     int heads, const HeadNorm& p, const HeadNormGrads& g,
+                     const Tensor& dqkv) override {
+    timed([&] { in_.head_norm_bwd(dout, qkv, mean, rstd, heads, p, g, dqkv); });
+  }
+  void rope_fwd(const Tensor& qkv, int heads, int grid, const Tensor& out) override {
+    timed([&] { in_.rope_fwd(qkv, heads, grid, out); });
+  }
+  void rope_bwd(const Tensor& dout, int heads, int grid, const Tensor& dqkv) override {
+    timed([&] { in_.rope_bwd(dout, heads, grid, dqkv); });
+  }
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override {
     timed([&] { in_.attention_fwd(qkv, heads, out, lse); });
   }

@@ -36,8 +36,8 @@ TrainConfig train_config(const RunConfig& c) {
 }
 
 TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, const Layout& layout) {
-  DIT_CHECK(model.num_heads % layout.tp == 0 && model.mlp_hidden() % layout.tp == 0, "parallel.tp = ", layout.tp,
-            " does not divide model.num_heads = ", model.num_heads, " and the MLP width ", model.mlp_hidden());
+  DIT_CHECK(model.num_heads % layout.tp == 0 && model.ffn_hidden() % layout.tp == 0, "parallel.tp = ", layout.tp,
+            " does not divide model.num_heads = ", model.num_heads, " and the MLP width ", model.ffn_hidden());
   TrainSetup s;
   s.model = model;
   s.train = train;

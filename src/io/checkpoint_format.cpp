@@ -9,6 +9,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "io/golden.h"
+
 namespace dit::ckpt {
 
 namespace {
@@ -342,6 +344,7 @@ void write_config(hid_t file, const DiTConfig& c, const std::string& where) {
   i("frequency_embedding_size", c.frequency_embedding_size);
   d("layernorm_eps", c.layernorm_eps);
   i("out_channels", c.out_channels());
+  write_block_variants(id, c, where);
 }
 
 DiTConfig read_config(const h5::File& f) {
@@ -365,6 +368,7 @@ DiTConfig read_config(const h5::File& f) {
   c.class_dropout_prob = h5::read_attr_double(f, g, "class_dropout_prob");
   c.frequency_embedding_size = geti("frequency_embedding_size");
   c.layernorm_eps = h5::read_attr_double(f, g, "layernorm_eps");
+  read_block_variants(f, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -391,6 +395,10 @@ std::string config_differences(const DiTConfig& a, const DiTConfig& b) {
   field("class_dropout_prob", a.class_dropout_prob, b.class_dropout_prob);
   field("frequency_embedding_size", a.frequency_embedding_size, b.frequency_embedding_size);
   field("layernorm_eps", a.layernorm_eps, b.layernorm_eps);
+  field("mlp", std::string(name_of(kMlpNames, a.mlp)), std::string(name_of(kMlpNames, b.mlp)));
+  field("norm", std::string(name_of(kNormNames, a.norm)), std::string(name_of(kNormNames, b.norm)));
+  field("pos_embed", std::string(name_of(kPosEmbedNames, a.pos_embed)), std::string(name_of(kPosEmbedNames, b.pos_embed)));
+  field("qk_norm", a.qk_norm, b.qk_norm);
   return os.str();
 }
 

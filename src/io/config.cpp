@@ -39,7 +39,9 @@ std::vector<Section> sections(RunConfig& c) {
         {"num_heads", &m.num_heads}, {"mlp_ratio", &m.mlp_ratio}, {"num_classes", &m.num_classes},
         {"learn_sigma", &m.learn_sigma}, {"class_dropout_prob", &m.class_dropout_prob},
         {"frequency_embedding_size", &m.frequency_embedding_size},
-        {"layernorm_eps", &m.layernorm_eps}}},
+        {"layernorm_eps", &m.layernorm_eps}, {"mlp", choice(&m.mlp, kMlpNames)},
+        {"norm", choice(&m.norm, kNormNames)}, {"pos_embed", choice(&m.pos_embed, kPosEmbedNames)},
+        {"qk_norm", &m.qk_norm}}},
       {"diffusion", {{"steps", &c.diffusion.steps}}},
       {"train",
        {{"global_batch", &t.global_batch}, {"micro_batch", &t.micro_batch}, {"steps", &t.steps},
@@ -264,8 +266,9 @@ void assign(const FieldRef& ref, const toml::value& v, const std::string& key, c
       ref);
 }
 
-// A preset overwrites depth/hidden_size/num_heads/patch_size; any of those keys given next to it
-// (in the same [model] table, or by a later --set) overrides the preset's value.
+// A preset overwrites depth/hidden_size/num_heads/patch_size and the block variants (mlp, norm,
+// pos_embed, qk_norm; a LightningDiT preset also learn_sigma = false); any of those keys given
+// next to it (in the same [model] table, or by a later --set) overrides the preset's value.
 void apply_preset(RunConfig& c, const toml::value& v, const std::string& origin) {
   std::string name;
   assign(FieldRef(&name), v, "model.preset", origin);
@@ -282,6 +285,11 @@ void apply_preset(RunConfig& c, const toml::value& v, const std::string& origin)
   c.model.dit.hidden_size = p.hidden_size;
   c.model.dit.num_heads = p.num_heads;
   c.model.dit.patch_size = p.patch_size;
+  c.model.dit.mlp = p.mlp;
+  c.model.dit.norm = p.norm;
+  c.model.dit.pos_embed = p.pos_embed;
+  c.model.dit.qk_norm = p.qk_norm;
+  if (name.rfind("LightningDiT-", 0) == 0) c.model.dit.learn_sigma = p.learn_sigma;
 }
 
 const Section* find_section(const std::vector<Section>& secs, const std::string& name) {
@@ -416,7 +424,8 @@ bool ModelSection::operator==(const ModelSection& o) const {
          a.num_classes == b.num_classes && a.learn_sigma == b.learn_sigma &&
          a.class_dropout_prob == b.class_dropout_prob &&
          a.frequency_embedding_size == b.frequency_embedding_size &&
-         a.layernorm_eps == b.layernorm_eps;
+         a.layernorm_eps == b.layernorm_eps && a.mlp == b.mlp && a.norm == b.norm &&
+         a.pos_embed == b.pos_embed && a.qk_norm == b.qk_norm;
 }
 
 RunConfig RunConfig::demo() {

@@ -115,6 +115,9 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
           "a divisor of model.num_heads = " + show(m.num_heads));
   require(m.mlp_hidden() % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of the MLP width " + show(m.mlp_hidden()) + " (model.hidden_size x mlp_ratio)");
+  require(m.ffn_hidden() % p.tp == 0, "parallel.tp", p.tp,
+          "a divisor of model.mlp = \"swiglu\"'s hidden width " + show(m.ffn_hidden()) +
+              " (int(2/3 x the MLP width " + show(m.mlp_hidden()) + "))");
   require(p.virtual_stages >= 1, "parallel.virtual_stages", p.virtual_stages,
           "an integer >= 1 (model chunks per pipeline rank)");
   if (p.virtual_stages > 1) {

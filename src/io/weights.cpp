@@ -84,6 +84,7 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
+    write_block_variants(c.get(), cfg, where);
     h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(w), "cannot create /weights");
     std::map<std::string, Shape> shapes;

@@ -8,6 +8,30 @@ namespace dit {
 namespace {
 // Modulation chunks of the block's (N, 6D) adaLN output, in the official order.
 enum Chunk : int { kShift1 = 0, kScale1, kGate1, kShift2, kScale2, kGate2 };
+
+// The q/k norm's eps: LightningDiT's RMSNorm default, or nn.LayerNorm's.
+float head_norm_eps(NormKind kind) { return kind == NormKind::RmsNorm ? 1e-6f : 1e-5f; }
+
+// Sums grads of replicated parameters that this rank computed from part of the data (its heads,
+// or its tokens under sequence parallelism) over tp: `compute` accumulates into zeroed fp32
+// stand-ins, which are all-reduced and added to the real grads. With `partial` false, or tp = 1,
+// `compute` writes the real grads directly.
+template <class F>
+void tp_summed(Backend& be, Comm& tp, bool partial, std::vector<Tensor> grads, Arena& scratch,
+               F compute) {
+  if (!partial || tp.size() == 1) return compute(grads);
+  std::vector<Tensor> parts;
+  for (const Tensor& g : grads) {
+    parts.push_back(g.data ? scratch.tensor(g.shape, DType::F32) : g);
+    if (g.data) be.fill(parts.back(), 0.f);
+  }
+  compute(parts);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].data) continue;
+    tp.all_reduce_sum(parts[i]);
+    be.axpy(1.f, parts[i], grads[i]);
+  }
+}
 }  // namespace
 
 DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp, Tokens tokens)
@@ -15,22 +39,50 @@ DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp
   const std::string p = "blocks." + std::to_string(index);
   qkv_ = LinearParams::from(ps, p + ".attn.qkv");
   proj_ = LinearParams::from(ps, p + ".attn.proj");
-  fc1_ = LinearParams::from(ps, p + ".mlp.fc1");
-  fc2_ = LinearParams::from(ps, p + ".mlp.fc2");
+  if (cfg.mlp == MlpKind::Gelu) {
+    fc1_ = LinearParams::from(ps, p + ".mlp.fc1");
+    fc2_ = LinearParams::from(ps, p + ".mlp.fc2");
+  }
   ada_ = LinearParams::from(ps, p + ".adaLN_modulation.1");
+  if (cfg.mlp == MlpKind::Swiglu) {
+    fc1_ = LinearParams::from(ps, p + ".mlp.w12");
+    fc2_ = LinearParams::from(ps, p + ".mlp.w3");
+  }
+  norm1_ = NormWeight::from(ps, p + ".norm1");
+  norm2_ = NormWeight::from(ps, p + ".norm2");
+  q_norm_ = NormWeight::from(ps, p + ".attn.q_norm");
+  k_norm_ = NormWeight::from(ps, p + ".attn.k_norm");
 }
 
 void DiTBlock::declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& s) {
-  const std::int64_t d = cfg.hidden_size, m = cfg.mlp_hidden();
+  const std::int64_t d = cfg.hidden_size, m = cfg.mlp_hidden(), f = cfg.swiglu_hidden();
+  const std::int64_t e = cfg.head_dim();
   const std::string p = "blocks." + std::to_string(index);
+  const bool rms = cfg.norm == NormKind::RmsNorm;
+  // LightningDiT's module order: norm1, attn (qkv, q_norm, k_norm, proj), norm2, mlp, adaLN.
+  if (rms) s.push_back({p + ".norm1.weight", {d}, Split::Replicated, 1, Init::One});
   s.push_back({p + ".attn.qkv.weight", {3 * d, d}, Split::Column, 3, Init::XavierUniform});
   s.push_back({p + ".attn.qkv.bias", {3 * d}, Split::Column, 3, Init::Zero});
+  if (cfg.qk_norm)
+    for (const char* qk : {".attn.q_norm", ".attn.k_norm"}) {
+      s.push_back({p + qk + ".weight", {e}, Split::Replicated, 1, Init::One});
+      if (!rms) s.push_back({p + qk + ".bias", {e}, Split::Replicated, 1, Init::Zero});
+    }
   s.push_back({p + ".attn.proj.weight", {d, d}, Split::Row, 1, Init::XavierUniform});
   s.push_back({p + ".attn.proj.bias", {d}, Split::Replicated, 1, Init::Zero});
-  s.push_back({p + ".mlp.fc1.weight", {m, d}, Split::Column, 1, Init::XavierUniform});
-  s.push_back({p + ".mlp.fc1.bias", {m}, Split::Column, 1, Init::Zero});
-  s.push_back({p + ".mlp.fc2.weight", {d, m}, Split::Row, 1, Init::XavierUniform});
-  s.push_back({p + ".mlp.fc2.bias", {d}, Split::Replicated, 1, Init::Zero});
+  if (rms) s.push_back({p + ".norm2.weight", {d}, Split::Replicated, 1, Init::One});
+  if (cfg.mlp == MlpKind::Swiglu) {
+    // [x1 | x2] rows: two column groups, so each rank holds matching slices of both halves.
+    s.push_back({p + ".mlp.w12.weight", {2 * f, d}, Split::Column, 2, Init::XavierUniform});
+    s.push_back({p + ".mlp.w12.bias", {2 * f}, Split::Column, 2, Init::Zero});
+    s.push_back({p + ".mlp.w3.weight", {d, f}, Split::Row, 1, Init::XavierUniform});
+    s.push_back({p + ".mlp.w3.bias", {d}, Split::Replicated, 1, Init::Zero});
+  } else {
+    s.push_back({p + ".mlp.fc1.weight", {m, d}, Split::Column, 1, Init::XavierUniform});
+    s.push_back({p + ".mlp.fc1.bias", {m}, Split::Column, 1, Init::Zero});
+    s.push_back({p + ".mlp.fc2.weight", {d, m}, Split::Row, 1, Init::XavierUniform});
+    s.push_back({p + ".mlp.fc2.bias", {d}, Split::Replicated, 1, Init::Zero});
+  }
   // adaLN-Zero: the modulation starts at zero so every block starts as the identity.
   s.push_back({p + ".adaLN_modulation.1.weight", {6 * d, d}, Split::Column, 1, Init::Zero});
   s.push_back({p + ".adaLN_modulation.1.bias", {6 * d}, Split::Column, 1, Init::Zero});
@@ -80,20 +132,20 @@ Recompute parse_recompute(const std::string& name) {
 std::string recompute_name(Recompute r) { return name_of(kRecomputeNames, r); }
 
 void DiTBlock::modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift,
-                              Arena& arena, Arena& scratch, Tensor& h, Tensor& mean,
-                              Tensor& rstd) const {
+                              const NormWeight& w, Arena& arena, Arena& scratch, Tensor& h,
+                              Tensor& mean, Tensor& rstd) const {
   const std::int64_t n = x.dim(0), t = x.dim(1), d = cfg_.hidden_size;
   mean = arena.tensor({n * t}, DType::F32);
   rstd = arena.tensor({n * t}, DType::F32);
   h = arena.tensor({n, t * token_split(), d}, be.compute_dtype());
   const Tensor mine = sp() ? scratch.tensor({n, t, d}, be.compute_dtype()) : h;
-  be.ln_modulate_fwd(x, {mod, shift}, {mod, shift + 1}, static_cast<float>(cfg_.layernorm_eps),
-                     mine, mean, rstd);
+  norm_modulate_fwd(be, cfg_.norm, w, static_cast<float>(cfg_.layernorm_eps), x, {mod, shift},
+                    {mod, shift + 1}, mine, mean, rstd);
   if (sp()) gather_tokens(*tp_, be, mine, h, scratch);
 }
 
 void DiTBlock::attn_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const {
-  modulated_norm(be, a.x_in, a.mod, kShift1, arena, scratch, a.h1, a.mean1, a.rstd1);
+  modulated_norm(be, a.x_in, a.mod, kShift1, norm1_, arena, scratch, a.h1, a.mean1, a.rstd1);
 }
 
 void DiTBlock::attn_residual(Backend& be, BlockActs& a, Arena& arena) const {
@@ -103,7 +155,7 @@ void DiTBlock::attn_residual(Backend& be, BlockActs& a, Arena& arena) const {
 }
 
 void DiTBlock::mlp_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const {
-  modulated_norm(be, a.x_mid, a.mod, kShift2, arena, scratch, a.h2, a.mean2, a.rstd2);
+  modulated_norm(be, a.x_mid, a.mod, kShift2, norm2_, arena, scratch, a.h2, a.mean2, a.rstd2);
 }
 
 void DiTBlock::row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor& in,
@@ -137,14 +189,71 @@ Tensor DiTBlock::column_parallel_dx(Backend& be, const Tensor& dfull, Arena& scr
 }
 
 void DiTBlock::mlp_act(Backend& be, BlockActs& a, Arena& arena) const {
+  if (cfg_.mlp == MlpKind::Swiglu) {
+    a.g1 = arena.tensor({a.f1.dim(0), a.f1.dim(1), a.f1.dim(2) / 2}, be.compute_dtype());
+    be.swiglu_fwd(a.f1, a.g1);
+    return;
+  }
   a.g1 = arena.tensor(a.f1.shape, be.compute_dtype());
   be.gelu_tanh_fwd(a.f1, a.g1);
+}
+
+HeadNorm DiTBlock::head_norm() const {
+  const bool rms = cfg_.norm == NormKind::RmsNorm;
+  return {rms ? HeadNormKind::RmsNorm : HeadNormKind::LayerNorm, head_norm_eps(cfg_.norm),
+          q_norm_.w, q_norm_.b, k_norm_.w, k_norm_.b};
+}
+
+void DiTBlock::qk_transform(Backend& be, BlockActs& a, Arena& arena) const {
+  a.qkv_a = a.qkv;
+  if (!cfg_.qk_norm && cfg_.pos_embed != PosEmbed::Rope) return;
+  const int heads = cfg_.num_heads / tp_->size();
+  a.qkv_a = arena.tensor(a.qkv.shape, be.compute_dtype());
+  Tensor src = a.qkv;
+  if (cfg_.qk_norm) {
+    const std::int64_t rows = a.qkv.dim(0) * a.qkv.dim(1);
+    a.qk_mean = arena.tensor({rows, 2, heads}, DType::F32);
+    a.qk_rstd = arena.tensor({rows, 2, heads}, DType::F32);
+    be.head_norm_fwd(a.qkv, heads, head_norm(), a.qkv_a, a.qk_mean, a.qk_rstd);
+    src = a.qkv_a;
+  }
+  if (cfg_.pos_embed == PosEmbed::Rope) be.rope_fwd(src, heads, cfg_.grid(), a.qkv_a);
+}
+
+void DiTBlock::qk_transform_bwd(Backend& be, const BlockActs& a, const Tensor& dqkv_a,
+                                const Tensor& dqkv, Arena& scratch) const {
+  const int heads = cfg_.num_heads / tp_->size();
+  const bool rope = cfg_.pos_embed == PosEmbed::Rope;
+  if (!cfg_.qk_norm) {
+    if (rope) be.rope_bwd(dqkv_a, heads, cfg_.grid(), dqkv);
+    return;
+  }
+  if (rope) be.rope_bwd(dqkv_a, heads, cfg_.grid(), dqkv_a);
+  // Each rank's heads give part of the replicated q/k norm weights' grads.
+  const HeadNorm p = head_norm();
+  tp_summed(be, *tp_, true, {q_norm_.dw, q_norm_.db, k_norm_.dw, k_norm_.db}, scratch,
+            [&](const std::vector<Tensor>& g) {
+              be.head_norm_bwd(dqkv_a, a.qkv, a.qk_mean, a.qk_rstd, heads, p,
+                               {g[0], g[1], g[2], g[3]}, dqkv);
+            });
+}
+
+void DiTBlock::modulated_norm_bwd(Backend& be, const Tensor& dh, const Tensor& x,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& mod,
+                                  int shift, const NormWeight& w, const Tensor& dx,
+                                  const Tensor& dmod, Arena& scratch) const {
+  // Under sequence parallelism a rank's tokens give part of RMSNorm's weight grad.
+  tp_summed(be, *tp_, sp(), {w.dw}, scratch, [&](const std::vector<Tensor>& g) {
+    norm_modulate_bwd(be, cfg_.norm, w, dh, x, mean, rstd, {mod, shift + 1}, dx, Accumulate::Add,
+                      {dmod, shift}, {dmod, shift + 1}, g[0]);
+  });
 }
 
 BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_c, Arena& saved,
                             Arena& scratch, Recompute mode) const {
   const std::int64_t n = x_in.dim(0), t = x_in.dim(1), tf = t * token_split(), d = cfg_.hidden_size;
-  const std::int64_t tp = tp_->size(), m = cfg_.mlp_hidden(), heads = cfg_.num_heads / tp;
+  const std::int64_t tp = tp_->size(), heads = cfg_.num_heads / tp;
+  const std::int64_t f1_width = cfg_.mlp == MlpKind::Swiglu ? 2 * cfg_.swiglu_hidden() : cfg_.mlp_hidden();
   const DType dt = be.compute_dtype();
   // Where each tensor lives: `cheap` ones are dropped by selective and full recomputation,
   // `heavy` ones (GEMM and attention outputs, mod) only by full recomputation.
@@ -159,16 +268,17 @@ BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_
   attn_norm(be, a, cheap, scratch);
   a.qkv = heavy.tensor({n, tf, 3 * d / tp}, dt);
   linear_fwd(be, qkv_, a.h1, a.qkv, Bias::Add);
+  qk_transform(be, a, cheap);
   a.attn = heavy.tensor({n, tf, d / tp}, dt);
   a.lse = heavy.tensor({n, heads, tf}, DType::F32);
-  be.attention_fwd(a.qkv, static_cast<int>(heads), a.attn, a.lse);
+  be.attention_fwd(a.qkv_a, static_cast<int>(heads), a.attn, a.lse);
   a.o1 = heavy.tensor({n, t, d}, dt);
   row_parallel_fwd(be, proj_, a.attn, a.o1, scratch);
   attn_residual(be, a, cheap);
 
   // MLP branch.
   mlp_norm(be, a, cheap, scratch);
-  a.f1 = heavy.tensor({n, tf, m / tp}, dt);
+  a.f1 = heavy.tensor({n, tf, f1_width / tp}, dt);
   linear_fwd(be, fc1_, a.h2, a.f1, Bias::Add);
   mlp_act(be, a, cheap);
   a.o2 = heavy.tensor({n, t, d}, dt);
@@ -186,6 +296,7 @@ BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tens
   BlockActs a = kept;
   if (kept.kept == Recompute::Selective) {
     attn_norm(be, a, scratch, scratch);
+    qk_transform(be, a, scratch);
     attn_residual(be, a, scratch);
     mlp_norm(be, a, scratch, scratch);
     mlp_act(be, a, scratch);
@@ -198,7 +309,7 @@ void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c
                         const Tensor& dsilu_c, Arena& scratch) const {
   const BlockActs a = rematerialize(be, kept, silu_c, scratch);
   const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), tf = t * token_split();
-  const std::int64_t d = cfg_.hidden_size, tp = tp_->size(), m = cfg_.mlp_hidden();
+  const std::int64_t d = cfg_.hidden_size, tp = tp_->size();
   const std::int64_t heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
   Tensor dmod = scratch.tensor({n, 6 * d}, dt);
@@ -207,13 +318,19 @@ void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c
 
   // MLP branch: dx holds dL/dx_out and becomes dL/dx_mid.
   be.gate_residual_bwd(dx, a.o2, {a.mod, kGate2}, dbranch, {dmod, kGate2});
-  Tensor dg1 = scratch.tensor({n, tf, m / tp}, dt);
+  Tensor dg1 = scratch.tensor(a.g1.shape, dt);
   linear_bwd(be, fc2_, a.g1, row_parallel_dy(be, dbranch, scratch), dg1, Accumulate::Overwrite,
              Bias::Add);
-  be.gelu_tanh_bwd(a.f1, dg1, dg1);
-  linear_bwd(be, fc1_, a.h2, dg1, dnorm, Accumulate::Overwrite, Bias::Add);
-  be.ln_modulate_bwd(column_parallel_dx(be, dnorm, scratch), a.x_mid, a.mean2, a.rstd2,
-                     {a.mod, kScale2}, dx, Accumulate::Add, {dmod, kShift2}, {dmod, kScale2});
+  Tensor df1 = dg1;
+  if (cfg_.mlp == MlpKind::Swiglu) {
+    df1 = scratch.tensor(a.f1.shape, dt);
+    be.swiglu_bwd(a.f1, dg1, df1);
+  } else {
+    be.gelu_tanh_bwd(a.f1, dg1, dg1);
+  }
+  linear_bwd(be, fc1_, a.h2, df1, dnorm, Accumulate::Overwrite, Bias::Add);
+  modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_mid, a.mean2, a.rstd2, a.mod,
+                     kShift2, norm2_, dx, dmod, scratch);
 
   // Attention branch: dx becomes dL/dx_in.
   be.gate_residual_bwd(dx, a.o1, {a.mod, kGate1}, dbranch, {dmod, kGate1});
@@ -221,10 +338,13 @@ void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c
   linear_bwd(be, proj_, a.attn, row_parallel_dy(be, dbranch, scratch), dattn,
              Accumulate::Overwrite, Bias::Add);
   Tensor dqkv = scratch.tensor({n, tf, 3 * d / tp}, dt);
-  be.attention_bwd(a.qkv, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv);
+  Tensor dqkv_a = dqkv;
+  if (a.qkv_a.data != a.qkv.data) dqkv_a = scratch.tensor(dqkv.shape, dt);
+  be.attention_bwd(a.qkv_a, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv_a);
+  if (a.qkv_a.data != a.qkv.data) qk_transform_bwd(be, a, dqkv_a, dqkv, scratch);
   linear_bwd(be, qkv_, a.h1, dqkv, dnorm, Accumulate::Overwrite, Bias::Add);
-  be.ln_modulate_bwd(column_parallel_dx(be, dnorm, scratch), a.x_in, a.mean1, a.rstd1,
-                     {a.mod, kScale1}, dx, Accumulate::Add, {dmod, kShift1}, {dmod, kScale1});
+  modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_in, a.mean1, a.rstd1, a.mod,
+                     kShift1, norm1_, dx, dmod, scratch);
 
   adaln_backward(be, silu_c, dmod, dsilu_c, scratch);
 }

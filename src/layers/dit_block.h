@@ -2,17 +2,28 @@
 //   shift1, scale1, gate1, shift2, scale2, gate2 = adaLN(SiLU(c))           (N, 6D)
 //   x = x + gate1 * proj(attn(qkv(LN(x) * (1 + scale1) + shift1)))
 //   x = x + gate2 * fc2(gelu(fc1(LN(x) * (1 + scale2) + shift2)))
+// with LightningDiT's variants (DiTConfig): model.norm = rmsnorm replaces both LNs by RMSNorm with
+// a weight (norm1, norm2); model.mlp = swiglu replaces fc2(gelu(fc1(h))) by w3(SiLU(x1) * x2),
+// [x1 | x2] = w12(h); model.qk_norm normalizes each head of q and k (q_norm, k_norm: RMSNorm, or
+// LayerNorm with eps 1e-5, both with weights); model.pos_embed = rope rotates q and k (after
+// their norm) by the 2-D axial rotary embedding. Parameter names are the reference's.
 // qkv and fc1 are column-parallel (a rank owns H/tp heads and M/tp hidden units), proj and fc2
 // row-parallel (forward all-reduce, bias added once after), adaLN column-parallel with an
-// all-gather of its small (N, 6D) output.
+// all-gather of its small (N, 6D) output. w12 is column-parallel in two groups, as qkv in three:
+// a rank holds rows [r F/tp, (r+1) F/tp) of both x1 and x2, so its gate needs no communication;
+// w3 is row-parallel. q/k norm and RoPE act per head inside a rank's heads; the q/k norm weights
+// are replicated, so their gradients (partial over heads) are summed over tp, as are the RMSNorm
+// weights' under sequence parallelism (partial over tokens).
 //
 // Activation recomputation (a block's Recompute mode) decides what the forward keeps for the
 // backward; the backward first rematerializes what was dropped with the same kernels in the same
 // order, so the numbers are bit-identical to keeping everything:
 //   None       keeps every tensor of BlockActs.
 //   Selective  keeps the GEMM and attention outputs (qkv, attn, lse, o1, f1, o2) and the small mod;
-//              drops the cheap, large elementwise tensors (LN + modulate outputs h1, h2 with their
-//              statistics, x_mid, the GELU output g1) and recomputes them.
+//              drops the cheap, large elementwise tensors (LN/RMSNorm + modulate outputs h1, h2
+//              with their statistics, x_mid, the GELU or SwiGLU gate output g1, and q/k after
+//              their norm and rotation, qkv_a, with the q/k norm statistics) and recomputes them.
+//              w12's output is a GEMM output (f1) and is kept.
 //   Full       keeps only x_out (the next block's input; x_in is the previous block's) and reruns
 //              the whole forward, collectives included, inside the backward.
 //
@@ -27,6 +38,7 @@
 #include "backend/backend.h"
 #include "layers/dit_config.h"
 #include "layers/linear.h"
+#include "layers/norm.h"
 #include "parallel/comm.h"
 #include "core/named.h"
 
@@ -49,15 +61,17 @@ struct BlockActs {
   Tensor mod;           // (N, 6D)   adaLN output, all tp columns
   Tensor mean1, rstd1;  // (N*T)     LayerNorm statistics before attention
   Tensor h1;            // (N, Tf, D) modulated norm, input of qkv
-  Tensor qkv;           // (N, Tf, 3D/tp)
+  Tensor qkv;           // (N, Tf, 3D/tp) qkv's output
+  Tensor qkv_a;         // (N, Tf, 3D/tp) attention's input: qkv after q/k norm and RoPE (or qkv)
+  Tensor qk_mean, qk_rstd;  // (N*Tf, 2, H/tp) q/k norm statistics
   Tensor attn;          // (N, Tf, D/tp) attention output of this rank's heads
   Tensor lse;           // (N, H/tp, Tf) row logsumexp of the attention scores
   Tensor o1;            // (N, T, D) attention branch output before the gate
   Tensor x_mid;         // (N, T, D) residual stream after attention
   Tensor mean2, rstd2;  // (N*T)
   Tensor h2;            // (N, Tf, D) modulated norm, input of fc1
-  Tensor f1;            // (N, Tf, M/tp) fc1 output before GELU
-  Tensor g1;            // (N, Tf, M/tp) GELU output, input of fc2
+  Tensor f1;            // (N, Tf, M/tp) fc1 output before GELU (swiglu: w12's (N, Tf, 2F/tp))
+  Tensor g1;            // (N, Tf, M/tp) GELU output, input of fc2 (swiglu: the gate, F/tp)
   Tensor o2;            // (N, T, D) MLP branch output before the gate
   Tensor x_out;         // (N, T, D) residual stream leaving the block
 };
@@ -86,10 +100,21 @@ class DiTBlock {
   void attn_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const;  // mean1, rstd1, h1
   void attn_residual(Backend& be, BlockActs& a, Arena& arena) const;  // x_mid = x_in + gate1 o1
   void mlp_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const;   // mean2, rstd2, h2
-  void mlp_act(Backend& be, BlockActs& a, Arena& arena) const;        // g1 = gelu(f1)
-  // h (N, Tf, D) = LN(x) * (1 + scale) + shift, all-gathered over tokens under sequence parallelism.
-  void modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift, Arena& arena,
-                      Arena& scratch, Tensor& h, Tensor& mean, Tensor& rstd) const;
+  void mlp_act(Backend& be, BlockActs& a, Arena& arena) const;        // g1 = gelu(f1) | gate
+  void qk_transform(Backend& be, BlockActs& a, Arena& arena) const;   // qkv_a (+ statistics)
+  // dqkv_a (attention's input grad) back through RoPE (in place) and q/k norm into dqkv.
+  void qk_transform_bwd(Backend& be, const BlockActs& a, const Tensor& dqkv_a, const Tensor& dqkv,
+                        Arena& scratch) const;
+  // Backward of a modulated norm (LN, or RMSNorm with its weight grad; see modulated_norm).
+  void modulated_norm_bwd(Backend& be, const Tensor& dh, const Tensor& x, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& mod, int shift, const NormWeight& w,
+                          const Tensor& dx, const Tensor& dmod, Arena& scratch) const;
+  HeadNorm head_norm() const;
+  // h (N, Tf, D) = norm(x) * (1 + scale) + shift, all-gathered over tokens under sequence
+  // parallelism; norm is LN or RMSNorm with weight w.
+  void modulated_norm(Backend& be, const Tensor& x, const Tensor& mod, int shift,
+                      const NormWeight& w, Arena& arena, Arena& scratch, Tensor& h, Tensor& mean,
+                      Tensor& rstd) const;
   // out (N, T, D) = this rank's tokens of the tp sum of the row-parallel GEMM of `in`, + bias.
   void row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor& in, const Tensor& out,
                         Arena& scratch) const;
@@ -105,7 +130,8 @@ class DiTBlock {
   DiTConfig cfg_;
   Comm* tp_;
   Tokens tokens_;
-  LinearParams qkv_, proj_, fc1_, fc2_, ada_;
+  LinearParams qkv_, proj_, fc1_, fc2_, ada_;  // fc1_, fc2_ are w12, w3 for swiglu
+  NormWeight norm1_, norm2_, q_norm_, k_norm_;  // without data where the variant is off
 };
 
 }  // namespace dit

@@ -18,16 +18,37 @@ const std::map<std::string, Size>& sizes() {
       {"S", {12, 384, 6}}, {"B", {12, 768, 12}}, {"L", {24, 1024, 16}}, {"XL", {28, 1152, 16}}};
   return s;
 }
+
+// LightningDiT's model functions: name -> depth, hidden, heads, patch.
+struct LightningSize {
+  const char* name;
+  int depth, hidden, heads, patch;
+};
+constexpr LightningSize kLightningSizes[] = {
+    {"LightningDiT-B/1", 12, 768, 12, 1},      {"LightningDiT-B/2", 12, 768, 12, 2},
+    {"LightningDiT-L/2", 24, 1024, 16, 2},     {"LightningDiT-XL/1", 28, 1152, 16, 1},
+    {"LightningDiT-XL/2", 28, 1152, 16, 2},    {"LightningDiT-1p0B/1", 24, 1536, 24, 1},
+    {"LightningDiT-1p0B/2", 24, 1536, 24, 2},  {"LightningDiT-1p6B/1", 28, 1792, 28, 1},
+};
 }  // namespace
 
 std::vector<std::string> dit_preset_names() {
   std::vector<std::string> names;
   for (const char* s : {"S", "B", "L", "XL"})
     for (int p : {2, 4, 8}) names.push_back(std::string("DiT-") + s + "/" + std::to_string(p));
+  for (const LightningSize& l : kLightningSizes) names.push_back(l.name);
   return names;
 }
 
 DiTConfig dit_preset(const std::string& name) {
+  for (const LightningSize& l : kLightningSizes)
+    if (name == l.name) {
+      DiTConfig c;
+      c.depth = l.depth, c.hidden_size = l.hidden, c.num_heads = l.heads, c.patch_size = l.patch;
+      c.mlp = MlpKind::Swiglu, c.norm = NormKind::RmsNorm, c.pos_embed = PosEmbed::Rope;
+      c.qk_norm = false, c.learn_sigma = false;
+      return c;
+    }
   std::string body = name.rfind("DiT-", 0) == 0 ? name.substr(4) : name;
   auto slash = body.find('/');
   auto it = sizes().end();
@@ -75,27 +96,40 @@ void DiTConfig::validate() const {
   DIT_CHECK(hidden_size % 4 == 0, "model.hidden_size = ", hidden_size,
             " must be divisible by 4 (2-D sin-cos positional embedding)");
   DIT_CHECK(mlp_hidden() > 0, "model.mlp_ratio = ", mlp_ratio, " gives an empty MLP");
+  DIT_CHECK(ffn_hidden() > 0, "model.mlp = \"swiglu\" with model.mlp_ratio = ", mlp_ratio,
+            " gives an empty SwiGLU hidden layer (int(2/3 * ", mlp_hidden(), ") = 0)");
+  DIT_CHECK(pos_embed != PosEmbed::Rope || head_dim() % 4 == 0, "model.pos_embed = \"rope\" needs a head dim (model.hidden_size / model.num_heads = ",
+            head_dim(), ") divisible by 4: the 2-D rotary embedding rotates pairs of the head's two halves (rows, columns of the ",
+            grid(), " x ", grid(), " token grid)");
   DIT_CHECK(class_dropout_prob >= 0 && class_dropout_prob < 1, "model.class_dropout_prob = ",
             class_dropout_prob, ": expected a value in [0, 1)");
 }
 
 long long DiTConfig::num_params() const {
   const long long d = hidden_size, m = mlp_hidden(), c = in_channels, p = patch_size;
-  const long long f = frequency_embedding_size;
+  const long long freq = frequency_embedding_size;
   long long n = d * c * p * p + d;                 // x_embedder
-  n += f * d + d + d * d + d;                      // t_embedder
+  n += freq * d + d + d * d + d;                   // t_embedder
   n += (num_classes + 1) * d;                      // y_embedder (with the null class)
-  long long block = 3 * d * d + 3 * d + d * d + d  // attention
-                    + m * d + m + d * m + d        // mlp
-                    + 6 * d * d + 6 * d;           // adaLN
+  const long long f = swiglu_hidden(), e = head_dim();
+  const long long mlp_params = mlp == MlpKind::Swiglu ? 2 * f * d + 2 * f + d * f + d : m * d + m + d * m + d;
+  const long long norm_w = norm == NormKind::RmsNorm ? d : 0;  // one weight per norm
+  const long long qk = !qk_norm ? 0 : (norm == NormKind::RmsNorm ? 2 * e : 4 * e);
+  long long block = 3 * d * d + 3 * d + d * d + d + qk  // attention
+                    + mlp_params                        // mlp
+                    + 6 * d * d + 6 * d + 2 * norm_w;    // adaLN, norm1, norm2
   n += depth * block;
-  n += 2 * d * d + 2 * d + p * p * out_channels() * d + p * p * out_channels();  // final layer
+  n += 2 * d * d + 2 * d + p * p * out_channels() * d + p * p * out_channels() + norm_w;  // final
   return n;
 }
 
 double DiTConfig::block_flops() const {
-  const double d = hidden_size, m = mlp_hidden(), t = num_patches();
-  return 2 * t * d * (3 * d + d + 2 * m) + 4 * t * t * d + 2 * 6 * d * d;
+  // GEMMs (2 per multiply-add): qkv, proj, the MLP (fc1 + fc2 = 2M, or w12 + w3 = 3F), attention,
+  // adaLN. The elementwise work of the variants (norms, gate, rotation) is not counted, as
+  // LayerNorm and GELU are not.
+  const double d = hidden_size, t = num_patches();
+  const double mlp_width = mlp == MlpKind::Swiglu ? 3.0 * swiglu_hidden() : 2.0 * mlp_hidden();
+  return 2 * t * d * (3 * d + d + mlp_width) + 4 * t * t * d + 2 * 6 * d * d;
 }
 
 double DiTConfig::embed_flops() const {

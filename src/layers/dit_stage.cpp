@@ -44,10 +44,10 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
                   layout.end_block <= cfg.depth,
               "stage blocks [", layout.first_block, ", ", layout.end_block,
               ") outside the model's ", cfg.depth, " blocks");
-  DIT_CHECK(cfg.num_heads % tp.size() == 0 && cfg.mlp_hidden() % tp.size() == 0 &&
+  DIT_CHECK(cfg.num_heads % tp.size() == 0 && cfg.ffn_hidden() % tp.size() == 0 &&
                 (6 * cfg.hidden_size) % tp.size() == 0,
             "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
-            "), mlp hidden (", cfg.mlp_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
+            "), mlp hidden (", cfg.ffn_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
             ") divisible by tp");
   DIT_CHECK(!options.sequence_parallel || (tp.size() > 1 && cfg.num_patches() % tp.size() == 0),
             "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),

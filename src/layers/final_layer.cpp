@@ -5,6 +5,8 @@ namespace dit {
 
 void FinalLayer::declare(const DiTConfig& cfg, std::vector<ParamSpec>& s) {
   const std::int64_t d = cfg.hidden_size, p = cfg.patch_size;
+  if (cfg.norm == NormKind::RmsNorm)  // LightningDiT's norm_final (DiT's LayerNorm has no weight)
+    s.push_back({"final_layer.norm_final.weight", {d}, Split::Replicated, 1, Init::One});
   // Zero-initialized, as the official code does, so the model starts by predicting zero.
   s.push_back({"final_layer.adaLN_modulation.1.weight", {2 * d, d}, Split::Replicated, 1, Init::Zero});
   s.push_back({"final_layer.adaLN_modulation.1.bias", {2 * d}, Split::Replicated, 1, Init::Zero});
@@ -17,6 +19,7 @@ void FinalLayer::declare(const DiTConfig& cfg, std::vector<ParamSpec>& s) {
 FinalLayer::FinalLayer(const DiTConfig& cfg, const ParamSet& ps) : cfg_(cfg) {
   ada_ = LinearParams::from(ps, "final_layer.adaLN_modulation.1");
   linear_ = LinearParams::from(ps, "final_layer.linear");
+  norm_ = NormWeight::from(ps, "final_layer.norm_final");
 }
 
 FinalActs FinalLayer::forward(Backend& be, const Tensor& x, const Tensor& silu_c, Arena& saved,
@@ -31,8 +34,8 @@ FinalActs FinalLayer::forward(Backend& be, const Tensor& x, const Tensor& silu_c
   a.mean = saved.tensor({n * t}, DType::F32);
   a.rstd = saved.tensor({n * t}, DType::F32);
   a.h = saved.tensor({n, t, d}, dt);
-  be.ln_modulate_fwd(x, {a.mod, 0}, {a.mod, 1}, static_cast<float>(cfg_.layernorm_eps), a.h,
-                     a.mean, a.rstd);
+  norm_modulate_fwd(be, cfg_.norm, norm_, static_cast<float>(cfg_.layernorm_eps), x, {a.mod, 0},
+                    {a.mod, 1}, a.h, a.mean, a.rstd);
   Tensor patches = scratch.tensor({n, t, p * p * cout}, dt);
   linear_fwd(be, linear_, a.h, patches, Bias::Add);
   a.out = saved.tensor({n, cout, cfg_.input_size, cfg_.input_size}, dt);
@@ -49,8 +52,8 @@ void FinalLayer::backward(Backend& be, const FinalActs& a, const Tensor& silu_c,
   Tensor dh = scratch.tensor({n, t, d}, dt);
   linear_bwd(be, linear_, a.h, dpatches, dh, Accumulate::Overwrite, Bias::Add);
   Tensor dmod = scratch.tensor({n, 2 * d}, dt);
-  be.ln_modulate_bwd(dh, a.x_in, a.mean, a.rstd, {a.mod, 1}, dx, Accumulate::Overwrite,
-                     {dmod, 0}, {dmod, 1});
+  norm_modulate_bwd(be, cfg_.norm, norm_, dh, a.x_in, a.mean, a.rstd, {a.mod, 1}, dx,
+                    Accumulate::Overwrite, {dmod, 0}, {dmod, 1}, norm_.dw);
   linear_bwd(be, ada_, silu_c, dmod, dsilu_c, Accumulate::Overwrite, Bias::Add);
 }
 

@@ -1,11 +1,13 @@
 // DiT's final layer, owned by the last pipeline stage (replicated over tp):
 //   shift, scale = adaLN(SiLU(c));  out = unpatchify(linear(LN(x) * (1 + scale) + shift))
+// (model.norm = rmsnorm: RMSNorm with LightningDiT's norm_final weight in place of LN)
 // out is (N, C_out, H, W) with C_out = 2C when the variance is learned.
 #pragma once
 
 #include "backend/backend.h"
 #include "layers/dit_config.h"
 #include "layers/linear.h"
+#include "layers/norm.h"
 
 namespace dit {
 
@@ -31,6 +33,7 @@ class FinalLayer {
  private:
   DiTConfig cfg_;
   LinearParams ada_, linear_;
+  NormWeight norm_;  // RMSNorm's weight (no data for LayerNorm)
 };
 
 }  // namespace dit

@@ -72,6 +72,8 @@ void ParamSpec::initialize(std::uint64_t seed, std::vector<float>& g) const {
     for (auto& v : g) v = (2.f * rng.uniform() - 1.f) * bound;
   } else if (init == Init::Normal002) {
     for (auto& v : g) v = 0.02f * rng.normal();
+  } else if (init == Init::One) {
+    g.assign(g.size(), 1.f);
   }
 }
 

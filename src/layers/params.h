@@ -20,7 +20,7 @@ enum class Split : std::uint8_t {
   Row,         // dim 1 (input features) split
 };
 
-enum class Init : std::uint8_t { Zero, XavierUniform, Normal002 };
+enum class Init : std::uint8_t { Zero, XavierUniform, Normal002, One };  // One: norm weights
 
 struct ParamSpec {
   std::string name;  // PyTorch state_dict name, e.g. "blocks.3.attn.qkv.weight"

@@ -198,7 +198,7 @@ std::vector<FitRow> fit_layouts(const FitRequest& req) {
   std::vector<FitRow> rows;
   const double budget = req.hw.memory_gib * double(1u << 30) * (1 - req.margin);
   for (int tp = 1; tp <= std::min(req.gpus, req.hw.gpus_per_node); ++tp) {
-    if (req.gpus % tp || m.num_heads % tp || m.mlp_hidden() % tp) continue;
+    if (req.gpus % tp || m.num_heads % tp || m.mlp_hidden() % tp || m.ffn_hidden() % tp) continue;
     for (int pp = 1; pp <= std::min(req.gpus / tp, m.depth); ++pp) {
       if ((req.gpus / tp) % pp) continue;
       const Layout l{tp, pp, req.gpus / (tp * pp)};

@@ -75,7 +75,8 @@ differs base preset loss model.preset
 refused "model takes 1x16x16" --set model.input_size=16
 refused "model takes 3x32x32" --set model.in_channels=3
 for kv in patch_size=2 hidden_size=32 depth=1 num_heads=2 mlp_ratio=2.0 class_dropout_prob=0.5 \
-  frequency_embedding_size=64 layernorm_eps=0.5 num_classes=12; do
+  frequency_embedding_size=64 layernorm_eps=0.5 num_classes=12 'mlp="swiglu"' 'norm="rmsnorm"' \
+  'pos_embed="rope"' qk_norm=true; do
   run "m_${kv%%=*}" --set "model.$kv"
   differs base "m_${kv%%=*}" model "model.${kv%%=*}"
 done

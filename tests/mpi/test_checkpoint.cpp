@@ -132,15 +132,15 @@ class TempRoot {
 
 // Saves the reference state at `l` (all members); returns the step folder ("" on non-members).
 std::string save_at(const Layout& l, const std::string& root, std::int64_t step, int keep,
-                    double* seconds = nullptr) {
+                    double* seconds = nullptr, const DiTConfig& cfg = model()) {
   auto ctx = join(l);
   if (!ctx) return "";
   CpuBackend be;
-  auto ps = stage_params(be, model(), *ctx);
+  auto ps = stage_params(be, cfg, *ctx);
   const StageState st = make_state(*ps);
   ctx->world->barrier();
   const auto t0 = std::chrono::steady_clock::now();
-  std::string dir = save_checkpoint(root, meta_for(step), model(), *ps, *ctx, st, keep);
+  std::string dir = save_checkpoint(root, meta_for(step), cfg, *ps, *ctx, st, keep);
   if (seconds)
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return dir;
@@ -283,6 +283,40 @@ TEST_F(CheckpointTest, ReshardsToAnyLayoutBitExact) {
     EXPECT_NE(report.find("(96, 32)"), std::string::npos) << report;
     EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
     std::printf("%s", report.c_str());
+  }
+}
+
+// LightningDiT's block variants: w12 (two column groups), w3, the norm and q/k norm weights
+// reshard bit-exactly, the variants travel in the checkpoint's config, and a DiT model refuses it.
+TEST_F(CheckpointTest, LightningVariantsReshardBitExact) {
+  DiTConfig cfg = model();
+  cfg.mlp_ratio = 3.0;  // SwiGLU hidden int(2/3 * 96) = 64: splits over tp 4
+  cfg.mlp = MlpKind::Swiglu, cfg.norm = NormKind::RmsNorm, cfg.pos_embed = PosEmbed::Rope;
+  cfg.qk_norm = true;
+  TempRoot root;
+  save_at({2, 2, 2}, root.path(), 3, 0, nullptr, cfg);
+  for (const Layout& l : {Layout{1, 1, 1}, Layout{4, 1, 2}, Layout{1, 4, 1}, Layout{4, 2, 1}}) {
+    const LoadResult r = load_at(l, root.path(), cfg);
+    if (!r.member) continue;
+    EXPECT_EQ(r.error, "") << l.str();
+    EXPECT_EQ(r.bad, 0) << l.str() << ": values differ from the saved global tensors";
+  }
+  if (world_rank() == 0) {
+    const DiTConfig c = read_checkpoint_model(root.path());
+    EXPECT_EQ(c.mlp, MlpKind::Swiglu);
+    EXPECT_EQ(c.norm, NormKind::RmsNorm);
+    EXPECT_EQ(c.pos_embed, PosEmbed::Rope);
+    EXPECT_TRUE(c.qk_norm);
+    const std::string report = inspect_checkpoint(root.path());
+    for (const char* name : {"blocks.0.mlp.w12.weight", "blocks.3.mlp.w3.weight", "blocks.1.norm1.weight",
+                             "blocks.2.attn.q_norm.weight", "final_layer.norm_final.weight"})
+      EXPECT_NE(report.find(name), std::string::npos) << name << "\n" << report;
+  }
+  DiTConfig gelu = cfg;
+  gelu.mlp = MlpKind::Gelu;
+  const LoadResult r = load_at({1, 1, 1}, root.path(), gelu);
+  if (r.member) {
+    EXPECT_NE(r.error.find("mlp swiglu vs gelu"), std::string::npos) << r.error;
   }
 }
 

@@ -155,6 +155,81 @@ void CpuStorageBackend::ln_modulate_bwd(const Tensor& dy, const Tensor& x, const
   w.commit();
 }
 
+void CpuStorageBackend::swiglu_fwd(const Tensor& x12, const Tensor& h) {
+  Widened w;
+  fp32_.swiglu_fwd(w.in(x12), w.out(h));
+  w.commit();
+}
+
+void CpuStorageBackend::swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& dx12) {
+  Widened w;
+  fp32_.swiglu_bwd(w.in(x12), w.in(dh), w.out(dx12));
+  w.commit();
+}
+
+namespace {
+// An optional operand (no data) stays without data.
+Tensor widen_optional(Widened& w, const Tensor& t, bool written) {
+  if (t.data == nullptr) return t;
+  return written ? w.out(t) : w.in(t);
+}
+}  // namespace
+
+void CpuStorageBackend::rms_modulate_fwd(const Tensor& x, const Tensor& weight,
+                                         const ModChunk& shift, const ModChunk& scale, float eps,
+                                         const Tensor& y, const Tensor& rstd) {
+  Widened w;
+  fp32_.rms_modulate_fwd(w.in(x), widen_optional(w, weight, false), w.in(shift), w.in(scale), eps,
+                         w.out(y), w.out(rstd));
+  w.commit();
+}
+
+void CpuStorageBackend::rms_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                         const Tensor& weight, const ModChunk& scale,
+                                         const Tensor& dx, Accumulate acc, const Tensor& dweight,
+                                         const ModChunk& dshift, const ModChunk& dscale) {
+  Widened w;
+  fp32_.rms_modulate_bwd(w.in(dy), w.in(x), w.in(rstd), widen_optional(w, weight, false),
+                         w.in(scale), w.out(dx), acc, widen_optional(w, dweight, true),
+                         w.out(dshift), w.out(dscale));
+  w.commit();
+}
+
+void CpuStorageBackend::head_norm_fwd(const Tensor& qkv, int heads, const HeadNorm& p,
+                                      const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+  Widened w;
+  HeadNorm p32 = p;
+  p32.q_w = w.in(p.q_w), p32.k_w = w.in(p.k_w);
+  p32.q_b = widen_optional(w, p.q_b, false), p32.k_b = widen_optional(w, p.k_b, false);
+  fp32_.head_norm_fwd(w.in(qkv), heads, p32, w.out(out), w.out(mean), w.out(rstd));
+  w.commit();
+}
+
+void CpuStorageBackend::head_norm_bwd(const Tensor& dout, const Tensor& qkv, const Tensor& mean,
+                                      const Tensor& rstd, int heads, const HeadNorm& p,
+                                      const HeadNormGrads& g, const Tensor& dqkv) {
+  Widened w;
+  HeadNorm p32 = p;
+  p32.q_w = w.in(p.q_w), p32.k_w = w.in(p.k_w);
+  p32.q_b = widen_optional(w, p.q_b, false), p32.k_b = widen_optional(w, p.k_b, false);
+  HeadNormGrads g32{w.out(g.q_w), widen_optional(w, g.q_b, true), w.out(g.k_w),
+                    widen_optional(w, g.k_b, true)};
+  fp32_.head_norm_bwd(w.in(dout), w.in(qkv), w.in(mean), w.in(rstd), heads, p32, g32, w.out(dqkv));
+  w.commit();
+}
+
+void CpuStorageBackend::rope_fwd(const Tensor& qkv, int heads, int grid, const Tensor& out) {
+  Widened w;
+  fp32_.rope_fwd(w.in(qkv), heads, grid, w.out(out));
+  w.commit();
+}
+
+void CpuStorageBackend::rope_bwd(const Tensor& dout, int heads, int grid, const Tensor& dqkv) {
+  Widened w;
+  fp32_.rope_bwd(w.in(dout), heads, grid, w.out(dqkv));
+  w.commit();
+}
+
 void CpuStorageBackend::gate_residual_fwd(const Tensor& x, const Tensor& h, const ModChunk& gate) {
   Widened w;
   fp32_.gate_residual_fwd(w.out(x), w.in(h), w.in(gate));

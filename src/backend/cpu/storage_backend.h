@@ -49,6 +49,23 @@ class CpuStorageBackend final : public Backend {
   void gate_residual_bwd(const Tensor& dx, const Tensor& h, const ModChunk& gate, const Tensor& dh,
                          const ModChunk& dgate) override;
 
+  void swiglu_fwd(const Tensor& x12, const Tensor& h) override;
+  void swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& dx12) override;
+  void rms_modulate_fwd(const Tensor& x, const Tensor& weight, const ModChunk& shift,
+                        const ModChunk& scale, float eps, const Tensor& y,
+                        const Tensor& rstd) override;
+  void rms_modulate_bwd(const Tensor& dy, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                        const ModChunk& scale, const Tensor& dx, Accumulate acc,
+                        const Tensor& dweight, const ModChunk& dshift,
+                        const ModChunk& dscale) override;
+  void head_norm_fwd(const Tensor& qkv, int heads, const HeadNorm& p, const Tensor& out,
+                     const Tensor& mean, const Tensor& rstd) override;
+  void head_norm_bwd(const Tensor& dout, const Tensor& qkv, const Tensor& mean, const Tensor& rstd,
+                     int heads, const HeadNorm& p, const HeadNormGrads& g,
+                     const Tensor& dqkv) override;
+  void rope_fwd(const Tensor& qkv, int heads, int grid, const Tensor& out) override;
+  void rope_bwd(const Tensor& dout, int heads, int grid, const Tensor& dqkv) override;
+
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override;

@@ -57,6 +57,19 @@ class VirtualBackend final : public Backend {
   void gate_residual_fwd(const Tensor&, const Tensor&, const ModChunk&) override {}
   void gate_residual_bwd(const Tensor&, const Tensor&, const ModChunk&, const Tensor&,
                          const ModChunk&) override {}
+  void swiglu_fwd(const Tensor&, const Tensor&) override {}
+  void swiglu_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
+  void rms_modulate_fwd(const Tensor&, const Tensor&, const ModChunk&, const ModChunk&, float,
+                        const Tensor&, const Tensor&) override {}
+  void rms_modulate_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ModChunk&,
+                        const Tensor&, Accumulate, const Tensor&, const ModChunk&,
+                        const ModChunk&) override {}
+  void head_norm_fwd(const Tensor&, int, const HeadNorm&, const Tensor&, const Tensor&,
+                     const Tensor&) override {}
+  void head_norm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
+                     const HeadNorm&, const HeadNormGrads&, const Tensor&) override {}
+  void rope_fwd(const Tensor&, int, int, const Tensor&) override {}
+  void rope_bwd(const Tensor&, int, int, const Tensor&) override {}
   // Attention is planned as the composed attention, the GPU's path when cuDNN cannot serve: its
   // workspace is then counted (workspace_bytes) and its GEMM shapes checked.
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override {
