@@ -236,7 +236,7 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
         DIT_CHECK(int(files.size()) == parts && files.rbegin()->first == parts - 1,
                   "checkpoint: tensor '", name, "' has ", files.size(), " of its ", parts,
                   " tp slices in the shards (does every stage hold its parameters?)");
-        h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, path);
         DIT_H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_FLOAT, &nan), path, " ", name);
         const ckpt::Box whole = ckpt::Box::whole(s.global),
                         local = ckpt::Box::whole(s.local(layout.tp));

@@ -69,8 +69,7 @@ namespace {
 void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
   {
-    h5::Handle c(H5Gcreate2(file, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    DIT_CHECK(bool(c), "cannot create /config");
+    const h5::Handle c = h5::create_group(file, "/config", where);
     attr_int(c.get(), "input_size", cfg.input_size);
     attr_int(c.get(), "patch_size", cfg.patch_size);
     attr_int(c.get(), "in_channels", cfg.in_channels);
@@ -84,8 +83,7 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
-    h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    DIT_CHECK(bool(w), "cannot create /weights");
+    const h5::Handle w = h5::create_group(file, "/weights", where);
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
     for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums
