@@ -1,36 +1,13 @@
 // Golden file reading: config from /config attributes, tensors with shape checks.
 #include "io/golden.h"
 
+#include "io/model_config_h5.h"
+
 namespace dit {
 
-GoldenFile::GoldenFile(const std::string& path) : file_(h5::File::open_read(path)) {
-  const std::string c = "/config";
-  DIT_CHECK(file_.exists(c), path, ": group /config is missing (not a golden file?)");
-  auto geti = [&](const char* k) { return static_cast<int>(file_.attr_int(c, k)); };
-  cfg_.input_size = geti("input_size");
-  cfg_.patch_size = geti("patch_size");
-  cfg_.in_channels = geti("in_channels");
-  cfg_.hidden_size = geti("hidden_size");
-  cfg_.depth = geti("depth");
-  cfg_.num_heads = geti("num_heads");
-  cfg_.mlp_ratio = file_.attr_double(c, "mlp_ratio");
-  cfg_.num_classes = geti("num_classes");
-  cfg_.learn_sigma = file_.attr_bool(c, "learn_sigma");
-  cfg_.class_dropout_prob = file_.attr_double(c, "class_dropout_prob");
-  if (file_.has_attr(c, "frequency_embedding_size"))
-    cfg_.frequency_embedding_size = geti("frequency_embedding_size");
-  if (file_.has_attr(c, "layernorm_eps")) cfg_.layernorm_eps = file_.attr_double(c, "layernorm_eps");
-  try {
-    cfg_.validate();
-  } catch (const Error& e) {
-    DIT_FAIL(path, ": /config describes a model that cannot be built: ", e.what());
-  }
-  if (file_.has_attr(c, "out_channels"))
-    DIT_CHECK(file_.attr_int(c, "out_channels") == cfg_.out_channels(), path,
-              ": /config out_channels = ", file_.attr_int(c, "out_channels"), " but learn_sigma = ",
-              cfg_.learn_sigma, " and in_channels = ", cfg_.in_channels, " imply ",
-              cfg_.out_channels());
-}
+GoldenFile::GoldenFile(const std::string& path)
+    : file_(h5::File::open_read(path)),
+      cfg_(h5::read_model_config(file_, h5::LaterFields::Defaulted, "not a golden file?")) {}
 
 std::vector<double> GoldenFile::read(const std::string& dataset, const Shape& expected) const {
   return file_.read(dataset, expected).values;
