@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/quote.h"
 #include "eval/fid.h"
 #include "eval/inception.h"
 #include "eval/quality.h"
@@ -38,7 +39,7 @@ std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& imag
   char b[128];
   std::snprintf(b, sizeof b, "{\"feature_space\": \"inception-v3\", \"n\": %lld, \"fid\": %.8g, ",
                 static_cast<long long>(images.n), fid);
-  return std::string(b) + "\"reference_stats\": \"" + opt.reference_stats + "\"}";
+  return std::string(b) + "\"reference_stats\": " + quote_string(opt.reference_stats) + "}";
 }
 
 // Enough samples to measure, known before any is drawn.

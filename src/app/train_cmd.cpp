@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/quote.h"
 #include "engine/rank_backend.h"
 #include "engine/train_setup.h"
 #include "eval/quality.h"
@@ -153,7 +154,7 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
     cmd->add_option_function<std::string>(
            fl.name,
            [&f, fl](const std::string& v) {
-             std::string value = fl.quoted ? "\"" + v + "\"" : v;
+             std::string value = fl.quoted ? quote_string(v) : v;
              if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
              f.flags.emplace_back(fl.key, value);
            },

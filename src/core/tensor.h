@@ -12,7 +12,7 @@
 
 namespace dit {
 
-// Virtual: address space of the planning backend (backend/virtual_backend.h), never dereferenced.
+// Virtual: address space of the planning backend (backend/virtual/virtual_backend.h), never dereferenced.
 enum class Device : std::uint8_t { Host, Cuda, Virtual };
 
 constexpr int kMaxDims = 5;

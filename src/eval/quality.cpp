@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "eval/inception.h"
 #include "eval/fid.h"
 #include "io/h5_dataset.h"
@@ -234,9 +235,9 @@ std::string quality_json(const QualityReport& r) {
   };
   std::ostringstream os;
   os << "{\"samples\": " << set(r.samples) << ", \"floor\": " << set(r.floor)
-     << ", \"fid_over_floor\": " << r.samples.fid / std::max(r.floor.fid, 1e-12) << ", \"reference\": \""
-     << r.reference << "\", \"reference_n\": " << r.reference_n << ", \"classifier\": \"" << r.classifier
-     << "\", \"classifier_test_accuracy\": " << r.classifier_test_accuracy << "}";
+     << ", \"fid_over_floor\": " << r.samples.fid / std::max(r.floor.fid, 1e-12) << ", \"reference\": "
+     << quote_string(r.reference) << ", \"reference_n\": " << r.reference_n << ", \"classifier\": " << quote_string(r.classifier)
+     << ", \"classifier_test_accuracy\": " << r.classifier_test_accuracy << "}";
   return os.str();
 }
 

@@ -19,6 +19,7 @@
 #include "io/atomic_file.h"
 #include "parallel/agree.h"
 #include "io/checkpoint_format.h"
+#include "io/model_config_h5.h"
 #include "io/checkpoint_manifest.h"
 #include "layers/dit_stage.h"
 
@@ -225,7 +226,8 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
     h5::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, h5::AttrShape::Scalar, path);
     h5::write_attr_ints(id, "loss_scaling", {meta.loss_scaling ? 1 : 0}, h5::AttrShape::Scalar, path);
     h5::write_attr_string(id, "config_toml", meta.config_toml, path);
-    ckpt::write_config(id, cfg, path);
+    const h5::Handle config = h5::write_model_config(id, cfg, path);
+    h5::write_attr_ints(config.get(), "out_channels", {cfg.out_channels()}, h5::AttrShape::Scalar, path);
     const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing
     for (int k = 0; k < 4; ++k) {
       h5::Handle g = h5::create_group(id, kKinds[k], path);
@@ -236,7 +238,7 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
         DIT_CHECK(int(files.size()) == parts && files.rbegin()->first == parts - 1,
                   "checkpoint: tensor '", name, "' has ", files.size(), " of its ", parts,
                   " tp slices in the shards (does every stage hold its parameters?)");
-        h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, path);
         DIT_H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_FLOAT, &nan), path, " ", name);
         const ckpt::Box whole = ckpt::Box::whole(s.global),
                         local = ckpt::Box::whole(s.local(layout.tp));
@@ -418,7 +420,8 @@ CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, co
     const std::string dir = step_dir(path);
     const h5::File index = open_index(dir);
     meta = read_meta(index, dir);
-    const std::string diff = ckpt::config_differences(ckpt::read_config(index), cfg);
+    const DiTConfig stored = h5::read_model_config(index, h5::LaterFields::Required, "the model config");
+    const std::string diff = h5::config_differences(stored, cfg);
     DIT_CHECK(diff.empty(), dir,
               ": the checkpoint's model differs from this run's (checkpoint vs run): ", diff);
     ckpt::ShardReader reader(dir, index);
@@ -440,7 +443,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 }
 
 DiTConfig read_checkpoint_model(const std::string& path) {
-  return ckpt::read_config(open_index(step_dir(path)));
+  return h5::read_model_config(open_index(step_dir(path)), h5::LaterFields::Required, "the model config");
 }
 
 std::string latest_checkpoint(const std::string& root) {
@@ -503,7 +506,7 @@ std::string inspect_checkpoint(const std::string& path) {
   const std::string dir = step_dir(path);
   const h5::File index = open_index(dir);
   const CheckpointMeta meta = read_meta(index, dir);
-  const DiTConfig cfg = ckpt::read_config(index);
+  const DiTConfig cfg = h5::read_model_config(index, h5::LaterFields::Required, "the model config");
   const std::vector<ParamSpec> specs = DiTStage::declare(cfg, StageLayout::whole(cfg));
   std::ostringstream os;
   os << "checkpoint " << dir << "\n"

@@ -75,11 +75,6 @@ class ShardReader {
   std::map<std::string, h5::Handle> files_;
 };
 
-// --- the model config as attributes of /config -------------------------------------------------
-void write_config(hid_t file, const DiTConfig& cfg, const std::string& where);
-DiTConfig read_config(const h5::File& f);
-// "depth 4 vs 6, hidden_size 64 vs 96" (a vs b); "" when equal.
-std::string config_differences(const DiTConfig& a, const DiTConfig& b);
 
 
 }  // namespace dit::ckpt

@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "diffusion/noise_schedule.h"
 #include "io/toml_guard.h"
 #include "io/utf8.h"
@@ -165,7 +166,7 @@ std::string type_name(const toml::value& v) {
 
 // "a string ("ten")": the type and the value as given, cut short if long.
 std::string describe(const toml::value& v) {
-  std::string text = v.is_string() ? quote(v.as_string().str) : toml::format(v);
+  std::string text = v.is_string() ? quote_string(v.as_string().str) : toml::format(v);
   std::replace(text.begin(), text.end(), '\n', ' ');
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return type_name(v) + " (" + text + ")";
@@ -256,7 +257,7 @@ void assign(const FieldRef& ref, const toml::value& v, const std::string& key, c
   if (const Choice* c = std::get_if<Choice>(&ref)) {
     if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected one of ", c->allowed, ", got ", describe(v));
     if (!c->set(v.as_string().str))
-      DIT_FAIL(origin, ": ", key, " = ", quote(v.as_string().str), ": expected one of ", c->allowed);
+      DIT_FAIL(origin, ": ", key, " = ", quote_string(v.as_string().str), ": expected one of ", c->allowed);
     return;
   }
   std::visit(
@@ -276,7 +277,7 @@ void apply_preset(RunConfig& c, const toml::value& v, const std::string& origin)
   try {
     if (!name.empty()) p = dit_preset(name);
   } catch (const Error&) {
-    DIT_FAIL(origin, ": model.preset = ", quote(name), ": expected one of ",
+    DIT_FAIL(origin, ": model.preset = ", quote_string(name), ": expected one of ",
              join(dit_preset_names()), " (or \"\" for the explicit sizes)");
   }
   c.model.preset = name;
@@ -333,27 +334,6 @@ void apply_document(RunConfig& c, const toml::value& root, const std::string& or
 
 // ---- typed fields -> TOML text -------------------------------------------------------------
 
-}  // namespace
-
-std::string config_fields::quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20 || ch == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
-
-namespace {
-
 // Shortest text that reads back to the same double, always with a '.' or exponent (TOML float).
 std::string format_double(double x) {
   if (std::isnan(x)) return "nan";
@@ -383,12 +363,12 @@ std::string render(const FieldRef& ref) {
       [](const auto& field) -> std::string {
         using P = std::decay_t<decltype(field)>;
         if constexpr (std::is_same_v<P, Choice>) {
-          return quote(field.get());
+          return quote_string(field.get());
         } else {
           using T = std::remove_pointer_t<P>;
           if constexpr (std::is_same_v<T, double>) return format_double(*field);
           else if constexpr (std::is_same_v<T, bool>) return *field ? "true" : "false";
-          else if constexpr (std::is_same_v<T, std::string>) return quote(*field);
+          else if constexpr (std::is_same_v<T, std::string>) return quote_string(*field);
           else if constexpr (std::is_same_v<T, std::vector<int>>) return int_list(*field);
           else return std::to_string(*field);
         }

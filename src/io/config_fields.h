@@ -45,7 +45,6 @@ struct Section {
 // Every key of every section, in the order to_toml() writes them. The pointers alias `c`.
 std::vector<Section> sections(RunConfig& c);
 
-std::string quote(const std::string& s);  // a TOML basic string
 std::string join(const std::vector<std::string>& items, const char* sep = ", ");
 std::string int_list(const std::vector<int>& v);  // "[1, 2, 3]"
 

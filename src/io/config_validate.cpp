@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "diffusion/noise_schedule.h"
 #include "io/config.h"
 #include "io/config_fields.h"
@@ -21,7 +22,7 @@ std::string show(const T& v) {
   os << v;
   return os.str();
 }
-std::string show(const std::string& v) { return quote(v); }
+std::string show(const std::string& v) { return quote_string(v); }
 std::string show(bool v) { return v ? "true" : "false"; }
 
 // Fails with "key = value: expected <what>" unless `ok`.
@@ -97,7 +98,7 @@ void validate_train(const TrainSection& t) {
   require(t.recompute_blocks >= 0, "train.recompute_blocks", t.recompute_blocks,
           "an integer >= 0 (0 = every block of each stage)");
   require(t.recompute_blocks == 0 || t.recompute == Recompute::Full, "train.recompute_blocks", t.recompute_blocks,
-          "0 unless train.recompute = \"full\" (it is " + quote(recompute_name(t.recompute)) + ")");
+          "0 unless train.recompute = \"full\" (it is " + quote_string(recompute_name(t.recompute)) + ")");
 }
 
 void validate_parallel(const ParallelSection& p, const DiTConfig& m) {

@@ -12,13 +12,6 @@
 
 namespace dit {
 
-// LightningDiT's block variants in a file's /config (golden, weights and checkpoint files alike):
-// string attrs mlp, norm, pos_embed and int qk_norm; absent attributes mean DiT's block, so files
-// written before the variants read unchanged. The writer writes them only where they are not
-// DiT's, so files of DiT models stay as they were.
-void read_block_variants(const h5::File& f, DiTConfig& cfg);
-void write_block_variants(hid_t config_group, const DiTConfig& cfg, const std::string& where);
-
 class GoldenFile {
  public:
   explicit GoldenFile(const std::string& path);

@@ -107,6 +107,11 @@ double read_attr_double(const File& f, const std::string& object, const std::str
 // --- writing -------------------------------------------------------------------------------------
 // `where` (a path) names the file in every error.
 enum class AttrShape { Scalar, List };  // one value as a scalar, or a 1-d list
+// A creation property list of class `cls` (H5P_FILE_CREATE, H5P_GROUP_CREATE, H5P_DATASET_CREATE)
+// that records no times on the objects it creates: HDF5 stamps each object's header with the
+// clock otherwise, and the same contents must give the same bytes (a deterministic run writes
+// identical files). Every file, group and dataset dit_mp creates takes one.
+Handle creation_plist(hid_t cls, const std::string& where);
 Handle create_group(hid_t parent, const std::string& name, const std::string& where);
 void write_attr_ints(hid_t obj, const std::string& name, const std::vector<std::int64_t>& v, AttrShape shape,
                      const std::string& where);

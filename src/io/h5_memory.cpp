@@ -74,7 +74,7 @@ std::string build_in_memory(const std::string& where, const FileOptions& options
     H5FD_file_image_callbacks_t cb = {build_malloc, nullptr, build_realloc, build_free, same_udata, keep_udata, &im};
     DIT_H5_CHECK(H5Pset_file_image_callbacks(fapl.get(), &cb), where, " (in memory)");
     set_format(fapl.get(), options.format, where);
-    Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    const Handle fcpl = creation_plist(H5P_FILE_CREATE, where);  // the root group: no times
     if (options.userblock > 0) DIT_H5_CHECK(H5Pset_userblock(fcpl.get(), options.userblock), where);
     // Without a backing store the core driver opens no file: the name only labels it.
     const std::string label = where + " (being built in memory)";

@@ -108,8 +108,16 @@ double read_attr_double(const File& f, const std::string& object, const std::str
 
 // --- writing -----------------------------------------------------------------------------------
 
+Handle creation_plist(hid_t cls, const std::string& where) {
+  Handle p(H5Pcreate(cls), H5Pclose);
+  DIT_CHECK(bool(p) && H5Pset_obj_track_times(p.get(), false) >= 0, where,
+            ": cannot make a creation property list (", error_text(), ")");
+  return p;
+}
+
 Handle create_group(hid_t parent, const std::string& name, const std::string& where) {
-  Handle g(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const Handle gcpl = creation_plist(H5P_GROUP_CREATE, where);
+  Handle g(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
   DIT_CHECK(bool(g), where, ": cannot create group '", name, "' (", error_text(), ")");
   return g;
 }
@@ -148,7 +156,7 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
     if (i > 0) row *= dims[i];
   }
   chunk[0] = std::clamp<hsize_t>(kChunkElements / row, 1, dims[0]);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  const Handle dcpl = creation_plist(H5P_DATASET_CREATE, where);
   DIT_H5_CHECK(H5Pset_chunk(dcpl.get(), shape.rank, chunk), where, " ", name);
   DIT_H5_CHECK(H5Pset_fletcher32(dcpl.get()), where, " ", name);
   Handle space(H5Screate_simple(shape.rank, dims, nullptr), H5Sclose);

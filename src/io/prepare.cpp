@@ -90,9 +90,10 @@ class SchemaWriter {
     const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
                              hsize_t(layout.w)};
     h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+    const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, tmp_);
     images_ =
         h5::Handle(H5Dcreate2(file_->get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
-                              space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                    H5Dclose);
     DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images' (", h5::error_text(), ")");
   }
@@ -127,8 +128,9 @@ class SchemaWriter {
               layout_.n, " samples");
     const hsize_t n = labels.size();
     h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, tmp_);
     h5::Handle d(H5Dcreate2(file_->get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
-                            H5P_DEFAULT, H5P_DEFAULT),
+                            dcpl.get(), H5P_DEFAULT),
                  H5Dclose);
     DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels' (", h5::error_text(), ")");
     DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0, tmp_,

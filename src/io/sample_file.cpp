@@ -15,14 +15,15 @@ void write_samples_h5(const std::string& path, const std::vector<float>& samples
             " values for ", n, " samples of ", channels, "x", height, "x", width);
   check_writable_target(path, "samples");  // before the file is built
   const std::string bytes = h5::build_in_memory(path, {}, [&](hid_t f) {
+    const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, path);
     const hsize_t dims[4] = {n, hsize_t(channels), hsize_t(height), hsize_t(width)};
     h5::Handle s4(H5Screate_simple(4, dims, nullptr), H5Sclose);
-    h5::Handle d(H5Dcreate2(f, "samples", H5T_IEEE_F32LE, s4.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    h5::Handle d(H5Dcreate2(f, "samples", H5T_IEEE_F32LE, s4.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                  H5Dclose);
     DIT_CHECK(bool(d) && H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, samples.data()) >= 0,
               path, ": cannot write samples (", h5::error_text(), ")");
     h5::Handle s1(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    h5::Handle l(H5Dcreate2(f, "labels", H5T_STD_I32LE, s1.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+    h5::Handle l(H5Dcreate2(f, "labels", H5T_STD_I32LE, s1.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                  H5Dclose);
     DIT_CHECK(bool(l) && H5Dwrite(l.get(), H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0,
               path, ": cannot write labels (", h5::error_text(), ")");

@@ -43,7 +43,11 @@ std::size_t skip_string(const std::string& text, std::size_t at, int& line) {
 }  // namespace
 
 void check_toml_nesting(const std::string& text, const std::string& origin) {
-  int depth = 0, line = 1;
+  // open: the brackets open now, innermost last. A key is read at a line's start outside brackets,
+  // in a table header, and after '{' or ',' in an inline table, up to its '='.
+  std::string open;
+  bool in_key = true;
+  int key_dots = 0, line = 1;
   for (std::size_t i = 0; i < text.size();) {
     const char c = text[i];
     if (c == '"' || c == '\'') {
@@ -56,11 +60,20 @@ void check_toml_nesting(const std::string& text, const std::string& origin) {
     }
     if (c == '\n') ++line;
     if (c == '[' || c == '{') {
-      if (++depth > kMaxTomlNesting)
+      open += c;
+      if (int(open.size()) > kMaxTomlNesting)
         DIT_FAIL(short_origin(origin), ":", line, ": arrays and inline tables nest deeper than ", kMaxTomlNesting,
                  " levels; no dit_mp setting nests more than 2 (is the file damaged?)");
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      open.pop_back();
+    }
+    if (c == '.' && in_key && ++key_dots > kMaxTomlNesting)
+      DIT_FAIL(short_origin(origin), ":", line, ": a dotted key nests deeper than ", kMaxTomlNesting,
+               " levels; no dit_mp setting nests more than 2 (is the file damaged?)");
+    const bool key_starts = (c == '\n' && open.empty()) || c == '{' || (c == ',' && !open.empty() && open.back() == '{');
+    if (key_starts || c == '=') {
+      in_key = key_starts;
+      key_dots = 0;
     }
     ++i;
   }

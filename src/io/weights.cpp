@@ -8,19 +8,12 @@
 #include "io/golden.h"
 #include "io/sealed_h5.h"
 #include "io/h5.h"
+#include "io/model_config_h5.h"
 #include "layers/dit_stage.h"
 
 namespace dit {
 
 namespace {
-void write_attr(hid_t obj, const char* name, hid_t type, const void* value) {
-  h5::Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  h5::Handle a(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  DIT_CHECK(bool(a) && H5Awrite(a.get(), type, value) >= 0, "cannot write attribute ", name);
-}
-void attr_int(hid_t obj, const char* name, long long v) { write_attr(obj, name, H5T_NATIVE_LLONG, &v); }
-void attr_double(hid_t obj, const char* name, double v) { write_attr(obj, name, H5T_NATIVE_DOUBLE, &v); }
-
 bool has_fletcher32(hid_t dataset) {
   h5::Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
   const int n = dcpl ? H5Pget_nfilters(dcpl.get()) : 0;
@@ -69,24 +62,9 @@ namespace {
 void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
   {
-    h5::Handle c(H5Gcreate2(file, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    DIT_CHECK(bool(c), "cannot create /config");
-    attr_int(c.get(), "input_size", cfg.input_size);
-    attr_int(c.get(), "patch_size", cfg.patch_size);
-    attr_int(c.get(), "in_channels", cfg.in_channels);
-    attr_int(c.get(), "hidden_size", cfg.hidden_size);
-    attr_int(c.get(), "depth", cfg.depth);
-    attr_int(c.get(), "num_heads", cfg.num_heads);
-    attr_double(c.get(), "mlp_ratio", cfg.mlp_ratio);
-    attr_int(c.get(), "num_classes", cfg.num_classes);
-    attr_int(c.get(), "learn_sigma", cfg.learn_sigma ? 1 : 0);
-    attr_double(c.get(), "class_dropout_prob", cfg.class_dropout_prob);
-    attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
-    attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
-    attr_int(c.get(), "diffusion_steps", diffusion_steps);
-    write_block_variants(c.get(), cfg, where);
-    h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    DIT_CHECK(bool(w), "cannot create /weights");
+    const h5::Handle c = h5::write_model_config(file, cfg, where);
+    h5::write_attr_ints(c.get(), "diffusion_steps", {diffusion_steps}, h5::AttrShape::Scalar, where);
+    const h5::Handle w = h5::create_group(file, "/weights", where);
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
     for (const auto& [name, values] : tensors)  // chunked, with Fletcher32 checksums

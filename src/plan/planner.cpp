@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/quote.h"
 #include "core/resources.h"
 #include "engine/train_setup.h"
 #include "backend/attention_path.h"
@@ -267,7 +268,7 @@ std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
      << ", \"precision\": \"" << dtype_name(p.precision) << "\", \"recompute\": \"" << recompute_name(p.recompute)
      << "\", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
      << ", \"peak_bytes\": " << p.peak_bytes();
-  if (hw) os << ", \"hardware\": \"" << hw->name << "\", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
+  if (hw) os << ", \"hardware\": " << quote_string(hw->name) << ", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
   os << ", \"stages\": [";
   for (std::size_t i = 0; i < p.stages.size(); ++i) {
     const StagePlan& s = p.stages[i];

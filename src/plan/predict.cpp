@@ -8,6 +8,7 @@
 #include <sstream>
 #include <toml.hpp>
 
+#include "core/quote.h"
 #include "io/toml_guard.h"
 #include "parallel/schedule_sim.h"
 
@@ -31,24 +32,25 @@ PredictParams predict_params_for(const Hardware& hw, DType precision, double eff
 namespace {
 
 // The keys of a calibration's [predict] table, with the range each may take. gpus_per_node is an
-// integer; the others are numbers.
+// integer; the others are numbers. The lower bounds keep every time the model computes finite: a
+// rate or a core share of 1e-300 made the predicted step time inf.
 struct CalibrationKey {
   const char* key;
   double lo, hi;
-  bool lo_open;  // lo itself is excluded
+  bool zero_too;  // 0 is accepted besides [lo, hi] (cores: a device per rank)
   const char* what;
 };
 constexpr CalibrationKey kCalibrationKeys[] = {
-    {"flops_per_s", 0, 1e18, true, "FLOP/s of one rank"},
+    {"flops_per_s", 1e6, 1e18, false, "FLOP/s of one rank"},
     {"rows_half", 0, 1e9, false, "GEMM rows"},
     {"gpus_per_node", 1, 65536, false, "ranks per node (an integer)"},
-    {"intra_gbps", 0, 1e5, true, "GB/s"},
-    {"inter_gbps", 0, 1e5, true, "GB/s"},
+    {"intra_gbps", 1e-3, 1e5, false, "GB/s"},
+    {"inter_gbps", 1e-3, 1e5, false, "GB/s"},
     {"latency_us", 0, 1e6, false, "microseconds"},
     {"pp_latency_us", -1, 1e6, false, "microseconds (< 0: latency_us)"},
     {"optimizer_ns_per_param", 0, 1e6, false, "nanoseconds"},
     {"step_overhead_s", 0, 3600, false, "seconds"},
-    {"cores", 0, 1e6, false, "cores shared by a node's ranks (0: a device per rank)"},
+    {"cores", 0.01, 1e6, true, "cores shared by a node's ranks (0: a device per rank)"},
 };
 
 double* calibration_field(PredictParams& p, const std::string& key, double& gpus_per_node) {
@@ -76,9 +78,9 @@ void read_calibration_number(const std::string& path, const CalibrationKey& k, c
   DIT_CHECK(x.is_integer() || (x.is_floating() && std::string(k.key) != "gpus_per_node"), path, ": ", key,
             ": expected ", k.what, ", got ", toml::format(x));
   const double v = x.is_integer() ? double(x.as_integer()) : x.as_floating();
-  const bool in_range = std::isfinite(v) && (k.lo_open ? v > k.lo : v >= k.lo) && v <= k.hi;
-  DIT_CHECK(in_range, path, ": ", key, " = ", v, ": expected ", k.what, " in ", k.lo_open ? "(" : "[", k.lo, ", ",
-            k.hi, "]");
+  const bool in_range = std::isfinite(v) && ((v >= k.lo && v <= k.hi) || (k.zero_too && v == 0));
+  DIT_CHECK(in_range, path, ": ", key, " = ", v, ": expected ", k.what, " in [", k.lo, ", ", k.hi, "]",
+            k.zero_too ? " or 0" : "");
   out = v;
 }
 
@@ -94,10 +96,14 @@ PredictParams load_predict_params(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  check_toml_nesting(text.str(), path);
+  return predict_params_from_toml(text.str(), path);
+}
+
+PredictParams predict_params_from_toml(const std::string& text, const std::string& path) {
+  check_toml_nesting(text, path);
   toml::value v;
   try {
-    std::istringstream is(text.str());
+    std::istringstream is(text);
     v = toml::parse(is, path);
   } catch (const std::exception& e) {
     DIT_FAIL(path, ": cannot read the calibration (", e.what(), ")");
@@ -198,7 +204,7 @@ Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64
 std::string prediction_json(const Prediction& r, const PredictParams& hw) {
   std::ostringstream os;
   os.precision(9);
-  os << "{\"hardware\": \"" << hw.name << "\", \"step_s\": " << r.step_s << ", \"pipeline_s\": " << r.pipeline_s
+  os << "{\"hardware\": " << quote_string(hw.name) << ", \"step_s\": " << r.step_s << ", \"pipeline_s\": " << r.pipeline_s
      << ", \"compute_s\": " << r.compute_s << ", \"bubble\": " << r.bubble << ", \"dp_s\": " << r.dp_s
      << ", \"optimizer_s\": " << r.optimizer_s << ", \"images_per_s\": " << r.images_per_s << "}";
   return os.str();

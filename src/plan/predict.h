@@ -32,6 +32,8 @@ struct PredictParams {
 PredictParams predict_params_for(const Hardware& hw, DType precision, double efficiency);
 // Reads [predict] from a TOML calibration file (keys as the struct's fields); throws naming the file.
 PredictParams load_predict_params(const std::string& path);
+// The same from the file's text; `path` names it in errors.
+PredictParams predict_params_from_toml(const std::string& text, const std::string& path);
 
 struct Prediction {
   double step_s = 0;       // predicted time of one training step

@@ -7,28 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/quote.h"
 #include "core/resources.h"
 #include "io/atomic_file.h"
 #include "parallel/agree.h"
 
 namespace dit {
-
-namespace {
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-}  // namespace
 
 void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
                        const std::string& json_path, const std::string& attention) {
@@ -83,7 +67,7 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
                   format_bytes(col(r, "total_bytes")).c_str());
       js << "  {\"rank\": " << r << ", \"tp\": " << g.tp << ", \"pp\": " << g.pp << ", \"dp\": " << g.dp;
       for (std::size_t i = 0; i < k; ++i) js << ", \"" << mine[i].first << "\": " << cols[k * r + i];
-      if (r == 0 && !attention.empty()) js << ", \"attention\": " << json_string(attention);
+      if (r == 0 && !attention.empty()) js << ", \"attention\": " << quote_string(attention);
       js << "}" << (r + 1 < n ? ",\n" : "\n");
     }
     js << "]\n";

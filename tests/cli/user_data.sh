@@ -147,6 +147,10 @@ cal 'rows_half = 1e300'
 refused "predict.rows_half = 1e\+300: expected GEMM rows" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
 cal 'gpus_per_node = 1e300'
 refused "predict.gpus_per_node: expected ranks per node \(an integer\)" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+cal 'cores = 1e-300'
+refused "predict.cores = 1e-300: expected cores shared by a node's ranks \(0: a device per rank\) in \[0.01, 1e\+06\] or 0" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
+printf '[predict]\nflops_per_s = 1e-300\n' > "$SCRATCH/cal.toml"  # the predicted step time was inf
+refused "predict.flops_per_s = 1e-300: expected FLOP/s of one rank in \[1e\+06, 1e\+18\]" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
 refused "$SCRATCH: cannot read the calibration \(not a regular file" "$DIT_MP" plan --predict --calibration "$SCRATCH"
 /usr/bin/python3 -c "print('[predict]\nx = ' + '['*10000 + ']'*10000)" > "$SCRATCH/nested.toml"
 refused "nested.toml:2: .*nest deeper than 64" "$DIT_MP" plan --predict --calibration "$SCRATCH/nested.toml"

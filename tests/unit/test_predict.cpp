@@ -3,6 +3,7 @@
 // data-parallel reduction add their modelled seconds, and ranks sharing cores slow down.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "plan/predict.h"
 
 namespace dit {
@@ -76,6 +77,33 @@ TEST(Predict, LinksDataParallelAndSharedCores) {
   const double pipe_shared = predict_step(plan(4, 1, 4, 1, 12), c, 8, ScheduleKind::OneFOneB).pipeline_s;
   EXPECT_GT(pipe_shared, pipe);
   EXPECT_LT(pipe_shared, 2 * pipe);
+}
+
+}  // namespace dit
+
+namespace dit {
+
+// A calibration's name reaches plan --json as a JSON string: quotes, backslashes and control
+// characters are escaped (core/quote.h), where they used to be written as they stood.
+TEST(Predict, CalibrationNameIsEscapedInTheJson) {
+  const PredictParams p = predict_params_from_toml("[predict]\nname = \"a \\\"b\\\" \\\\ c\\n\"\n", "cal.toml");
+  EXPECT_EQ(p.name, "a \"b\" \\ c\n");
+  const std::string json = prediction_json(Prediction{}, p);
+  EXPECT_NE(json.find("{\"hardware\": \"a \\\"b\\\" \\\\ c\\u000a\", "), std::string::npos) << json;
+}
+
+// The reader's bounds keep the model's times finite: a rate or a core share of 1e-300 predicted an
+// inf step time; 0 cores still means a device per rank.
+TEST(Predict, CalibrationBoundsKeepThePredictionFinite) {
+  for (const char* bad : {"flops_per_s = 1e-300", "cores = 1e-300", "intra_gbps = 1e-300", "inter_gbps = 0"}) {
+    try {
+      predict_params_from_toml(std::string("[predict]\n") + bad + "\n", "cal.toml");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cal.toml: predict."), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(predict_params_from_toml("[predict]\ncores = 0\n", "cal.toml").cores, 0);
 }
 
 }  // namespace dit

@@ -1,6 +1,7 @@
 // The TOML nesting guard (io/toml_guard.h) and the run config readers it protects: deeply nested
 // arrays and inline tables in a file or a --set are one error naming the origin and the line, where
-// toml11 alone exhausted the stack (SIGSEGV); brackets in strings and comments do not count.
+// toml11 alone exhausted the stack (SIGSEGV); so are dotted keys of thousands of parts; brackets and
+// dots in strings, comments and values do not count.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -55,6 +56,30 @@ TEST(TomlNesting, StringsCommentsAndShallowNestingPass) {
   // A quote inside a comment does not open a string that would hide what follows.
   EXPECT_NE(error_of([&] { check_toml_nesting("# it's\nx = " + nested(100), "c.toml"); }).find("c.toml:2:"),
             std::string::npos);
+}
+
+std::string dotted(int parts) {
+  std::string key = "a";
+  for (int i = 1; i < parts; ++i) key += ".a";
+  return key;
+}
+
+TEST(TomlNesting, DeepDottedKeysAreOneError) {
+  // 100000 parts crashed toml11 (SIGSEGV) in a table header and in a key = value line.
+  const std::string header = error_of([] { RunConfig::from_toml("[model." + dotted(100000) + "]\nx = 1\n", "h.toml"); });
+  EXPECT_NE(header.find("h.toml:1: a dotted key nests deeper than 64 levels"), std::string::npos) << header;
+  const std::string key = error_of([] { RunConfig::from_toml("[train]\nlr = 1e-3\n" + dotted(100000) + " = 1\n", "k.toml"); });
+  EXPECT_NE(key.find("k.toml:3: a dotted key nests deeper"), std::string::npos) << key;
+  const std::string inl = error_of([] { check_toml_nesting("x = {b = 1, " + dotted(1000) + " = 1}\n", "i.toml"); });
+  EXPECT_NE(inl.find("i.toml:1: a dotted key nests deeper"), std::string::npos) << inl;
+  check_toml_nesting("[" + dotted(kMaxTomlNesting + 1) + "]\n", "edge.toml");  // 64 dots
+  EXPECT_NE(error_of([] { check_toml_nesting(dotted(kMaxTomlNesting + 2) + " = 1\n", "edge.toml"); }).find("edge.toml:1:"),
+            std::string::npos);
+  // Dots in values (numbers, lists of numbers, strings) and in quoted keys are not key parts.
+  std::string floats = "x = [";
+  for (int i = 0; i < 500; ++i) floats += "1.5, ";
+  check_toml_nesting(floats + "2.5]\ny = {a = 0.5, b = [0.1, 0.2], c.d = 1}\n\"" + dotted(500) + "\" = 1\n", "ok.toml");
+  check_toml_nesting("z = [\n  1.5,\n  2.5,\n]\nw = 1.0e-3\n", "multi.toml");
 }
 
 }  // namespace

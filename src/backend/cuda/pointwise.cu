@@ -87,6 +87,40 @@ struct Ema {
   __device__ void operator()(i64 i) const { ema[i] = math::ema_update(ema[i], to_f32(p[i]), decay); }
 };
 
+// An activation's forward and backward over whole tensors (gelu_tanh, silu): one set of checks and
+// one launch each. `op` names the primitive in messages; `x`, `y`, `dy`, `dx` name its tensors.
+struct ActivationNames {
+  const char *op, *x, *y, *dy, *dx;
+};
+
+template <typename Fn>
+void activation_fwd(cudaStream_t s, const ActivationNames& n, const Tensor& x, const Tensor& y) {
+  cuda::same_numel(x, y, n.op);
+  cuda::check_on_device(x, n.x);
+  cuda::check_on_device(y, n.y);
+  cuda::same_dtype(x, y, n.op);
+  cuda::dispatch_float(x.dtype, n.op, [&](auto tag) {
+    using T = decltype(tag);
+    launch(x.numel(), s, Forward<T, Fn>{x.as<T>(), y.as<T>()});
+  });
+}
+
+template <typename Fn>
+void activation_bwd(cudaStream_t s, const ActivationNames& n, const Tensor& x, const Tensor& dy,
+                    const Tensor& dx, Accumulate acc) {
+  cuda::same_numel(x, dy, n.op);
+  cuda::same_numel(x, dx, n.op);
+  cuda::check_on_device(x, n.x);
+  cuda::check_on_device(dy, n.dy);
+  cuda::check_on_device(dx, n.dx);
+  cuda::same_dtype(x, dy, n.op);
+  cuda::same_dtype(x, dx, n.op);
+  cuda::dispatch_float(x.dtype, n.op, [&](auto tag) {
+    using T = decltype(tag);
+    launch(x.numel(), s, Backward<T, Fn>{x.as<T>(), dy.as<T>(), dx.as<T>(), acc == Accumulate::Add});
+  });
+}
+
 }  // namespace
 
 void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
@@ -111,55 +145,20 @@ void CudaBackend::scale(const Tensor& x, float alpha) {
 }
 
 void CudaBackend::gelu_tanh_fwd(const Tensor& x, const Tensor& y) {
-  cuda::same_numel(x, y, "gelu_tanh_fwd");
-  cuda::check_on_device(x, "gelu x");
-  cuda::check_on_device(y, "gelu y");
-  cuda::same_dtype(x, y, "gelu_tanh_fwd");
-  cuda::dispatch_float(x.dtype, "gelu_tanh_fwd", [&](auto tag) {
-    using T = decltype(tag);
-    launch(x.numel(), stream_, Forward<T, math::GeluTanh>{x.as<T>(), y.as<T>()});
-  });
+  activation_fwd<math::GeluTanh>(stream_, {"gelu_tanh_fwd", "gelu x", "gelu y", "", ""}, x, y);
 }
 
 void CudaBackend::gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  cuda::same_numel(x, dy, "gelu_tanh_bwd");
-  cuda::same_numel(x, dx, "gelu_tanh_bwd");
-  cuda::check_on_device(x, "gelu x");
-  cuda::check_on_device(dy, "gelu dy");
-  cuda::check_on_device(dx, "gelu dx");
-  cuda::same_dtype(x, dy, "gelu_tanh_bwd");
-  cuda::same_dtype(x, dx, "gelu_tanh_bwd");
-  cuda::dispatch_float(x.dtype, "gelu_tanh_bwd", [&](auto tag) {
-    using T = decltype(tag);
-    launch(x.numel(), stream_,
-           Backward<T, math::GeluTanh>{x.as<T>(), dy.as<T>(), dx.as<T>(), false});
-  });
+  activation_bwd<math::GeluTanh>(stream_, {"gelu_tanh_bwd", "gelu x", "", "gelu dy", "gelu dx"}, x, dy, dx,
+                                 Accumulate::Overwrite);
 }
 
 void CudaBackend::silu_fwd(const Tensor& x, const Tensor& y) {
-  cuda::same_numel(x, y, "silu_fwd");
-  cuda::check_on_device(x, "silu x");
-  cuda::check_on_device(y, "silu y");
-  cuda::same_dtype(x, y, "silu_fwd");
-  cuda::dispatch_float(x.dtype, "silu_fwd", [&](auto tag) {
-    using T = decltype(tag);
-    launch(x.numel(), stream_, Forward<T, math::Silu>{x.as<T>(), y.as<T>()});
-  });
+  activation_fwd<math::Silu>(stream_, {"silu_fwd", "silu x", "silu y", "", ""}, x, y);
 }
 
 void CudaBackend::silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) {
-  cuda::same_numel(x, dy, "silu_bwd");
-  cuda::same_numel(x, dx, "silu_bwd");
-  cuda::check_on_device(x, "silu x");
-  cuda::check_on_device(dy, "silu dy");
-  cuda::check_on_device(dx, "silu dx");
-  cuda::same_dtype(x, dy, "silu_bwd");
-  cuda::same_dtype(x, dx, "silu_bwd");
-  cuda::dispatch_float(x.dtype, "silu_bwd", [&](auto tag) {
-    using T = decltype(tag);
-    launch(x.numel(), stream_,
-           Backward<T, math::Silu>{x.as<T>(), dy.as<T>(), dx.as<T>(), acc == Accumulate::Add});
-  });
+  activation_bwd<math::Silu>(stream_, {"silu_bwd", "silu x", "", "silu dy", "silu dx"}, x, dy, dx, acc);
 }
 
 void CudaBackend::add_rowwise(const Tensor& y, const Tensor& v) {
