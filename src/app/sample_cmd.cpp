@@ -30,8 +30,20 @@ struct SampleSource {
   std::string weights;
   DiTConfig model;
   int diffusion_steps = 1000;
+  diffusion::Objective objective = diffusion::Objective::Ddpm;  // what the weights were trained for
   Layout layout;
 };
+
+// The sampler fits the weights' objective: a flow model's default is euler; a sampler named on
+// the command line (or in the run's [sample]) of the other objective is refused.
+void check_sampler(SampleOptions& opt, diffusion::Objective objective) {
+  using namespace diffusion;
+  SamplerKind& k = opt.sample.sampler;
+  const bool chosen = opt.given.sampler || !opt.run_dir.empty();
+  if (!chosen && !sampler_fits(k, objective)) k = objective == Objective::Flow ? SamplerKind::Euler : SamplerKind::Ddim;
+  DIT_CHECK(sampler_fits(k, objective), "--sampler ", name_of(kSamplerNames, k), ": expected ", samplers_of(objective),
+            " for a model trained with diffusion.objective = \"", name_of(kObjectiveNames, objective), "\"");
+}
 
 // With --run, the settings the command line left out come from the run's [sample].
 void take_run_settings(SampleOptions& opt) {
@@ -77,6 +89,7 @@ SampleSource resolve_source(const SampleOptions& requested) {
             opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
   const DiTConfig model = src.model = read_weights_config(src.weights);
   src.diffusion_steps = read_weights_diffusion_steps(src.weights);
+  src.objective = read_weights_objective(src.weights);
   src.layout = layout_for_world(opt.tp, opt.pp);
   partition_stages(model, src.layout.pp);
   DIT_CHECK(model.num_heads % src.layout.tp == 0, "--tp ", src.layout.tp, " does not divide the model's ",
@@ -87,7 +100,7 @@ SampleSource resolve_source(const SampleOptions& requested) {
                 s.cfg_scale >= 1.0,
             "--per-class in [1, 100000], 2 <= --steps <= ", src.diffusion_steps,
             " (the model's diffusion.steps) and --cfg-scale >= 1 are required");
-  DIT_CHECK(s.sampler == "ddim" || s.sampler == "ddpm", "--sampler ", s.sampler, ": expected ddim or ddpm");
+  check_sampler(opt, src.objective);
   DIT_CHECK(s.cfg_t_min >= 0 && s.cfg_t_min <= s.cfg_t_max && s.cfg_t_max <= 1, "--cfg-t-min ", s.cfg_t_min,
             " --cfg-t-max ", s.cfg_t_max, ": expected 0 <= min <= max <= 1 (noise levels)");
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
@@ -120,7 +133,8 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   const std::vector<int> labels = grid_labels(s.classes, src.model.num_classes, s.per_class);
   const std::int64_t total = std::int64_t(labels.size()), batches = (total + opt.batch - 1) / opt.batch;
   if (world_rank() == 0) {
-    std::printf("sampling: %s, %d steps, CFG %g", s.sampler.c_str(), s.num_steps, s.cfg_scale);
+    std::printf("sampling: %s, %d steps, CFG %g", name_of(diffusion::kSamplerNames, s.sampler), s.num_steps,
+                s.cfg_scale);
     if (s.cfg_scale != 1) std::printf(" at noise levels [%g, %g]", s.cfg_t_min, s.cfg_t_max);
     std::printf("\n");
   }
@@ -172,7 +186,18 @@ std::function<SampleOptions::Given()> add_sampler_options(CLI::App* cmd, SampleO
   const std::string run = " (with --run: the run's [sample])";
   SampleSection& s = o.sample;
   auto* steps = cmd->add_option("--steps", s.num_steps, "Sampler steps" + run)->capture_default_str();
-  auto* sampler = cmd->add_option("--sampler", s.sampler, "ddim or ddpm" + run)->capture_default_str();
+  auto* sampler = cmd->add_option_function<std::string>(
+                         "--sampler",
+                         [&s](const std::string& name) {
+                           const auto v = value_of(diffusion::kSamplerNames, name);
+                           if (!v)
+                             throw CLI::ValidationError("--sampler", "\"" + name + "\": expected one of " +
+                                                                         names_of(diffusion::kSamplerNames));
+                           s.sampler = *v;
+                         },
+                         "ddim or ddpm (ddpm models; default ddim), euler, heun or euler_maruyama (flow "
+                         "models; default euler)" + run)
+                      ->type_name("NAME");
   auto* cfg = cmd->add_option("--cfg-scale", s.cfg_scale, "Classifier-free guidance scale, 1: none" + run)
                   ->capture_default_str();
   auto* official = cmd->add_flag("--cfg-official", s.cfg_official,

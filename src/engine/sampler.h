@@ -1,4 +1,5 @@
-// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule, with
+// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule for ddpm
+// models, SiT's Euler, Heun or Euler-Maruyama over t in [0, 1] for flow models, with
 // classifier-free guidance on a doubled batch (conditional rows, then null-label rows), at every
 // step or only in an interval of noise levels (guidance at high noise costs diversity: Kynkäänniemi
 // et al. 2024, "Applying Guidance in a Limited Interval"). The
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/objective.h"
 #include "io/config.h"
 #include "layers/dit_stage.h"
 #include "parallel/grid.h"
@@ -20,11 +22,14 @@ namespace dit {
 struct SampleRequest {
   std::vector<int> labels;     // one sample per entry
   int num_steps = 50;          // respaced steps ("N", as the official sample.py, for both samplers)
-  std::string sampler = "ddim";  // ddim | ddpm
+  diffusion::SamplerKind sampler = diffusion::SamplerKind::Ddim;  // ddim | ddpm; euler | heun | euler_maruyama (flow)
+  double last_step_size = 0.04;  // euler_maruyama: the final Mean step (SiT's last_step_size)
   double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
-  // Guidance only at the steps whose timestep t has t / diffusion_steps in [cfg_t_min, cfg_t_max]
-  // (0: clean, 1: pure noise); the other steps run the conditional rows alone. [0, 1]: every step.
+  // Guidance only at the model calls whose noise level is in [cfg_t_min, cfg_t_max] (0: clean,
+  // 1: pure noise); the other calls run the conditional rows alone. [0, 1]: every call. The noise
+  // level is timestep / diffusion_steps for ddpm and 1 - t for flow (t = 0 noise, 1 data; so
+  // LightningDiT's cfg_interval_start s is cfg_t_max = 1 - s).
   double cfg_t_min = 0.0, cfg_t_max = 1.0;
   int diffusion_steps = 1000;
   std::uint64_t seed = 0;

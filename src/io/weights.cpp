@@ -67,7 +67,8 @@ void write_sealed_file(const std::string& path, const std::string& what,
 namespace {
 // The weights file's groups and tensors; throws on the first failure.
 void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
-                       const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+                       const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
+                       diffusion::Objective objective) {
   {
     h5::Handle c(H5Gcreate2(file, "/config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(c), "cannot create /config");
@@ -84,6 +85,7 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
+    h5::write_attr_string(c.get(), "objective", name_of(diffusion::kObjectiveNames, objective), where);
     h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(w), "cannot create /weights");
     std::map<std::string, Shape> shapes;
@@ -95,9 +97,10 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
 }  // namespace
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
+                  diffusion::Objective objective) {
   write_sealed_file(path, "weights", [&](hid_t file, const std::string& where) {
-    fill_weights_file(file, where, cfg, tensors, diffusion_steps);
+    fill_weights_file(file, where, cfg, tensors, diffusion_steps, objective);
   });
 }
 
@@ -120,6 +123,17 @@ int read_weights_diffusion_steps(const std::string& path) {
   DIT_CHECK(n >= 1 && n <= diffusion::kMaxDiffusionSteps, path, ": /config diffusion_steps = ", n,
             ": expected an integer in [1, ", diffusion::kMaxDiffusionSteps, "]");
   return static_cast<int>(n);
+}
+
+diffusion::Objective read_weights_objective(const std::string& path) {
+  verify_weights_seal(path);
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("/config", "objective")) return diffusion::Objective::Ddpm;
+  const std::string name = f.attr_string("/config", "objective");
+  const auto o = value_of(diffusion::kObjectiveNames, name);
+  DIT_CHECK(o.has_value(), path, ": /config objective = \"", name, "\": expected one of ",
+            names_of(diffusion::kObjectiveNames));
+  return *o;
 }
 
 // "[3, 5]": the index of flat element `i` of a tensor of shape `s`.
