@@ -133,7 +133,8 @@ TEST_P(TrainOps, MinSnrWeightedLossFollowsTheFloat64Reference) {
   be().diffusion_loss(tout, upload(x0, {n, c, h, w}, DType::F32), upload(noise, {n, c, h, w}, DType::F32),
                       upload_ints(t), upload(table, {1000, math::kNumLossCoefs}, DType::F32), kind, 1.f, dout, terms);
   const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
-  const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, {t.begin(), t.end()}});
+  const std::vector<std::int64_t> t64(t.begin(), t.end());
+  const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
   Vec loss, grad = ref.grad_model_output, got_grad;
   for (std::int64_t i = 0; i < n; ++i) {
     const double wi = diffusion::min_snr_weight(sched, t[i], 5.0);
