@@ -136,8 +136,9 @@ BackendLossResult backend_loss(Backend& be, const DiTConfig& cfg, const LossSetu
                                const std::vector<double>& x_start, const std::vector<double>& noise,
                                std::int64_t first, std::int64_t count, std::int64_t n);
 
-// ddpm with loss_weight = min_snr: /loss/weight against the float64 weights, and the backend's
-// loss terms (loss = w mse + vb) against /loss/loss (checked by the caller) use them.
+// ddpm with loss_weight = min_snr: /loss/weight against the float64 weights, /loss/mse_raw
+// against the backend's (unweighted) mse and /loss/mse (the reference's weighted term) against
+// w mse; /loss/loss = w mse + vb is checked by the caller.
 void verify_min_snr_weights(const GoldenFile& g, const diffusion::Schedule& sched,
                             const diffusion::TrainObjective& recipe, const std::vector<float>& terms, Report& rep);
 
