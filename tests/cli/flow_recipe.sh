@@ -42,7 +42,7 @@ for s in euler heun euler_maruyama; do
   $MPIRUN -n 4 "$DIT_MP" sample --weights "$SCRATCH/full/ema.h5" --sampler $s --steps 4 --per-class 1 \
     --classes 0,1 --cfg-scale 2 --tp 2 --pp 2 --out "$SCRATCH/${s}_tp2.png" > "$SCRATCH/${s}_tp2.log" 2>&1 ||
     { cat "$SCRATCH/${s}_tp2.log"; fail "sample $s at tp 2 pp 2"; }
-  python3 - "$SCRATCH/$s.h5" "$SCRATCH/${s}_tp2.h5" <<'PY'
+  /usr/bin/python3 - "$SCRATCH/$s.h5" "$SCRATCH/${s}_tp2.h5" <<'PY'
 import h5py, numpy as np, sys
 a, b = (h5py.File(p, "r") for p in sys.argv[1:])
 key = [k for k in a.keys() if a[k].ndim == 4][0]
