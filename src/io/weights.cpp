@@ -85,7 +85,9 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
     attr_int(c.get(), "frequency_embedding_size", cfg.frequency_embedding_size);
     attr_double(c.get(), "layernorm_eps", cfg.layernorm_eps);
     attr_int(c.get(), "diffusion_steps", diffusion_steps);
-    h5::write_attr_string(c.get(), "objective", name_of(diffusion::kObjectiveNames, objective), where);
+    // Only flow models carry it: a DDPM weights file stays what it was (absent = ddpm).
+    if (objective != diffusion::Objective::Ddpm)
+      h5::write_attr_string(c.get(), "objective", name_of(diffusion::kObjectiveNames, objective), where);
     h5::Handle w(H5Gcreate2(file, "/weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     DIT_CHECK(bool(w), "cannot create /weights");
     std::map<std::string, Shape> shapes;

@@ -22,8 +22,8 @@ class File;
 namespace dit {
 
 // Writes atomically (io/atomic_file.h): complete or not at all. `diffusion_steps` (the training schedule's
-// length) and `objective` (a string attr, "ddpm" or "flow") go to /config so that sampling uses the
-// schedule and the integrators the model was trained for.
+// length) and, for a flow model, `objective = "flow"` (a string attr; absent = ddpm) go to /config
+// so that sampling uses the schedule and the integrators the model was trained for.
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000,
                   diffusion::Objective objective = diffusion::Objective::Ddpm);
