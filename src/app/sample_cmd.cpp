@@ -202,9 +202,9 @@ std::function<SampleOptions::Given()> add_sampler_options(CLI::App* cmd, SampleO
                   ->capture_default_str();
   auto* official = cmd->add_flag("--cfg-official", s.cfg_official,
                                  "Guide only the first 3 channels, as the official sampler" + run);
-  auto* tmin = cmd->add_option("--cfg-t-min", s.cfg_t_min, "Guide only at noise levels t/T >= this (0: clean)" + run)
+  auto* tmin = cmd->add_option("--cfg-t-min", s.cfg_t_min, "Guide only at noise levels >= this (0: clean; t/T for ddpm, 1 - t for flow)" + run)
                    ->capture_default_str();
-  auto* tmax = cmd->add_option("--cfg-t-max", s.cfg_t_max, "Guide only at noise levels t/T <= this (1: noise)" + run)
+  auto* tmax = cmd->add_option("--cfg-t-max", s.cfg_t_max, "Guide only at noise levels <= this (1: noise; t/T for ddpm, 1 - t for flow)" + run)
                    ->capture_default_str();
   cmd->add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str();

@@ -222,15 +222,25 @@ void verify_flow_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, 
     const double t = read_scalar(g, grp + "/t"), t_next = read_scalar(g, grp + "/t_next"), dt = t_next - t;
     const Guidance gd = group_guidance(g, grp);
     const std::vector<double> v = guided_velocity(run, cfg, gd, x, t, y);
+    // The guided velocities a step evaluated, where the file holds them (they isolate the model
+    // from the integrator: `out` is dominated by x_t).
+    auto compare = [&](const char* what, const std::vector<double>& ours) {
+      if (g.h5().exists(grp + "/" + what)) rep.full(grp.substr(1) + "/" + what, ours, g.read(grp + "/" + what, shape));
+    };
     std::vector<double> out;
     if (name == "euler") {
       require_attr(g, grp, "method", "euler");
+      compare("v", v);
       out = diffusion::euler_step(x, v, dt);
     } else if (name == "heun") {
       require_attr(g, grp, "method", "heun2");
       const std::vector<double> xp = diffusion::heun_predict(x, v, dt);
-      out = diffusion::heun_correct(x, v, guided_velocity(run, cfg, gd, xp, t_next, y), dt);
+      const std::vector<double> k2 = guided_velocity(run, cfg, gd, xp, t_next, y);
+      compare("k1", v);
+      compare("k2", k2);
+      out = diffusion::heun_correct(x, v, k2, dt);
     } else {
+      compare("drift", diffusion::flow_sde_drift(x, v, t));
       require_attr(g, grp, "diffusion_form", "sigma");
       require_attr(g, grp, "last_step", "Mean");
       DIT_CHECK(!g.h5().has_attr(grp, "diffusion_norm") || g.h5().attr_double(grp, "diffusion_norm") == 1.0,
