@@ -34,13 +34,13 @@ struct SampleSource {
   Layout layout;
 };
 
-// The sampler fits the weights' objective: a flow model's default is euler; a sampler named on
-// the command line (or in the run's [sample]) of the other objective is refused.
+// The sampler fits the weights' objective: without --sampler, a flow model's default is euler (a
+// run's [sample] already fits its objective); a --sampler of the other objective is refused.
 void check_sampler(SampleOptions& opt, diffusion::Objective objective) {
   using namespace diffusion;
   SamplerKind& k = opt.sample.sampler;
-  const bool chosen = opt.given.sampler || !opt.run_dir.empty();
-  if (!chosen && !sampler_fits(k, objective)) k = objective == Objective::Flow ? SamplerKind::Euler : SamplerKind::Ddim;
+  if (!opt.given.sampler && !sampler_fits(k, objective))
+    k = objective == Objective::Flow ? SamplerKind::Euler : SamplerKind::Ddim;
   DIT_CHECK(sampler_fits(k, objective), "--sampler ", name_of(kSamplerNames, k), ": expected ", samplers_of(objective),
             " for a model trained with diffusion.objective = \"", name_of(kObjectiveNames, objective), "\"");
 }
