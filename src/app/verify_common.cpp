@@ -33,8 +33,8 @@ int Report::finish(const std::string& header) {
 }
 
 std::vector<float> Runner::run(const std::vector<float>& x, const std::vector<float>& t,
-                             const std::vector<std::int32_t>& y, const DoutFn& dout, std::vector<float>* dx,
-                             int microbatches) {
+                               const std::vector<std::int32_t>& y, const DoutFn& dout, std::vector<float>* dx,
+                               int microbatches) {
   const std::int64_t n = static_cast<std::int64_t>(t.size()), dp = ctx_.layout.dp;
   DIT_CHECK(n % (dp * microbatches) == 0, "a golden batch of ", n, " samples does not split over dp = ",
             dp, " x ", microbatches, " microbatches; use a layout and --microbatches whose product divides ", n);
