@@ -219,7 +219,7 @@ def read_weights(path, kind):
         group = "weights" if "weights" in f else kind
         if group not in f:
             sys.exit(f"export: {path} has neither /weights nor /{kind}")
-        cfg = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["config"].attrs.items()}
+        cfg = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["config"].attrs.items()}  # str attrs: objective
         tensors = {}
         f[group].visititems(lambda n, d: tensors.__setitem__(n, d[...]) if isinstance(d, h5py.Dataset) else None)
     return tensors, cfg

@@ -31,19 +31,29 @@ struct SampleSource {
   std::string weights;
   DiTConfig model;
   int diffusion_steps = 1000;
+  diffusion::Objective objective = diffusion::Objective::Ddpm;  // what the weights were trained for
   Layout layout;
 };
 
 // The sampler settings: the run's [sample] (with --weights: the defaults) and over them the
 // command line's, as sample.* overrides through the config's field table, checked once against
-// the weights' classes and schedule.
-SampleSection resolve_settings(const SampleOptions& opt, const DiTConfig& model, int diffusion_steps) {
+// the weights' classes, schedule and objective. Without --sampler, a flow model's default is euler
+// (a run's [sample] already fits its objective); a --sampler of the other objective is refused.
+SampleSection resolve_settings(const SampleOptions& opt, const SampleSource& src) {
   RunConfig cfg;
   const fs::path config = fs::path(opt.run_dir) / "config.toml";
   if (!opt.run_dir.empty() && fs::is_regular_file(config)) cfg = RunConfig::from_file(config.string());
-  cfg.model.dit = model;
-  cfg.diffusion.steps = diffusion_steps;
-  for (const SampleOptions::Setting& s : opt.settings) cfg.set(s.assignment, s.flag);
+  cfg.model.dit = src.model;
+  cfg.diffusion.steps = src.diffusion_steps;
+  cfg.diffusion.objective = src.objective;
+  bool sampler_given = false;
+  for (const SampleOptions::Setting& s : opt.settings) {
+    cfg.set(s.assignment, s.flag);
+    sampler_given = sampler_given || s.assignment.rfind("sample.sampler=", 0) == 0;
+  }
+  using namespace diffusion;
+  if (!sampler_given && !sampler_fits(cfg.sample.sampler, src.objective))
+    cfg.sample.sampler = src.objective == Objective::Flow ? SamplerKind::Euler : SamplerKind::Ddim;
   cfg.validate_sample();
   return cfg.sample;
 }
@@ -73,11 +83,12 @@ SampleSource resolve_source(const SampleOptions& requested) {
             opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
   const DiTConfig model = src.model = read_weights_config(src.weights);
   src.diffusion_steps = read_weights_diffusion_steps(src.weights);
+  src.objective = read_weights_objective(src.weights);
   src.layout = layout_for_world(opt.tp, opt.pp);
   partition_stages(model, src.layout.pp);
   DIT_CHECK(model.num_heads % src.layout.tp == 0, "--tp ", src.layout.tp, " does not divide the model's ",
             model.num_heads, " heads");
-  const SampleSection& s = src.sample = resolve_settings(opt, model, src.diffusion_steps);
+  const SampleSection& s = src.sample = resolve_settings(opt, src);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
   check_outputs(opt.out, model);
   const std::int64_t total =
@@ -112,7 +123,8 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   const std::vector<int> labels = grid_labels(s.classes, src.model.num_classes, s.per_class);
   const std::int64_t total = std::int64_t(labels.size()), batches = (total + opt.batch - 1) / opt.batch;
   if (world_rank() == 0) {
-    std::printf("sampling: %s, %d steps, CFG %g", s.sampler.c_str(), s.num_steps, s.cfg_scale);
+    std::printf("sampling: %s, %d steps, CFG %g", name_of(diffusion::kSamplerNames, s.sampler), s.num_steps,
+                s.cfg_scale);
     if (s.cfg_scale != 1) std::printf(" at noise levels [%g, %g]", s.cfg_t_min, s.cfg_t_max);
     std::printf("\n");
   }
@@ -178,10 +190,12 @@ std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::Ap
       {"--classes", "classes", "Comma-separated class rows, e.g. 0,3,7 (default: all)", ""},
       {"--seed", "seed", "Sampling seed", std::to_string(defaults.seed)},
       {"--steps", "num_steps", "Sampler steps" + run, ""},
-      {"--sampler", "sampler", "ddim or ddpm" + run, ""},
+      {"--sampler", "sampler",
+       "ddim or ddpm (ddpm models; default ddim), euler, heun or euler_maruyama (flow models; default euler)" + run,
+       ""},
       {"--cfg-scale", "cfg_scale", "Classifier-free guidance scale, 1: none" + run, ""},
-      {"--cfg-t-min", "cfg_t_min", "Guide only at noise levels t/T >= this (0: clean)" + run, ""},
-      {"--cfg-t-max", "cfg_t_max", "Guide only at noise levels t/T <= this (1: noise)" + run, ""},
+      {"--cfg-t-min", "cfg_t_min", "Guide only at noise levels >= this (0: clean; t/T for ddpm, 1 - t for flow)" + run, ""},
+      {"--cfg-t-max", "cfg_t_max", "Guide only at noise levels <= this (1: noise; t/T for ddpm, 1 - t for flow)" + run, ""},
   });
   for (Flag& f : *flags) f.option = cmd->add_option(f.flag, f.value, f.help);
   (*flags)[0].option->capture_default_str();

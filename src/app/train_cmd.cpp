@@ -64,6 +64,16 @@ constexpr KeyFlag kKeyFlags[] = {
     {"--recompute", "train.recompute", "Activation recomputation: none, selective or full", true, "TEXT"},
     {"--recompute-blocks", "train.recompute_blocks", "Full recomputation for the first K blocks of each stage (0: all)",
      false, "INT"},
+    {"--objective", "diffusion.objective",
+     "ddpm (DiT: epsilon) or flow (SiT's linear path, velocity; needs model.learn_sigma = false and a flow "
+     "--sampler)",
+     true, "TEXT"},
+    {"--timestep-sampling", "diffusion.timestep_sampling",
+     "uniform or logit_normal (t = sigmoid(m + s u): diffusion.logit_normal_mean, _std)", true, "TEXT"},
+    {"--loss-weight", "diffusion.loss_weight", "none or min_snr (ddpm: min(SNR, diffusion.min_snr_gamma) / SNR)", true,
+     "TEXT"},
+    {"--sampler", "sample.sampler", "Sampler of the grids: ddim or ddpm (ddpm); euler, heun or euler_maruyama (flow)",
+     true, "TEXT"},
 };
 
 // Every check a run needs before its folder is touched, on every rank; the setup it returns is

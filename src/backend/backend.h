@@ -198,21 +198,27 @@ class Backend : public Allocator {
   virtual void unpatchify(const Tensor& patches, int p, PatchOrder order, const Tensor& img) = 0;
 
   // ---- diffusion ----------------------------------------------------------------------------
-  // Rows of the microbatch: t (N) int32 schedule indices into `coefs` (T, math::kNumLossCoefs)
-  // fp32, the schedule table (math.h LossCoef). x0 and noise (N, C, H, W) fp32.
+  // Rows of the microbatch: t (N) int32 row indices into `coefs` (R, math::kNumLossCoefs) fp32,
+  // the path's coefficients (math.h LossCoef): for DDPM the schedule table (R = T, t the schedule
+  // index), for flow one row per sample (diffusion::flow_coef_rows, t = 0..N-1). x0 (the data)
+  // and noise (N, C, H, W) fp32.
   // noise (N, P) fp32: row i holds normal numbers 0..P-1 of the Philox stream
   // (seed, purpose, step, first + i) (core/philox.h): the numbers the host's Philox draws.
   virtual void philox_normal(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
                              std::uint64_t first, const Tensor& noise) = 0;
-  // x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise, in x_t's dtype.
+  // x_t = a x0 + b noise with a = kSqrtAlphasCumprod, b = kSqrtOneMinusAlphasCumprod of the row
+  // (DDPM: sqrt(abar_t), sqrt(1 - abar_t); flow: t, 1 - t), in x_t's dtype.
   virtual void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
                         const Tensor& coefs, const Tensor& x_t) = 0;
-  // The DiT training loss (math::loss_element; diffusion/losses.h is the float64 reference):
-  // out (N, Co, H, W) the model output ([eps | v] when learn_sigma, Co = 2C). Writes
-  // dout = grad_scale * d mean_N(loss) / d out (out's shape and dtype) and terms (N, 3) fp32 =
-  // per-sample (loss, mse, vb), vb in bits per dim (0 without learn_sigma).
+  // The training loss of `kind` on the model output out (N, Co, H, W), Co = kind.out_factor() C.
+  // Epsilon (math::loss_element; diffusion/losses.h is the float64 reference): mse of the first
+  // C channels against the noise, times the row's kLossWeight with LossWeighting::Table, plus the
+  // VB term with LossVariance::Learned. Velocity (math::flow_pixel; diffusion/objective.h):
+  // mse against u = x0 - noise, plus 1 - cos with LossCosine::Yes. Writes dout = grad_scale *
+  // d mean_N(loss) / d out (out's shape and dtype) and terms (N, 3) fp32 = per-sample
+  // (loss, mse, extra): mse unweighted, extra = vb in bits per dim (DDPM) or the cosine term (flow).
   virtual void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                              const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                              const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
                               float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
 
   // ---- optimizer over flat ranges -----------------------------------------------------------

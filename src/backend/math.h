@@ -158,7 +158,26 @@ enum LossCoef : int {
   kLogBeta,                 // log beta_t: the learned range's top
   kPosteriorLogVarClipped,  // its bottom, and the true posterior's log variance
   kIsFirstStep,             // 1 at t = 0 (the decoder likelihood), else 0
+  kLossWeight,              // the MSE term's weight (Min-SNR: min(SNR, gamma) / SNR), else 1
   kNumLossCoefs
+};
+
+// What a loss kernel computes (Backend::diffusion_loss; diffusion/losses.h and
+// diffusion/objective.h are the float64 references).
+enum class LossTarget : std::uint8_t {
+  Epsilon,   // DDPM: the output's first C channels predict the noise
+  Velocity,  // flow (SiT's linear path): the output predicts u = data - noise
+};
+enum class LossVariance : std::uint8_t { Fixed, Learned };  // Learned: channels [C, 2C) train the VB term
+enum class LossWeighting : std::uint8_t { None, Table };     // Table: the MSE term times the row's kLossWeight
+enum class LossCosine : std::uint8_t { No, Yes };            // flow: + 1 - cos(v, u) over channels per pixel
+struct LossKind {
+  LossTarget target = LossTarget::Epsilon;
+  LossVariance variance = LossVariance::Fixed;
+  LossWeighting weighting = LossWeighting::None;
+  LossCosine cosine = LossCosine::No;
+  DIT_HD bool learn_sigma() const { return variance == LossVariance::Learned; }
+  DIT_HD int out_factor() const { return learn_sigma() ? 2 : 1; }  // output channels per data channel
 };
 
 struct LossElement {
@@ -220,6 +239,44 @@ DIT_HD LossElement loss_element(double eps, double v, double x0, double noise, c
   }
   e.d_v = dterm_dlv * (max_log - min_log) / 2.0;
   return e;
+}
+
+// ---- the flow loss (SiT's velocity MSE and LightningDiT's cosine term) per pixel ---------------
+
+// One pixel's share of a sample's flow loss: the sum over its channels of (v - u)^2 and, with the
+// cosine term, 1 - cos(v, u) (torch cosine_similarity over channels, norms clamped to 1e-8).
+struct FlowPixel {
+  double sq, one_minus_cos;
+};
+// v(j) reads the model output at element j of the sample (channel k of this pixel at j = q + k hw),
+// x and e its data and noise (u = x - e), store(j, g) writes d loss / d v: mse_scale * 2 (v - u)
+// plus, with the cosine term, cos_scale * -(u / (|v| |u|) - cos v / |v|^2).
+template <class V, class Store>
+DIT_HD FlowPixel flow_pixel(const V& v, const float* x, const float* e, std::int64_t q, std::int64_t channels,
+                            std::int64_t hw, LossCosine cosine, double mse_scale, double cos_scale,
+                            const Store& store) {
+  double sq = 0, vu = 0, vv = 0, uu = 0;
+  for (std::int64_t k = 0; k < channels; ++k) {
+    const std::int64_t j = q + k * hw;
+    const double vj = v(j), u = static_cast<double>(x[j]) - static_cast<double>(e[j]);
+    sq += (vj - u) * (vj - u);
+    vu += vj * u, vv += vj * vj, uu += u * u;
+  }
+  if (cosine == LossCosine::No) {
+    for (std::int64_t k = 0; k < channels; ++k) {
+      const std::int64_t j = q + k * hw;
+      store(j, mse_scale * 2.0 * (v(j) - (static_cast<double>(x[j]) - static_cast<double>(e[j]))));
+    }
+    return {sq, 0.0};
+  }
+  const double nv = sqrt(vv) > 1e-8 ? sqrt(vv) : 1e-8, nu = sqrt(uu) > 1e-8 ? sqrt(uu) : 1e-8;
+  const double cs = vu / (nv * nu);
+  for (std::int64_t k = 0; k < channels; ++k) {
+    const std::int64_t j = q + k * hw;
+    const double vj = v(j), u = static_cast<double>(x[j]) - static_cast<double>(e[j]);
+    store(j, mse_scale * 2.0 * (vj - u) - cos_scale * (u / (nv * nu) - cs * vj / (nv * nv)));
+  }
+  return {sq, 1.0 - cs};
 }
 
 }  // namespace dit::math

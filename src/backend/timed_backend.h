@@ -149,9 +149,9 @@ class TimedBackend final : public Backend {
     timed([&] { in_.q_sample(x0, noise, t, coefs, x_t); });
   }
   void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
-                      const Tensor& coefs, bool learn_sigma, float grad_scale, const Tensor& dout,
+                      const Tensor& coefs, const math::LossKind& kind, float grad_scale, const Tensor& dout,
                       const Tensor& terms) override {
-    timed([&] { in_.diffusion_loss(out, x0, noise, t, coefs, learn_sigma, grad_scale, dout, terms); });
+    timed([&] { in_.diffusion_loss(out, x0, noise, t, coefs, kind, grad_scale, dout, terms); });
   }
   void adamw_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                   const math::AdamWParams& h) override {

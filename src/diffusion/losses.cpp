@@ -201,7 +201,7 @@ LossTerms training_losses(const Schedule& schedule, const ImageShape& shape, con
   return out;
 }
 
-std::vector<float> loss_coef_table(const Schedule& sc) {
+std::vector<float> loss_coef_table(const Schedule& sc, const LossWeighting& weighting) {
   const std::size_t k = math::kNumLossCoefs;
   std::vector<float> table(static_cast<std::size_t>(sc.num_timesteps) * k);
   for (std::size_t t = 0; t < static_cast<std::size_t>(sc.num_timesteps); ++t) {
@@ -215,8 +215,23 @@ std::vector<float> loss_coef_table(const Schedule& sc) {
     row[math::kLogBeta] = static_cast<float>(std::log(sc.betas[t]));
     row[math::kPosteriorLogVarClipped] = static_cast<float>(sc.posterior_log_variance_clipped[t]);
     row[math::kIsFirstStep] = t == 0 ? 1.f : 0.f;
+    row[math::kLossWeight] =
+        weighting.weight == LossWeight::MinSnr
+            ? static_cast<float>(min_snr_weight(sc, static_cast<std::int64_t>(t), weighting.min_snr_gamma))
+            : 1.f;
   }
   return table;
+}
+
+std::vector<float> flow_coef_rows(std::span<const double> t) {
+  const std::size_t k = math::kNumLossCoefs;
+  std::vector<float> rows(t.size() * k, 0.f);
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    rows[i * k + math::kSqrtAlphasCumprod] = static_cast<float>(t[i]);
+    rows[i * k + math::kSqrtOneMinusAlphasCumprod] = static_cast<float>(1.0 - t[i]);
+    rows[i * k + math::kLossWeight] = 1.f;
+  }
+  return rows;
 }
 
 }  // namespace dit::diffusion

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "diffusion/noise_schedule.h"
+#include "diffusion/objective.h"
 
 namespace dit::diffusion {
 
@@ -58,7 +59,12 @@ struct LossTerms {
 LossTerms training_losses(const Schedule& schedule, const ImageShape& shape, const LossInputs& in);
 
 // The schedule as the backends' loss kernels read it: (num_timesteps, math::kNumLossCoefs) fp32,
-// row t holding math.h's LossCoef values at schedule index t.
-std::vector<float> loss_coef_table(const Schedule& schedule);
+// row t holding math.h's LossCoef values at schedule index t (kLossWeight: min_snr_weight or 1).
+std::vector<float> loss_coef_table(const Schedule& schedule, const LossWeighting& weighting = {});
+
+// The rows of the flow path for a microbatch, one per sample (its t): (n, math::kNumLossCoefs)
+// fp32 with kSqrtAlphasCumprod = t and kSqrtOneMinusAlphasCumprod = 1 - t (the coefficients of
+// data and noise in x_t), so Backend::q_sample forms x_t = t x1 + (1 - t) x0 at index i; weight 1.
+std::vector<float> flow_coef_rows(std::span<const double> t);
 
 }  // namespace dit::diffusion

@@ -30,9 +30,10 @@ BatchPlan BatchPlan::make(std::int64_t global_batch, int dp, int micro_batch) {
 }
 
 BatchSource::BatchSource(const Dataset& data, const diffusion::Schedule& schedule, BatchPlan plan,
-                         std::uint64_t seed, double label_dropout, int num_classes)
+                         std::uint64_t seed, double label_dropout, int num_classes,
+                         const diffusion::TrainObjective& objective)
     : data_(&data), schedule_(&schedule), plan_(plan), seed_(seed),
-      label_dropout_(label_dropout), num_classes_(num_classes) {
+      label_dropout_(label_dropout), num_classes_(num_classes), objective_(objective) {
   DIT_CHECK(data.num_classes() <= num_classes, "the dataset has ", data.num_classes(),
             " classes but the model only ", num_classes);
 }
@@ -67,7 +68,9 @@ Microbatch BatchSource::get(std::int64_t step, int dp_rank, int mb) const {
     int label = data_->get(dataset_index(pos), b.x_start.data() + i * per);
     const auto key_step = static_cast<std::uint64_t>(step), key = static_cast<std::uint64_t>(pos);
     Philox tr(seed_, RngPurpose::Timestep, key_step, key);
-    b.t.push_back(static_cast<std::int32_t>(tr.below(static_cast<std::uint32_t>(schedule_->num_timesteps))));
+    const diffusion::DrawnTime dt = diffusion::draw_time(tr, objective_, schedule_->num_timesteps);
+    b.t.push_back(static_cast<std::int32_t>(dt.index));
+    if (objective_.objective == diffusion::Objective::Flow) b.time.push_back(dt.t);
     Philox drop(seed_, RngPurpose::LabelDrop, key_step, key);
     if (label_dropout_ > 0 && drop.uniform_f64() < label_dropout_) label = num_classes_;
     b.y.push_back(label);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "diffusion/noise_schedule.h"
+#include "diffusion/objective.h"
 #include "io/dataset.h"
 
 namespace dit {
@@ -30,14 +31,16 @@ struct Microbatch {
   std::int64_t n = 0;
   std::int64_t first = 0;
   std::vector<float> x_start;     // (n, C, H, W)
-  std::vector<std::int32_t> t;    // (n) diffusion timesteps (schedule indices)
+  std::vector<std::int32_t> t;    // (n) diffusion timesteps (schedule indices; 0 for flow)
+  std::vector<double> time;       // (n) flow: the continuous t in [0, 1] (0 noise, 1 data); else empty
   std::vector<std::int32_t> y;    // (n) labels after CFG dropout (num_classes = null)
 };
 
 class BatchSource {
  public:
   BatchSource(const Dataset& data, const diffusion::Schedule& schedule, BatchPlan plan,
-              std::uint64_t seed, double label_dropout, int num_classes);
+              std::uint64_t seed, double label_dropout, int num_classes,
+              const diffusion::TrainObjective& objective = {});
   const BatchPlan& plan() const { return plan_; }
   // The microbatch `mb` of dp rank `dp_rank` at training step `step` (counting from 0).
   Microbatch get(std::int64_t step, int dp_rank, int mb) const;
@@ -51,6 +54,7 @@ class BatchSource {
   std::uint64_t seed_;
   double label_dropout_;
   int num_classes_;
+  diffusion::TrainObjective objective_;
   mutable std::mutex mu_;
   mutable std::int64_t perm_epoch_ = -1;
   mutable std::vector<std::int64_t> perm_;

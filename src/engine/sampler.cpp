@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/error.h"
+
 #include "engine/dit_pipeline.h"
 #include "engine/global_tensors.h"
 #include "core/philox.h"
@@ -40,15 +42,38 @@ void forward_rows(Backend& be, PipelineExecutor& executor, int pp, const DiTStag
   executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage);
 }
 
-// The sampler's schedule: evenly respaced steps ("N", as the official sample.py) for both samplers.
-diffusion::Schedule sampler_schedule(const SampleRequest& req, const DiTConfig& cfg) {
-  return diffusion::create_diffusion({std::to_string(req.num_steps), cfg.learn_sigma, req.diffusion_steps});
+bool in_interval(const SampleRequest& req, double level) { return level >= req.cfg_t_min && level <= req.cfg_t_max; }
+
+// DDPM / DDIM's evenly respaced schedule ("N", as the official sample.py, for both).
+diffusion::Schedule ddpm_schedule(const SampleRequest& req, bool learn_sigma) {
+  return diffusion::create_diffusion({std::to_string(req.num_steps), learn_sigma, req.diffusion_steps});
 }
 
-// Whether step `step` is guided: guidance on, and the step's noise level in [cfg_t_min, cfg_t_max].
-bool guided_step(const diffusion::Schedule& sched, int step, const SampleRequest& req) {
-  const double level = static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps;
-  return req.cfg_scale != 1.0 && level >= req.cfg_t_min && level <= req.cfg_t_max;
+// The time grid of SiT's fixed-step integrators: the ODE on [0, 1]; the SDE on [0, 1 - last_step_size].
+std::vector<double> flow_grid(const SampleRequest& req) {
+  const bool sde = req.sampler == diffusion::SamplerKind::EulerMaruyama;
+  return diffusion::flow_time_grid(req.num_steps, 0.0, sde ? 1.0 - req.last_step_size : 1.0);
+}
+
+// Whether each model call of a request is guided, in the order the loops below make them (ddpm_loop:
+// one per step; flow_loop: one per step, two for Heun, and the SDE's last step). Sizes the passes
+// that sampler_bytes counts; keep it in step with the loops.
+std::vector<bool> guided_calls(const SampleRequest& req, bool learn_sigma) {
+  std::vector<bool> calls;
+  if (diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm)) {
+    const auto sched = ddpm_schedule(req, learn_sigma);
+    for (int step = sched.num_timesteps - 1; step >= 0; --step)
+      calls.push_back(in_interval(req, static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps));
+    return calls;
+  }
+  const std::vector<double> grid = flow_grid(req);
+  auto guided = [&](double t) { return diffusion::flow_guided(t, req.cfg_t_min, req.cfg_t_max); };
+  for (std::size_t k = 0; k + 1 < grid.size(); ++k) {
+    calls.push_back(guided(grid[k]));
+    if (req.sampler == diffusion::SamplerKind::Heun) calls.push_back(guided(grid[k + 1]));
+  }
+  if (req.sampler == diffusion::SamplerKind::EulerMaruyama) calls.push_back(guided(grid.back()));
+  return calls;
 }
 }  // namespace
 
@@ -57,6 +82,7 @@ SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, in
   req.labels = std::move(labels);
   req.num_steps = s.num_steps;
   req.sampler = s.sampler;
+  req.last_step_size = s.last_step_size;
   req.cfg_scale = s.cfg_scale;
   req.cfg_official = s.cfg_official;
   req.cfg_t_min = s.cfg_t_min;
@@ -66,76 +92,163 @@ SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, in
   return req;
 }
 
+namespace {
+
+// One request's samples on this dp replica: the model evaluated through the pipeline, with
+// guidance on a doubled batch, and x kept in step on every stage.
+class SamplingRun {
+ public:
+  SamplingRun(Backend& be, ParallelContext& ctx, const DiTStage& stage, const SampleRequest& req)
+      : be_(be), ctx_(ctx), stage_(stage), req_(req), cfg_(stage.config()), executor_(*ctx.pp, be, ctx.watch.get()) {
+    const std::int64_t total = static_cast<std::int64_t>(req.labels.size());
+    per_ = std::int64_t(cfg_.in_channels) * cfg_.input_size * cfg_.input_size;
+    per_out_ = std::int64_t(cfg_.out_channels()) * cfg_.input_size * cfg_.input_size;
+    const int dp = ctx.layout.dp, r = ctx.coord.dp;
+    lo_ = total * r / dp;
+    n_ = total * (r + 1) / dp - lo_;
+    guided_ = req.cfg_scale != 1.0;
+    const std::int64_t max_rows = guided_ ? 2 * n_ : n_;
+    y_.resize(static_cast<std::size_t>(max_rows));
+    for (std::int64_t i = 0; i < n_; ++i) {
+      y_[i] = req.labels[lo_ + i];
+      if (guided_) y_[n_ + i] = cfg_.num_classes;  // the null label
+    }
+    out_.resize(static_cast<std::size_t>(max_rows * per_out_));
+    xin_.resize(static_cast<std::size_t>(max_rows * per_));
+    tin_.resize(static_cast<std::size_t>(max_rows));
+  }
+  std::int64_t n() const { return n_; }
+  std::int64_t lo() const { return lo_; }
+
+  // Normal numbers of stream (seed, Sampler, key, sample) for this replica's samples: key 0 is the
+  // initial noise, key k + 1 the noise of step k.
+  std::vector<double> noise(std::uint64_t key) const {
+    std::vector<double> z(static_cast<std::size_t>(n_ * per_));
+    for (std::int64_t i = 0; i < n_; ++i) {
+      Philox rng(req_.seed, RngPurpose::Sampler, key, static_cast<std::uint64_t>(req_.first_index + lo_ + i));
+      for (std::int64_t j = 0; j < per_; ++j) z[i * per_ + j] = rng.normal();
+    }
+    return z;
+  }
+
+  // The model output for x at model time `t_model` (n rows; guided when `guide`), complete on
+  // the last stage only.
+  std::vector<double> evaluate(const std::vector<double>& x, float t_model, bool guide) {
+    const bool g = guided_ && guide;
+    const std::int64_t rows = g ? 2 * n_ : n_;  // unguided: the conditional rows alone
+    for (std::int64_t i = 0; i < rows; ++i) {
+      std::copy(x.begin() + (i % n_) * per_, x.begin() + (i % n_ + 1) * per_, xin_.begin() + i * per_);
+      tin_[i] = t_model;
+    }
+    forward_rows(
+        be_, executor_, ctx_.layout.pp, stage_, rows,
+        [&](std::int64_t f, std::int64_t k, StageInputs& in, Arena& arena) {
+          upload_stage_inputs(be_, cfg_, k, {xin_.data() + f * per_, tin_.data() + f, y_.data() + f}, in, arena);
+        },
+        [&](std::int64_t f, const Tensor& o) {
+          std::vector<float> v = host_copy(be_, o);
+          std::copy(v.begin(), v.end(), out_.begin() + f * per_out_);
+        });
+    if (!ctx_.last_stage()) return {};
+    std::vector<double> o64(out_.begin(), out_.begin() + rows * per_out_);
+    if (g) {
+      const std::int64_t guided_ch = req_.cfg_official ? std::min(3, cfg_.in_channels) : cfg_.in_channels;
+      o64 = diffusion::cfg_combine({rows, cfg_.out_channels(), cfg_.input_size, cfg_.input_size}, o64,
+                                   req_.cfg_scale, guided_ch);
+      o64.resize(static_cast<std::size_t>(n_ * per_out_));  // the conditional half
+    }
+    return o64;
+  }
+
+  // x as the last stage computed it, on every stage (stage 0 needs it next), rounded to fp32.
+  void share(std::vector<double>& x) {
+    std::vector<float> xf(x.begin(), x.end());
+    ctx_.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, ctx_.layout.pp - 1);
+    std::copy(xf.begin(), xf.end(), x.begin());
+  }
+
+  diffusion::ImageShape shape() const { return {n_, cfg_.in_channels, cfg_.input_size, cfg_.input_size}; }
+  bool last_stage() const { return ctx_.last_stage(); }
+
+ private:
+  Backend& be_;
+  ParallelContext& ctx_;
+  const DiTStage& stage_;
+  const SampleRequest& req_;
+  const DiTConfig& cfg_;
+  PipelineExecutor executor_;
+  std::int64_t per_ = 0, per_out_ = 0, lo_ = 0, n_ = 0;
+  bool guided_ = false;
+  std::vector<std::int32_t> y_;
+  std::vector<float> out_, xin_, tin_;
+};
+
+// DDPM / DDIM over the evenly respaced schedule.
+void ddpm_loop(SamplingRun& run, const SampleRequest& req, bool learn_sigma, std::vector<double>& x) {
+  const auto sched = ddpm_schedule(req, learn_sigma);
+  for (int step = sched.num_timesteps - 1; step >= 0; --step) {
+    const double level = static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps;
+    const std::vector<double> o = run.evaluate(x, static_cast<float>(sched.timestep_map[step]), in_interval(req, level));
+    if (run.last_stage()) {
+      const std::vector<std::int64_t> t(static_cast<std::size_t>(run.n()), step);
+      const std::vector<double> z = run.noise(static_cast<std::uint64_t>(step + 1));
+      x = req.sampler == diffusion::SamplerKind::Ddim
+              ? diffusion::ddim_sample(sched, run.shape(), o, x, t, z, 0.0, diffusion::ClipDenoised::kYes).sample
+              : diffusion::p_sample(sched, run.shape(), o, x, t, z, diffusion::ClipDenoised::kYes).sample;
+    }
+    run.share(x);
+    if (req.after_step) req.after_step();
+  }
+}
+
+// SiT's fixed-step integrators from t = 0 (noise) to 1 (data) on linspace(t0, t1, num_steps):
+// the ODE on [0, 1]; the SDE (Euler-Maruyama, diffusion "sigma") on [0, 1 - last_step_size],
+// then its Mean last step. The model sees t itself; the noise level for guidance is 1 - t.
+void flow_loop(SamplingRun& run, const SampleRequest& req, std::vector<double>& x) {
+  using diffusion::SamplerKind;
+  const bool sde = req.sampler == SamplerKind::EulerMaruyama;
+  const std::vector<double> grid = flow_grid(req);
+  auto velocity = [&](const std::vector<double>& at, double t) {
+    return run.evaluate(at, static_cast<float>(t), diffusion::flow_guided(t, req.cfg_t_min, req.cfg_t_max));
+  };
+  for (std::size_t k = 0; k + 1 < grid.size(); ++k) {
+    const double t = grid[k], dt = grid[k + 1] - grid[k];
+    const std::vector<double> v = velocity(x, t);
+    if (req.sampler == SamplerKind::Heun) {
+      std::vector<double> xp = run.last_stage() ? diffusion::heun_predict(x, v, dt) : x;
+      run.share(xp);
+      const std::vector<double> v2 = velocity(xp, grid[k + 1]);
+      if (run.last_stage()) x = diffusion::heun_correct(x, v, v2, dt);
+    } else if (run.last_stage()) {
+      x = sde ? diffusion::euler_maruyama_step(x, v, t, dt, run.noise(k + 1)) : diffusion::euler_step(x, v, dt);
+    }
+    run.share(x);
+    if (req.after_step) req.after_step();
+  }
+  if (sde) {
+    const double t1 = grid.back();
+    const std::vector<double> v = velocity(x, t1);
+    if (run.last_stage()) x = diffusion::sde_mean_last_step(x, v, t1, req.last_step_size);
+    run.share(x);
+  }
+  if (req.after_step) req.after_step();  // num_steps - 1 integration steps + the end: num_steps ticks
+}
+
+}  // namespace
+
 std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTStage& stage,
                                  const SampleRequest& req) {
   const DiTConfig& cfg = stage.config();
-  const auto sched = sampler_schedule(req, cfg);
-  const std::int64_t total = static_cast<std::int64_t>(req.labels.size());
+  const bool flow = !diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm);
+  DIT_CHECK(!flow || !cfg.learn_sigma, "sample.sampler = \"", name_of(diffusion::kSamplerNames, req.sampler),
+            "\" integrates a flow model, which learns no variance, but this model has learn_sigma = true");
+  SamplingRun run(be, ctx, stage, req);
+  const std::int64_t total = static_cast<std::int64_t>(req.labels.size()), n = run.n(), lo = run.lo();
   const std::int64_t per = std::int64_t(cfg.in_channels) * cfg.input_size * cfg.input_size;
-  const std::int64_t per_out = std::int64_t(cfg.out_channels()) * cfg.input_size * cfg.input_size;
-  // This dp replica's samples [lo, hi).
-  const int dp = ctx.layout.dp, r = ctx.coord.dp;
-  const std::int64_t lo = total * r / dp, hi = total * (r + 1) / dp, n = hi - lo;
-  const bool guided = req.cfg_scale != 1.0;
-  const std::int64_t max_rows = guided ? 2 * n : n;
-
-  std::vector<double> x(static_cast<std::size_t>(n * per));
-  for (std::int64_t i = 0; i < n; ++i) {
-    Philox rng(req.seed, RngPurpose::Sampler, 0, static_cast<std::uint64_t>(req.first_index + lo + i));
-    for (std::int64_t j = 0; j < per; ++j) x[i * per + j] = rng.normal();
-  }
-  std::vector<std::int32_t> y(static_cast<std::size_t>(max_rows));
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = req.labels[lo + i];
-    if (guided) y[n + i] = cfg.num_classes;  // the null label
-  }
-  PipelineExecutor executor(*ctx.pp, be, ctx.watch.get());
-  std::vector<float> out(static_cast<std::size_t>(max_rows * per_out));
-  std::vector<float> xin(static_cast<std::size_t>(max_rows * per));
-  std::vector<float> tin(static_cast<std::size_t>(max_rows));
-
-  for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
-    const bool guide = guided_step(sched, step, req);
-    const std::int64_t rows = guide ? 2 * n : n;  // outside the interval: the conditional rows alone
-    for (std::int64_t i = 0; i < rows; ++i) {
-      std::copy(x.begin() + (i % n) * per, x.begin() + (i % n + 1) * per, xin.begin() + i * per);
-      tin[i] = static_cast<float>(sched.timestep_map[step]);
-    }
-    forward_rows(
-        be, executor, ctx.layout.pp, stage, rows,
-        [&](std::int64_t f, std::int64_t k, StageInputs& in, Arena& arena) {
-          upload_stage_inputs(be, cfg, k, {xin.data() + f * per, tin.data() + f, y.data() + f}, in, arena);
-        },
-        [&](std::int64_t f, const Tensor& o) {
-          std::vector<float> v = host_copy(be, o);
-          std::copy(v.begin(), v.end(), out.begin() + f * per_out);
-        });
-
-    if (ctx.last_stage()) {
-      std::vector<double> o64(out.begin(), out.begin() + rows * per_out);
-      if (guide) {
-        const std::int64_t guided_ch = req.cfg_official ? std::min(3, cfg.in_channels) : cfg.in_channels;
-        o64 = diffusion::cfg_combine({rows, cfg.out_channels(), cfg.input_size, cfg.input_size}, o64,
-                                     req.cfg_scale, guided_ch);
-        o64.resize(static_cast<std::size_t>(n * per_out));  // the conditional half
-      }
-      const std::vector<std::int64_t> t(static_cast<std::size_t>(n), step);
-      const diffusion::ImageShape shape{n, cfg.in_channels, cfg.input_size, cfg.input_size};
-      std::vector<double> noise(x.size());
-      for (std::int64_t i = 0; i < n; ++i) {
-        Philox rng(req.seed, RngPurpose::Sampler, static_cast<std::uint64_t>(step + 1),
-                   static_cast<std::uint64_t>(req.first_index + lo + i));
-        for (std::int64_t j = 0; j < per; ++j) noise[i * per + j] = rng.normal();
-      }
-      x = req.sampler == "ddim"
-              ? diffusion::ddim_sample(sched, shape, o64, x, t, noise, 0.0, diffusion::ClipDenoised::kYes).sample
-              : diffusion::p_sample(sched, shape, o64, x, t, noise, diffusion::ClipDenoised::kYes).sample;
-    }
-    // The new x goes from the last stage back to every stage (stage 0 needs it next).
-    std::vector<float> xf(x.begin(), x.end());
-    ctx.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, ctx.layout.pp - 1);
-    std::copy(xf.begin(), xf.end(), x.begin());
-    if (req.after_step) req.after_step();
+  std::vector<double> x = run.noise(0);
+  if (n > 0) {
+    if (flow) flow_loop(run, req, x);
+    else ddpm_loop(run, req, cfg.learn_sigma, x);
   }
   // Every rank gets all samples: each is owned by tp 0 of stage 0 in its dp replica.
   std::vector<float> all(static_cast<std::size_t>(total * per), 0.f);
@@ -154,12 +267,12 @@ SamplerBytes sampler_bytes(VirtualBackend& be, ParallelContext& ctx, const DiTSt
   const std::int64_t max_rows = guided ? 2 * n : n;
   // The passes sample_images runs, in its order, on one executor: its arenas keep their chunks
   // from step to step, so a guided step after an unguided one adds to them.
-  const auto sched = sampler_schedule(req, cfg);
   PipelineExecutor executor(*ctx.pp, be, nullptr);
   const std::size_t before = be.allocated_bytes();
   std::int64_t last_rows = -1;
-  for (int step = sched.num_timesteps - 1; step >= 0 && n > 0; --step) {
-    const std::int64_t rows = guided_step(sched, step, req) ? 2 * n : n;
+  for (const bool guide : guided_calls(req, cfg.learn_sigma)) {
+    if (n == 0) break;
+    const std::int64_t rows = guided && guide ? 2 * n : n;
     if (rows == last_rows) continue;  // the same pass again allocates nothing new
     last_rows = rows;
     forward_rows(
@@ -174,12 +287,15 @@ SamplerBytes sampler_bytes(VirtualBackend& be, ParallelContext& ctx, const DiTSt
   SamplerBytes b;
   b.backend = be.allocated_bytes() - before + be.workspace_bytes();
   // The host buffers of sample_images at its peak, a sampler step on the last stage: x, noise and
-  // the step's result (fp64); xin, out and the copy of one microbatch's output (fp32); the model
+  // the step's result (fp64, DDPM); xin, out and the copy of one microbatch's output (fp32); the model
   // output in fp64 and its guided combine; the labels and timesteps; the x broadcast (fp32).
   const double per = double(cfg.in_channels) * cfg.input_size * cfg.input_size;
   const double per_out = double(cfg.out_channels()) * cfg.input_size * cfg.input_size;
   const double rows = double(max_rows);
-  const double host = n * per * 8 * 3 + rows * per * 4 + rows * per_out * 4 * 2 + rows * per_out * 8 * 2 +
+  // A flow step holds more fp64 copies of x: Heun's v, predictor and second velocity beside x and
+  // the result; Euler-Maruyama's noise, drift and mean.
+  const double copies = diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm) ? 3 : 5;
+  const double host = n * per * 8 * copies + rows * per * 4 + rows * per_out * 4 * 2 + rows * per_out * 8 * 2 +
                       rows * 8.0 + n * per * 4;
   // Then sample_from_weights: every rank gathers the batch's samples (fp32, all replicas), keeps a
   // copy while appending it to the request's samples, which grow to `total` images.

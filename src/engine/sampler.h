@@ -1,4 +1,5 @@
-// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule, with
+// Sampling images from a DiT at any layout: DDPM or DDIM over a respaced schedule for ddpm
+// models, SiT's Euler, Heun or Euler-Maruyama over t in [0, 1] for flow models, with
 // classifier-free guidance on a doubled batch (conditional rows, then null-label rows), at every
 // step or only in an interval of noise levels (guidance at high noise costs diversity: Kynkäänniemi
 // et al. 2024, "Applying Guidance in a Limited Interval"). The
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/virtual/virtual_backend.h"
+#include "diffusion/objective.h"
 #include "io/config.h"
 #include "layers/dit_stage.h"
 #include "parallel/grid.h"
@@ -21,11 +23,14 @@ namespace dit {
 struct SampleRequest {
   std::vector<int> labels;     // one sample per entry
   int num_steps = 50;          // respaced steps ("N", as the official sample.py, for both samplers)
-  std::string sampler = "ddim";  // ddim | ddpm
+  diffusion::SamplerKind sampler = diffusion::SamplerKind::Ddim;  // ddim | ddpm; euler | heun | euler_maruyama (flow)
+  double last_step_size = 0.04;  // euler_maruyama: the final Mean step (SiT's last_step_size)
   double cfg_scale = 4.0;      // 1: no guidance (no doubled batch)
   bool cfg_official = false;   // guide only the first 3 channels (the official forward_with_cfg)
-  // Guidance only at the steps whose timestep t has t / diffusion_steps in [cfg_t_min, cfg_t_max]
-  // (0: clean, 1: pure noise); the other steps run the conditional rows alone. [0, 1]: every step.
+  // Guidance only at the model calls whose noise level is in [cfg_t_min, cfg_t_max] (0: clean,
+  // 1: pure noise); the other calls run the conditional rows alone. [0, 1]: every call. The noise
+  // level is timestep / diffusion_steps for ddpm and 1 - t for flow (t = 0 noise, 1 data; so
+  // LightningDiT's cfg_interval_start s is cfg_t_max = 1 - s).
   double cfg_t_min = 0.0, cfg_t_max = 1.0;
   int diffusion_steps = 1000;
   std::uint64_t seed = 0;
@@ -45,7 +50,7 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
 // The bytes one rank holds to sample `total` images, `batch` at a time (sample_from_weights), with
 // the sampler settings of `req` (its labels unused), counted from the sampler's own passes: `be`
 // runs, on one executor as sample_images does, each pass of a batch's largest dp share (the
-// guided steps' rows doubled) through `stage`, and what they allocate on it is `backend` (on the
+// guided calls' rows doubled) through `stage`, and what they allocate on it is `backend` (on the
 // planning backend, backend/virtual, nothing runs). `host` is the sampler's host buffers at their
 // peak and the gathered samples.
 struct SamplerBytes {

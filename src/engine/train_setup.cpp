@@ -32,6 +32,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
   t.grad_reduce = c.train.grad_reduce;
   t.diffusion_steps = c.diffusion.steps;
+  t.objective = c.diffusion.train_objective();
   return t;
 }
 

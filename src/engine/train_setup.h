@@ -36,6 +36,7 @@ struct TrainConfig {
   StageOptions stage;          // activation recomputation (and what else trades memory for time)
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
+  diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
 };
 
 struct TrainSetup {

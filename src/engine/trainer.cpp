@@ -31,10 +31,12 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   model_ = std::make_unique<DiTStage>(be, cfg_, setup.stage_chunks(ctx.coord.pp), *ctx.tp, l.dp, train_.stage);
   model_->params().initialize(train_.seed);
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
+  DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
+            "diffusion.objective = \"flow\" needs model.learn_sigma = false (a velocity model learns no variance)");
   batches_ = std::make_unique<BatchSource>(data, schedule_, setup.batch, train_.seed, cfg_.class_dropout_prob,
-                                           cfg_.num_classes);
+                                           cfg_.num_classes, train_.objective);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be, ctx.watch.get());
-  const std::vector<float> table = diffusion::loss_coef_table(schedule_);
+  const std::vector<float> table = diffusion::loss_coef_table(schedule_, train_.objective.weighting);
   coefs_ = Buffer(be, table.size() * sizeof(float));
   upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
   const BatchPlan& plan = batches_->plan();
@@ -109,12 +111,31 @@ const Trainer::DeviceBatch& Trainer::device_batch(int mb, Arena& arena) {
   d.x0 = arena.tensor({n, cfg_.in_channels, cfg_.input_size, cfg_.input_size}, DType::F32);
   upload(d.x0, b.x_start.data(), DType::F32);
   d.t = arena.tensor({n}, DType::I32);
-  upload(d.t, b.t.data(), DType::I32);
+  if (b.time.empty()) {  // ddpm: the schedule index into the step's table
+    upload(d.t, b.t.data(), DType::I32);
+    d.coefs = coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32);
+  } else {  // flow: sample i reads its own row (t, 1 - t)
+    std::vector<std::int32_t> rows(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) rows[i] = static_cast<std::int32_t>(i);
+    upload(d.t, rows.data(), DType::I32);
+    const std::vector<float> path = diffusion::flow_coef_rows(b.time);
+    d.coefs = arena.tensor({n, math::kNumLossCoefs}, DType::F32);
+    upload(d.coefs, path.data(), DType::F32);
+  }
   d.noise = arena.tensor(d.x0.shape, DType::F32);
   be_->philox_normal(train_.seed, static_cast<std::uint32_t>(RngPurpose::Noise),
                      static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(b.first),
                      d.noise.view({n, d.x0.numel() / n}));
   return device_cache_.emplace(mb, d).first->second;
+}
+
+// What the model's timestep embedding is fed: the original timestep index (ddpm), or t in [0, 1]
+// itself (flow, as SiT calls its model).
+std::vector<float> Trainer::model_times(const Microbatch& b) const {
+  if (!b.time.empty()) return {b.time.begin(), b.time.end()};
+  const std::vector<std::int64_t> t64(b.t.begin(), b.t.end());
+  const auto model_t = schedule_.model_timesteps(t64);
+  return {model_t.begin(), model_t.end()};
 }
 
 void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
@@ -159,7 +180,6 @@ StepStats Trainer::step() {
   cache_.clear();
   device_cache_.clear();
   model_->params().zero_grads();
-  const Tensor coefs = coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32);
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
   DiTPipelineHooks hooks;
@@ -167,10 +187,8 @@ StepStats Trainer::step() {
     const Microbatch& b = microbatch(mb);
     const DeviceBatch& d = device_batch(mb, arena);
     in.images = arena.tensor(d.x0.shape, dt);
-    be.q_sample(d.x0, d.noise, d.t, coefs, in.images);
-    const std::vector<std::int64_t> t64(b.t.begin(), b.t.end());
-    const auto model_t = schedule_.model_timesteps(t64);
-    const std::vector<float> t(model_t.begin(), model_t.end());
+    be.q_sample(d.x0, d.noise, d.t, d.coefs, in.images);
+    const std::vector<float> t = model_times(b);
     upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
   };
   hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
@@ -179,8 +197,8 @@ StepStats Trainer::step() {
     // the ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
     const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
     Tensor dout = arena.tensor(out.shape, dt);
-    be.diffusion_loss(out, d.x0, d.noise, d.t, coefs, cfg_.learn_sigma, seed, dout,
-                      terms.rows(mb * n, n));
+    be.diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, diffusion::loss_kind(train_.objective, cfg_.learn_sigma),
+                      seed, dout, terms.rows(mb * n, n));
     return dout;
   };
   DiTPipelineStage stage(be, *model_, n, hooks);

@@ -89,11 +89,13 @@ class Trainer {
  private:
   // What both ends of the pipeline need of a microbatch, on the backend (in its arena).
   struct DeviceBatch {
-    Tensor x0, noise, t;  // (N, C, H, W) fp32, the same, (N) int32 schedule indices
+    Tensor x0, noise, t;  // (N, C, H, W) fp32, the same, (N) int32 rows of `coefs`
+    Tensor coefs;         // the path's rows: the step's schedule table, or flow's (N, kNumLossCoefs)
   };
   const Microbatch& microbatch(int mb);
   const DeviceBatch& device_batch(int mb, Arena& arena);
   void upload(const Tensor& dst, const void* host, DType host_dtype);
+  std::vector<float> model_times(const Microbatch& b) const;
   void gather_losses(const Tensor& terms, StepStats& st);
 
   Backend* be_;

@@ -43,7 +43,13 @@ std::vector<Section> sections(RunConfig& c) {
         {"layernorm_eps", &m.layernorm_eps}, {"mlp", choice(&m.mlp, kMlpNames)},
         {"norm", choice(&m.norm, kNormNames)}, {"pos_embed", choice(&m.pos_embed, kPosEmbedNames)},
         {"qk_norm", &m.qk_norm}}},
-      {"diffusion", {{"steps", &c.diffusion.steps}}},
+      {"diffusion",
+       {{"steps", &c.diffusion.steps}, {"objective", choice(&c.diffusion.objective, diffusion::kObjectiveNames)},
+        {"timestep_sampling", choice(&c.diffusion.timestep_sampling, diffusion::kTimestepSamplingNames)},
+        {"logit_normal_mean", &c.diffusion.logit_normal_mean}, {"logit_normal_std", &c.diffusion.logit_normal_std},
+        {"cosine_loss", &c.diffusion.cosine_loss},
+        {"loss_weight", choice(&c.diffusion.loss_weight, diffusion::kLossWeightNames)},
+        {"min_snr_gamma", &c.diffusion.min_snr_gamma}}},
       {"train",
        {{"global_batch", &t.global_batch}, {"micro_batch", &t.micro_batch}, {"steps", &t.steps},
         {"lr", &t.lr}, {"warmup", &t.warmup}, {"lr_schedule", choice(&t.lr_schedule, kLrScheduleNames)},
@@ -66,7 +72,8 @@ std::vector<Section> sections(RunConfig& c) {
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
         {"latent_scale", &c.data.latent_scale}}},
       {"sample",
-       {{"num_steps", &s.num_steps}, {"sampler", &s.sampler}, {"cfg_scale", &s.cfg_scale},
+       {{"num_steps", &s.num_steps}, {"sampler", choice(&s.sampler, diffusion::kSamplerNames)},
+        {"last_step_size", &s.last_step_size}, {"cfg_scale", &s.cfg_scale},
         {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
         {"cfg_t_min", &s.cfg_t_min}, {"cfg_t_max", &s.cfg_t_max}, {"seed", &s.seed}}},
       {"eval",
@@ -408,6 +415,15 @@ bool ModelSection::operator==(const ModelSection& o) const {
          a.pos_embed == b.pos_embed && a.qk_norm == b.qk_norm;
 }
 
+diffusion::TrainObjective DiffusionSection::train_objective() const {
+  diffusion::TrainObjective o;
+  o.objective = objective;
+  o.timesteps = {timestep_sampling, logit_normal_mean, logit_normal_std};
+  o.cosine = cosine_loss ? diffusion::CosineTerm::Yes : diffusion::CosineTerm::No;
+  o.weighting = {loss_weight, min_snr_gamma};
+  return o;
+}
+
 RunConfig RunConfig::demo() {
   // Keep configs/fashion_mnist.toml equal to this (a unit test compares the two).
   RunConfig c;
@@ -436,7 +452,7 @@ RunConfig RunConfig::demo() {
   c.parallel.tp = 2;
   c.parallel.pp = 4;
   c.sample.num_steps = 50;
-  c.sample.sampler = "ddim";
+  c.sample.sampler = diffusion::SamplerKind::Ddim;
   c.sample.cfg_scale = 6.0;  // guided at the less noisy half of the steps only: guidance at high noise costs diversity
   c.sample.cfg_t_max = 0.5;
   c.sample.per_class = 8;

@@ -12,6 +12,7 @@
 
 #include "backend/backend_kind.h"
 #include "core/dtype.h"
+#include "diffusion/objective.h"
 #include "layers/dit_block.h"
 #include "layers/dit_config.h"
 #include "optim/adamw.h"
@@ -27,6 +28,13 @@ struct ModelSection {
 
 struct DiffusionSection {
   int steps = 1000;  // training timesteps (linear betas); learn_sigma lives in [model]
+  diffusion::Objective objective = diffusion::Objective::Ddpm;  // ddpm | flow (SiT's linear path, velocity)
+  diffusion::TimestepSampling timestep_sampling = diffusion::TimestepSampling::Uniform;  // uniform | logit_normal
+  double logit_normal_mean = 0.0, logit_normal_std = 1.0;  // t = sigmoid(mean + std u), u ~ N(0, 1)
+  bool cosine_loss = false;  // flow: + LightningDiT's 1 - cos(v_pred, v_target)
+  diffusion::LossWeight loss_weight = diffusion::LossWeight::None;  // none | min_snr (ddpm)
+  double min_snr_gamma = 5.0;  // min(SNR, gamma) / SNR
+  diffusion::TrainObjective train_objective() const;
   bool operator==(const DiffusionSection&) const = default;
 };
 
@@ -83,7 +91,8 @@ struct DataSection {
 
 struct SampleSection {
   int num_steps = 50;          // sampler steps
-  std::string sampler = "ddim";  // ddim | ddpm
+  diffusion::SamplerKind sampler = diffusion::SamplerKind::Ddim;  // ddim | ddpm (ddpm); euler | heun | euler_maruyama (flow)
+  double last_step_size = 0.04;  // euler_maruyama: the final "Mean" step's size (SiT's default)
   double cfg_scale = 4.0;
   int per_class = 8;           // images per class row of the grid
   std::vector<int> classes;    // empty = every class

@@ -153,14 +153,46 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
              m.depth, ", got ", sum);
 }
 
+// The recipe's keys: flow trains no variance, weighting and the cosine term belong to one
+// objective each, the logit-normal parameters are a distribution's.
+void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
+  using namespace diffusion;
+  require(d.steps >= 1 && d.steps <= kMaxDiffusionSteps, "diffusion.steps", d.steps,
+          "an integer in [1, " + show(kMaxDiffusionSteps) + "]");
+  const bool flow = d.objective == Objective::Flow;
+  if (flow && m.learn_sigma)
+    DIT_FAIL("model.learn_sigma = true: expected false with diffusion.objective = \"flow\" (a velocity model "
+             "learns no variance; its output has in_channels channels)");
+  require(std::isfinite(d.logit_normal_mean), "diffusion.logit_normal_mean", d.logit_normal_mean, "a finite number");
+  require(d.logit_normal_std > 0, "diffusion.logit_normal_std", d.logit_normal_std,
+          "a standard deviation > 0 (t = sigmoid(mean + std u))");
+  if (flow && d.loss_weight != LossWeight::None)
+    DIT_FAIL("diffusion.loss_weight = \"", name_of(kLossWeightNames, d.loss_weight),
+             "\": expected \"none\" with diffusion.objective = \"flow\" (Min-SNR weights epsilon prediction; "
+             "the velocity loss of SiT is unweighted)");
+  if (!flow && d.timestep_sampling == TimestepSampling::LogitNormal)
+    DIT_FAIL("diffusion.timestep_sampling = \"logit_normal\": expected \"uniform\" with diffusion.objective = "
+             "\"ddpm\" (the logit-normal density is over the flow's continuous t; no reference maps it to DDPM's "
+             "discrete timesteps; set diffusion.objective = \"flow\")");
+  require(d.min_snr_gamma > 0, "diffusion.min_snr_gamma", d.min_snr_gamma, "a value > 0");
+  if (!flow && d.cosine_loss)
+    DIT_FAIL("diffusion.cosine_loss = true: expected false with diffusion.objective = \"ddpm\" (the cosine "
+             "term compares velocities; set diffusion.objective = \"flow\")");
+}
+
 // The [sample] rules, shared by training and by `sample` / `evaluate`, whose flags set the same
 // keys: each message names the key and the flag.
-void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes) {
+void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes, diffusion::Objective objective) {
   const std::string steps = show(diffusion_steps);
   require(s.num_steps >= 2 && s.num_steps <= diffusion_steps, "sample.num_steps", s.num_steps,
           "an integer in [2, diffusion.steps = " + steps + "], i.e. 2 <= --steps <= " + steps +
               " (the model's diffusion.steps)");
-  require_one_of("sample.sampler", s.sampler, {"ddim", "ddpm"});
+  if (!diffusion::sampler_fits(s.sampler, objective))
+    DIT_FAIL("sample.sampler = \"", name_of(diffusion::kSamplerNames, s.sampler), "\": expected ",
+             diffusion::samplers_of(objective), " for diffusion.objective = \"",
+             name_of(diffusion::kObjectiveNames, objective), "\" (--sampler)");
+  require(s.last_step_size > 0 && s.last_step_size < 1, "sample.last_step_size", s.last_step_size,
+          "a step in (0, 1) (euler_maruyama's last step from t = 1 - size to 1)");
   require(std::isfinite(s.cfg_scale) && s.cfg_scale >= 1, "sample.cfg_scale", s.cfg_scale,
           "a finite value >= 1 (--cfg-scale; 1 = no guidance)");
   // The guidance interval, one rule: the key that breaks it, and the pair as flags.
@@ -179,13 +211,14 @@ void validate_sample(const SampleSection& s, int diffusion_steps, int num_classe
 
 }  // namespace
 
-void RunConfig::validate_sample() const { dit::validate_sample(sample, diffusion.steps, model.dit.num_classes); }
+void RunConfig::validate_sample() const {
+  dit::validate_sample(sample, diffusion.steps, model.dit.num_classes, diffusion.objective);
+}
 
 void RunConfig::validate() const {
   validate_representable(*this);
   validate_model(model);
-  require(diffusion.steps >= 1 && diffusion.steps <= diffusion::kMaxDiffusionSteps, "diffusion.steps",
-          diffusion.steps, "an integer in [1, " + show(diffusion::kMaxDiffusionSteps) + "]");
+  validate_diffusion(diffusion, model.dit);
   validate_train(train);
   validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");

@@ -60,10 +60,14 @@ void write_sealed_file(const std::string& path, const std::string& what,
 namespace {
 // The weights file's groups and tensors; throws on the first failure.
 void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
-                       const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+                       const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
+                       diffusion::Objective objective) {
   {
     const h5::Handle c = h5::write_model_config(file, cfg, where);
     h5::write_attr_ints(c.get(), "diffusion_steps", {diffusion_steps}, h5::AttrShape::Scalar, where);
+    // Only flow models carry it: a DDPM weights file stays what it was (absent = ddpm).
+    if (objective != diffusion::Objective::Ddpm)
+      h5::write_attr_string(c.get(), "objective", name_of(diffusion::kObjectiveNames, objective), where);
     const h5::Handle w = h5::create_group(file, "/weights", where);
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
@@ -74,9 +78,10 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
 }  // namespace
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps) {
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
+                  diffusion::Objective objective) {
   write_sealed_file(path, "weights", [&](hid_t file, const std::string& where) {
-    fill_weights_file(file, where, cfg, tensors, diffusion_steps);
+    fill_weights_file(file, where, cfg, tensors, diffusion_steps, objective);
   });
 }
 
@@ -99,6 +104,17 @@ int read_weights_diffusion_steps(const std::string& path) {
   DIT_CHECK(n >= 1 && n <= diffusion::kMaxDiffusionSteps, path, ": /config diffusion_steps = ", n,
             ": expected an integer in [1, ", diffusion::kMaxDiffusionSteps, "]");
   return static_cast<int>(n);
+}
+
+diffusion::Objective read_weights_objective(const std::string& path) {
+  verify_weights_seal(path);
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("/config", "objective")) return diffusion::Objective::Ddpm;
+  const std::string name = f.attr_string("/config", "objective");
+  const auto o = value_of(diffusion::kObjectiveNames, name);
+  DIT_CHECK(o.has_value(), path, ": /config objective = \"", name, "\": expected one of ",
+            names_of(diffusion::kObjectiveNames));
+  return *o;
 }
 
 // "[3, 5]": the index of flat element `i` of a tensor of shape `s`.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/objective.h"
 #include "layers/dit_config.h"
 #include "layers/params.h"
 
@@ -21,13 +22,18 @@ class File;
 namespace dit {
 
 // Writes atomically (io/atomic_file.h): complete or not at all. `diffusion_steps` (the training schedule's
-// length) goes to /config so that sampling uses the schedule the model was trained on.
+// length) and, for a flow model, `objective = "flow"` (a string attr; absent = ddpm) go to /config
+// so that sampling uses the schedule and the integrators the model was trained for.
 void save_weights(const std::string& path, const DiTConfig& cfg,
-                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000);
+                  const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000,
+                  diffusion::Objective objective = diffusion::Objective::Ddpm);
 // The model config stored in a weights (or golden) file.
 DiTConfig read_weights_config(const std::string& path);
 // The training schedule's length stored in a weights file (1000 when absent: files from before).
 int read_weights_diffusion_steps(const std::string& path);
+// The objective stored in a weights or golden file (ddpm when absent: files from before); an
+// unknown name is refused naming the file.
+diffusion::Objective read_weights_objective(const std::string& path);
 // Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
 // without one is refused), and every value finite; errors name the file and the tensor.
 void load_weights(const std::string& path, ParamSet& ps);

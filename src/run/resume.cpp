@@ -36,6 +36,21 @@ void drop_metrics_after(const fs::path& path, std::int64_t step) {
   write_file_atomic(path.string(), text, "metrics");
 }
 
+// A resumed run continues the objective its state was trained for: a model of one objective
+// predicts another quantity (epsilon or velocity) at another time convention. A checkpoint's
+// config that this version cannot read (or one from before objectives) counts as ddpm.
+void check_same_objective(const CheckpointMeta& meta, const RunConfig& cfg) {
+  diffusion::Objective saved = diffusion::Objective::Ddpm;
+  try {
+    saved = RunConfig::from_toml(meta.config_toml, meta.dir + " config_toml").diffusion.objective;
+  } catch (const Error&) {
+  }
+  DIT_CHECK(saved == cfg.diffusion.objective, "diffusion.objective = \"",
+            name_of(diffusion::kObjectiveNames, cfg.diffusion.objective), "\": the checkpoint ", meta.dir,
+            " was trained with diffusion.objective = \"", name_of(diffusion::kObjectiveNames, saved),
+            "\"; resume it with that objective, or start a new run from its weights (run.init_from)");
+}
+
 }  // namespace
 
 // --resume continues a run from a checkpoint (any layout wrote it); --init-from starts a new run
@@ -80,6 +95,7 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
       std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
     }
   }
+  if (resume) collective_check([&] { check_same_objective(meta, cfg); });
   LossScaleState scaling;
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);

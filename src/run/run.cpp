@@ -241,8 +241,8 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   auto model_w = gather_global(trainer_->model(), ctx_, final_state.model);
   auto ema_w = gather_global(trainer_->model(), ctx_, final_state.ema);
   if (ctx_.world_rank == 0) {
-    save_weights(file("model.h5"), setup_.model, model_w, cfg_.diffusion.steps);
-    save_weights(file("ema.h5"), setup_.model, ema_w, cfg_.diffusion.steps);
+    save_weights(file("model.h5"), setup_.model, model_w, cfg_.diffusion.steps, cfg_.diffusion.objective);
+    save_weights(file("ema.h5"), setup_.model, ema_w, cfg_.diffusion.steps, cfg_.diffusion.objective);
   }
   sample_grid("samples.png");
   if (cfg_.train.eval_every > 0) evaluate(setup_.train.steps);

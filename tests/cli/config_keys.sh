@@ -94,6 +94,28 @@ out=$("$DIT_MP" sample --run "$SCRATCH/dsteps" --steps 200 --out "$SCRATCH/s200.
   fail "sample accepted 200 steps of a 100-step model"
 grep -q -- "--steps <= 100 " <<<"$out" || fail "sample --steps 200 of a 100-step model: $out"
 echo "ok: sample knows the model's diffusion.steps"
+# The recipe keys (flow runs without a learned variance; their "vb" column is the cosine term).
+FLOW=(--set model.learn_sigma=false --set diffusion.objective=flow --set sample.sampler=euler)
+run flow "${FLOW[@]}"
+differs nosigma flow loss diffusion.objective
+differs nosigma flow samples diffusion.objective
+run flow_ln "${FLOW[@]}" --set diffusion.timestep_sampling=logit_normal
+differs flow flow_ln loss diffusion.timestep_sampling
+run flow_lnm "${FLOW[@]}" --set diffusion.timestep_sampling=logit_normal --set diffusion.logit_normal_mean=1.5
+differs flow_ln flow_lnm loss diffusion.logit_normal_mean
+run flow_lns "${FLOW[@]}" --set diffusion.timestep_sampling=logit_normal --set diffusion.logit_normal_std=0.2
+differs flow_ln flow_lns loss diffusion.logit_normal_std
+run flow_cos "${FLOW[@]}" --set diffusion.cosine_loss=true
+differs flow flow_cos vb diffusion.cosine_loss
+run snr --set diffusion.loss_weight=min_snr
+differs base snr loss diffusion.loss_weight
+run snr_g --set diffusion.loss_weight=min_snr --set diffusion.min_snr_gamma=1
+differs snr snr_g loss diffusion.min_snr_gamma
+run flow_heun "${FLOW[@]}" --set sample.sampler=heun
+differs flow flow_heun samples sample.sampler
+run flow_em "${FLOW[@]}" --set sample.sampler=euler_maruyama
+run flow_em_l "${FLOW[@]}" --set sample.sampler=euler_maruyama --set sample.last_step_size=0.2
+differs flow_em flow_em_l samples sample.last_step_size
 
 # [train]
 run gb --set train.global_batch=32

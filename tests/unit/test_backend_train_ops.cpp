@@ -93,7 +93,9 @@ TEST_P(TrainOps, DiffusionLossFollowsTheFloat64Reference) {
     Tensor tout = upload(out, {n, co, h, w}, dt());
     const std::vector<float> held = download(tout);  // the output as the backend holds it
     Tensor dout = alloc({n, co, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
-    be().diffusion_loss(tout, tx0, tnoise, tt, coefs, learn_sigma, scale, dout, terms);
+    math::LossKind kind;
+    kind.variance = learn_sigma ? math::LossVariance::Learned : math::LossVariance::Fixed;
+    be().diffusion_loss(tout, tx0, tnoise, tt, coefs, kind, scale, dout, terms);
     const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
     const std::vector<std::int64_t> t64(t.begin(), t.end());
     const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
@@ -111,6 +113,83 @@ TEST_P(TrainOps, DiffusionLossFollowsTheFloat64Reference) {
     EXPECT_LE(ref::rel_l2(grad, ref.grad_model_output), tol) << "grad" << what;
     std::printf("    diffusion loss%s: loss %.2e, grad %.2e (tol %.0e)\n", what.c_str(),
                 ref::rel_l2(loss, ref.loss), ref::rel_l2(grad, ref.grad_model_output), tol);
+  }
+}
+
+// Min-SNR-gamma: the MSE term and its gradient scaled by min(SNR, 5) / SNR of each sample's t
+// (the VB term unweighted), against the float64 reference's terms times diffusion::min_snr_weight.
+TEST_P(TrainOps, MinSnrWeightedLossFollowsTheFloat64Reference) {
+  const auto sched = diffusion::create_diffusion({"", true, 1000});
+  const std::int64_t n = 4, c = 2, h = 4, w = 4, p = c * h * w;
+  const std::vector<float> x0 = normals(n * p, 11, 0.6), noise = normals(n * p, 12), out = normals(n * 2 * p, 13);
+  const std::vector<std::int32_t> t = {3, 100, 500, 999};
+  const auto table = diffusion::loss_coef_table(sched, {diffusion::LossWeight::MinSnr, 5.0});
+  Tensor tout = upload(out, {n, 2 * c, h, w}, dt());
+  const std::vector<float> held = download(tout);
+  Tensor dout = alloc({n, 2 * c, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
+  math::LossKind kind;
+  kind.variance = math::LossVariance::Learned;
+  kind.weighting = math::LossWeighting::Table;
+  be().diffusion_loss(tout, upload(x0, {n, c, h, w}, DType::F32), upload(noise, {n, c, h, w}, DType::F32),
+                      upload_ints(t), upload(table, {1000, math::kNumLossCoefs}, DType::F32), kind, 1.f, dout, terms);
+  const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
+  const std::vector<std::int64_t> t64(t.begin(), t.end());
+  const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
+  Vec loss, grad = ref.grad_model_output, got_grad;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double wi = diffusion::min_snr_weight(sched, t[i], 5.0);
+    EXPECT_LT(wi, 1.0 + 1e-12);
+    loss.push_back(wi * ref.mse[i] + ref.vb[i]);
+    for (std::int64_t j = 0; j < p; ++j) grad[i * 2 * p + j] *= wi;  // the eps channels only
+  }
+  const std::vector<float> got = download(terms), g = download(dout);
+  Vec got_loss;
+  for (std::int64_t i = 0; i < n; ++i) got_loss.push_back(got[3 * i]);
+  for (float v : g) got_grad.push_back(v);
+  EXPECT_LE(ref::rel_l2(got_loss, loss), ref::tolerance(dt()));
+  EXPECT_LE(ref::rel_l2(got_grad, grad), ref::tolerance(dt()));
+}
+
+// The flow loss (SiT's velocity MSE, with and without LightningDiT's cosine term) and its
+// gradient against diffusion::flow_training_losses; x_t from q_sample on one row per sample.
+TEST_P(TrainOps, FlowLossFollowsTheFloat64Reference) {
+  const std::int64_t n = 3, c = 4, h = 4, w = 4, p = c * h * w;
+  const std::vector<float> x1 = normals(n * p, 21, 0.7), x0 = normals(n * p, 22), out = normals(n * p, 23);
+  const Vec t = {0.03, 0.5, 0.97};
+  const auto rows = diffusion::flow_coef_rows(t);
+  const std::vector<std::int32_t> idx = {0, 1, 2};
+  for (auto cosine : {diffusion::CosineTerm::No, diffusion::CosineTerm::Yes}) {
+    diffusion::TrainObjective o;
+    o.objective = diffusion::Objective::Flow;
+    o.cosine = cosine;
+    Tensor tout = upload(out, {n, c, h, w}, dt());
+    const std::vector<float> held = download(tout);
+    Tensor dout = alloc({n, c, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
+    const float scale = 2.f;
+    be().diffusion_loss(tout, upload(x1, {n, c, h, w}, DType::F32), upload(x0, {n, c, h, w}, DType::F32),
+                        upload_ints(idx), upload(rows, {n, math::kNumLossCoefs}, DType::F32),
+                        diffusion::loss_kind(o, false), scale, dout, terms);
+    const auto ref = diffusion::flow_training_losses({n, c, h, w}, {Vec(held.begin(), held.end()),
+                                                                    Vec(x1.begin(), x1.end()), Vec(x0.begin(), x0.end())},
+                                                     cosine);
+    const std::vector<float> got = download(terms), g = download(dout);
+    Vec loss, mse, cos, grad;
+    for (std::int64_t i = 0; i < n; ++i)
+      loss.push_back(got[3 * i]), mse.push_back(got[3 * i + 1]), cos.push_back(got[3 * i + 2]);
+    for (float v : g) grad.push_back(v / scale);
+    const double tol = ref::tolerance(dt());
+    EXPECT_LE(ref::rel_l2(loss, ref.loss), tol);
+    EXPECT_LE(ref::rel_l2(mse, ref.mse), tol);
+    if (cosine == diffusion::CosineTerm::Yes) EXPECT_LE(ref::rel_l2(cos, ref.cos), tol);
+    EXPECT_LE(ref::rel_l2(grad, ref.grad_model_output), tol);
+    // q_sample with the flow rows is the linear path t x1 + (1 - t) x0.
+    Tensor xt = alloc({n, c, h, w}, dt());
+    be().q_sample(upload(x1, {n, c, h, w}, DType::F32), upload(x0, {n, c, h, w}, DType::F32), upload_ints(idx),
+                  upload(rows, {n, math::kNumLossCoefs}, DType::F32), xt);
+    const std::vector<float> xg = download(xt);
+    EXPECT_LE(ref::rel_l2(Vec(xg.begin(), xg.end()),
+                          diffusion::flow_xt({n, c, h, w}, Vec(x1.begin(), x1.end()), Vec(x0.begin(), x0.end()), t)),
+              tol);
   }
 }
 

@@ -98,7 +98,7 @@ RunConfig unusual_config() {
   c.parallel.pp_layers = {4, 2};
   c.data.path = "some dir/with \"quotes\" and \\ back.h5", c.data.prepare = "none";
   c.data.latent_scale = 0.5;
-  c.sample.num_steps = 25, c.sample.sampler = "ddpm", c.sample.cfg_scale = 1.5;
+  c.sample.num_steps = 25, c.sample.sampler = diffusion::SamplerKind::Ddpm, c.sample.cfg_scale = 1.5;
   c.sample.per_class = 2, c.sample.classes = {6, 0, 3}, c.sample.cfg_official = true;
   c.sample.cfg_t_min = 0.125, c.sample.cfg_t_max = 0.625, c.sample.seed = 99;
   c.run.dir = "out/unusual", c.run.overwrite = true;
@@ -238,7 +238,22 @@ TEST(Config, OutOfRangeValuesNameTheirKeyAndTheAllowedValues) {
        {"parallel.pp_layers = [10, 10]", "model.depth = 28, got 20"}},
       {"[parallel]\npp = 2\npp_layers = [28]", {"parallel.pp_layers = [28]", "parallel.pp = 2"}},
       {"[parallel]\npp = 29", {"parallel.pp = 29", "model.depth = 28"}},
-      {"[sample]\nsampler = \"euler\"", {"sample.sampler = \"euler\"", "ddim, ddpm"}},
+      {"[sample]\nsampler = \"euler\"", {"sample.sampler = \"euler\"", "ddim or ddpm", "diffusion.objective = \"ddpm\""}},
+      {"[sample]\nsampler = \"rk4\"", {"sample.sampler = \"rk4\"", "ddim, ddpm, euler, heun, euler_maruyama"}},
+      {"[diffusion]\nobjective = \"edm\"", {"diffusion.objective = \"edm\"", "ddpm, flow"}},
+      {"[model]\nlearn_sigma = true\n[diffusion]\nobjective = \"flow\"\n[sample]\nsampler = \"euler\"",
+       {"model.learn_sigma = true", "diffusion.objective = \"flow\""}},
+      {"[model]\nlearn_sigma = false\n[diffusion]\nobjective = \"flow\"",
+       {"sample.sampler = \"ddim\"", "euler, heun or euler_maruyama"}},
+      {"[diffusion]\nlogit_normal_std = -1", {"diffusion.logit_normal_std = -1", "> 0"}},
+      {"[diffusion]\nlogit_normal_mean = nan", {"diffusion.logit_normal_mean = nan", "finite"}},
+      {"[diffusion]\ntimestep_sampling = \"logit_normal\"",
+       {"diffusion.timestep_sampling = \"logit_normal\"", "diffusion.objective = \"ddpm\""}},
+      {"[diffusion]\ncosine_loss = true", {"diffusion.cosine_loss = true", "\"flow\""}},
+      {"[model]\nlearn_sigma = false\n[diffusion]\nobjective = \"flow\"\nloss_weight = \"min_snr\"\n[sample]\n"
+       "sampler = \"heun\"",
+       {"diffusion.loss_weight = \"min_snr\"", "\"flow\""}},
+      {"[sample]\nlast_step_size = 1.5", {"sample.last_step_size = 1.5", "(0, 1)"}},
       {"[sample]\nnum_steps = 2000", {"sample.num_steps = 2000", "[2, diffusion.steps = 1000]"}},
       {"[sample]\nnum_steps = 1", {"sample.num_steps = 1", "[2, diffusion.steps"}},
       {"[sample]\ncfg_scale = 0.5", {"sample.cfg_scale = 0.5", ">= 1"}},

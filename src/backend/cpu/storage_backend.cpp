@@ -369,10 +369,10 @@ void CpuStorageBackend::q_sample(const Tensor& x0, const Tensor& noise, const Te
 }
 
 void CpuStorageBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                       const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                       const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
                                        float grad_scale, const Tensor& dout, const Tensor& terms) {
   Widened w;
-  fp32_.diffusion_loss(w.in(out), w.in(x0), w.in(noise), t, w.in(coefs), learn_sigma, grad_scale,
+  fp32_.diffusion_loss(w.in(out), w.in(x0), w.in(noise), t, w.in(coefs), kind, grad_scale,
                        w.out(dout), w.out(terms));
   w.commit();
 }

@@ -96,7 +96,7 @@ class CpuStorageBackend final : public Backend {
   void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
                 const Tensor& x_t) override;
   void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
-                      const Tensor& coefs, bool learn_sigma, float grad_scale, const Tensor& dout,
+                      const Tensor& coefs, const math::LossKind& kind, float grad_scale, const Tensor& dout,
                       const Tensor& terms) override;
 
  private:

@@ -67,38 +67,70 @@ void CpuBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t
   }
 }
 
+namespace {
+
+// Epsilon prediction: one sample's (loss, mse, vb) and gradient (math::loss_element).
+void epsilon_loss_row(const float* eps, const float* a, const float* e, const float* c, std::int64_t p,
+                      const math::LossKind& kind, double g_scale, float* g, float* tr) {
+  const bool learn_sigma = kind.learn_sigma();
+  const double w = kind.weighting == math::LossWeighting::Table ? c[math::kLossWeight] : 1.0;
+  const double vb_scale = 1.0 / std::numbers::ln2;
+  double mse = 0, vb = 0;
+  for (std::int64_t j = 0; j < p; ++j) {
+    const math::LossElement le = math::loss_element(eps[j], learn_sigma ? eps[p + j] : 0.0, a[j], e[j], c, learn_sigma);
+    mse += le.mse;
+    vb += le.vb;
+    g[j] = static_cast<float>(g_scale * w * le.d_eps);
+    if (learn_sigma) g[p + j] = static_cast<float>(g_scale * le.d_v * vb_scale);
+  }
+  const double m = mse / static_cast<double>(p), v = learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0;
+  tr[0] = static_cast<float>(w * m + v), tr[1] = static_cast<float>(m), tr[2] = static_cast<float>(v);
+}
+
+// Velocity prediction: one sample's (loss, mse, cos) and gradient (math::flow_pixel per pixel).
+void velocity_loss_row(const float* v, const float* a, const float* e, std::int64_t channels, std::int64_t hw,
+                       const math::LossKind& kind, double grad_scale, std::int64_t n, float* g, float* tr) {
+  const double p = static_cast<double>(channels * hw);
+  const double mse_scale = grad_scale / (p * static_cast<double>(n));
+  const double cos_scale = grad_scale / (static_cast<double>(hw) * static_cast<double>(n));
+  double sq = 0, cos = 0;
+  for (std::int64_t q = 0; q < hw; ++q) {
+    const math::FlowPixel px = math::flow_pixel([v](std::int64_t j) { return static_cast<double>(v[j]); }, a, e, q,
+                                                channels, hw, kind.cosine, mse_scale, cos_scale,
+                                                [g](std::int64_t j, double d) { g[j] = static_cast<float>(d); });
+    sq += px.sq;
+    cos += px.one_minus_cos;
+  }
+  const double m = sq / p, c = kind.cosine == math::LossCosine::Yes ? cos / static_cast<double>(hw) : 0.0;
+  tr[0] = static_cast<float>(m + c), tr[1] = static_cast<float>(m), tr[2] = static_cast<float>(c);
+}
+
+}  // namespace
+
 void CpuBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
                                 float grad_scale, const Tensor& dout, const Tensor& terms) {
   const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
-  const std::int64_t per_out = (learn_sigma ? 2 : 1) * p;
+  const std::int64_t per_out = kind.out_factor() * p;
+  const bool velocity = kind.target == math::LossTarget::Velocity;
   DIT_CHECK(out.numel() == n * per_out && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
-                terms.numel() == 3 * n,
+                terms.numel() == 3 * n && (!velocity || (!kind.learn_sigma() && x0.shape.rank == 4)),
             "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", noise ",
             noise.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(),
-            " do not fit (learned variance: ", learn_sigma, ")");
+            " do not fit (learned variance: ", kind.learn_sigma(), ", velocity: ", velocity, ")");
   const LossRows rows = loss_rows(t, coefs, n);
   const float *o = f32(out, "loss out"), *a = f32(x0, "loss x0"), *e = f32(noise, "loss noise");
   float *g = f32_out(dout, "loss dout"), *tr = f32_out(terms, "loss terms");
   const double inv = 1.0 / (static_cast<double>(p) * static_cast<double>(n));
-  const double vb_scale = 1.0 / std::numbers::ln2;
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     const float* c = rows.row(i);
-    const float* eps = o + i * per_out;
-    double mse = 0, vb = 0;
-    for (std::int64_t j = 0; j < p; ++j) {
-      const math::LossElement le = math::loss_element(eps[j], learn_sigma ? eps[p + j] : 0.0,
-                                                      a[i * p + j], e[i * p + j], c, learn_sigma);
-      mse += le.mse;
-      vb += le.vb;
-      g[i * per_out + j] = static_cast<float>(grad_scale * le.d_eps * inv);
-      if (learn_sigma) g[i * per_out + p + j] = static_cast<float>(grad_scale * le.d_v * inv * vb_scale);
-    }
-    tr[3 * i + 1] = static_cast<float>(mse / static_cast<double>(p));
-    tr[3 * i + 2] = static_cast<float>(learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0);
-    tr[3 * i] = static_cast<float>(mse / static_cast<double>(p) +
-                                   (learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0));
+    if (velocity)
+      velocity_loss_row(o + i * p, a + i * p, e + i * p, x0.dim(1), x0.dim(2) * x0.dim(3), kind, grad_scale, n,
+                        g + i * p, tr + 3 * i);
+    else
+      epsilon_loss_row(o + i * per_out, a + i * p, e + i * p, c, p, kind, grad_scale * inv, g + i * per_out,
+                       tr + 3 * i);
   }
 }
 

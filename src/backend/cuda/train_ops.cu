@@ -49,11 +49,13 @@ __global__ void q_sample_kernel(const float* x0, const float* noise, const std::
 template <typename T>
 __global__ void diffusion_loss_kernel(const T* out, const float* x0, const float* noise,
                                       const std::int32_t* t, const float* coefs, i64 steps, i64 p,
-                                      bool learn_sigma, double grad_inv, T* dout, float* terms,
+                                      math::LossKind kind, double grad_inv, T* dout, float* terms,
                                       int* fault) {
-  const i64 i = blockIdx.x, per_out = (learn_sigma ? 2 : 1) * p;
+  const bool learn_sigma = kind.learn_sigma();
+  const i64 i = blockIdx.x, per_out = kind.out_factor() * p;
   const float* c = loss_row(coefs, t, i, steps, fault);
   if (!c) return;
+  const double w = kind.weighting == math::LossWeighting::Table ? c[math::kLossWeight] : 1.0;
   double mse = 0, vb = 0;
   for (i64 j = threadIdx.x; j < p; j += blockDim.x) {
     const T* o = out + i * per_out;
@@ -62,16 +64,41 @@ __global__ void diffusion_loss_kernel(const T* out, const float* x0, const float
                            noise[i * p + j], c, learn_sigma);
     mse += e.mse;
     vb += e.vb;
-    dout[i * per_out + j] = from_f32<T>(static_cast<float>(e.d_eps * grad_inv));
+    dout[i * per_out + j] = from_f32<T>(static_cast<float>(w * e.d_eps * grad_inv));
     if (learn_sigma) dout[i * per_out + p + j] = from_f32<T>(static_cast<float>(e.d_v * grad_inv / kLn2));
   }
   double m = cuda::block_sum(mse), v = cuda::block_sum(vb);
   if (threadIdx.x != 0) return;
   m /= static_cast<double>(p);
   v = learn_sigma ? v / static_cast<double>(p) / kLn2 : 0.0;
-  terms[3 * i] = static_cast<float>(m + v);
+  terms[3 * i] = static_cast<float>(w * m + v);
   terms[3 * i + 1] = static_cast<float>(m);
   terms[3 * i + 2] = static_cast<float>(v);
+}
+
+// The flow loss: one block per sample, one thread per pixel (math::flow_pixel over its channels).
+template <typename T>
+__global__ void velocity_loss_kernel(const T* out, const float* x0, const float* noise, i64 channels, i64 hw,
+                                     math::LossCosine cosine, double mse_scale, double cos_scale, T* dout,
+                                     float* terms) {
+  const i64 i = blockIdx.x, p = channels * hw;
+  const T* v = out + i * p;
+  T* g = dout + i * p;
+  double sq = 0, cos = 0;
+  for (i64 q = threadIdx.x; q < hw; q += blockDim.x) {
+    const math::FlowPixel px = math::flow_pixel([v](i64 j) { return static_cast<double>(to_f32(v[j])); },
+                                                x0 + i * p, noise + i * p, q, channels, hw, cosine, mse_scale,
+                                                cos_scale, [g](i64 j, double d) { g[j] = from_f32<T>(static_cast<float>(d)); });
+    sq += px.sq;
+    cos += px.one_minus_cos;
+  }
+  double m = cuda::block_sum(sq), c = cuda::block_sum(cos);
+  if (threadIdx.x != 0) return;
+  m /= static_cast<double>(p);
+  c = cosine == math::LossCosine::Yes ? c / static_cast<double>(hw) : 0.0;
+  terms[3 * i] = static_cast<float>(m + c);
+  terms[3 * i + 1] = static_cast<float>(m);
+  terms[3 * i + 2] = static_cast<float>(c);
 }
 
 template <typename G, typename P>
@@ -157,11 +184,13 @@ void CudaBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& 
 }
 
 void CudaBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                 const Tensor& t, const Tensor& coefs, bool learn_sigma,
+                                 const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
                                  float grad_scale, const Tensor& dout, const Tensor& terms) {
   const i64 n = x0.dim(0), p = x0.numel() / std::max<i64>(n, 1);
-  DIT_CHECK(out.numel() == n * (learn_sigma ? 2 : 1) * p && dout.numel() == out.numel() &&
-                noise.numel() == x0.numel() && terms.numel() == 3 * n,
+  const bool velocity = kind.target == math::LossTarget::Velocity;
+  DIT_CHECK(out.numel() == n * kind.out_factor() * p && dout.numel() == out.numel() &&
+                noise.numel() == x0.numel() && terms.numel() == 3 * n &&
+                (!velocity || (!kind.learn_sigma() && x0.shape.rank == 4)),
             "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", dout ",
             dout.shape.str(), ", terms ", terms.shape.str(), " do not fit");
   cuda::same_dtype(out, dout, "diffusion_loss out and dout");
@@ -174,9 +203,17 @@ void CudaBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tens
   const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
   cuda::dispatch_float(out.dtype, "diffusion_loss out", [&](auto tag) {
     using T = decltype(tag);
-    diffusion_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-        out.as<T>(), x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(),
-        coefs.dim(0), p, learn_sigma, grad_inv, dout.as<T>(), terms.as<float>(), fault_dev_);
+    if (velocity) {
+      const i64 hw = x0.dim(2) * x0.dim(3);
+      const double cos_scale = static_cast<double>(grad_scale) / (static_cast<double>(hw) * static_cast<double>(n));
+      velocity_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+          out.as<T>(), x0.as<float>(), noise.as<float>(), x0.dim(1), hw, kind.cosine, grad_inv, cos_scale,
+          dout.as<T>(), terms.as<float>());
+    } else {
+      diffusion_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+          out.as<T>(), x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(),
+          coefs.dim(0), p, kind, grad_inv, dout.as<T>(), terms.as<float>(), fault_dev_);
+    }
     DIT_CUDA_LAUNCH_CHECK();
   });
 }

@@ -97,7 +97,7 @@ class VirtualBackend final : public Backend {
   void philox_normal(std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t,
                      const Tensor&) override {}
   void q_sample(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void diffusion_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
+  void diffusion_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const math::LossKind&,
                       float, const Tensor&, const Tensor&) override {}
 
  private:
