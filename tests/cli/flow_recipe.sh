@@ -55,12 +55,12 @@ PY
 done
 out=$("$DIT_MP" sample --weights "$SCRATCH/full/ema.h5" --sampler ddim --out "$SCRATCH/x.png" 2>&1) &&
   fail "ddim ran on a flow model"
-grep -q -- '--sampler ddim: expected euler, heun or euler_maruyama for a model trained with diffusion.objective = "flow"' <<<"$out" ||
+grep -q -- 'sample.sampler = "ddim": expected euler, heun or euler_maruyama for diffusion.objective = "flow" (--sampler)' <<<"$out" ||
   { echo "$out"; fail "ddim on flow: wrong message"; }
 "$DIT_MP" --data "$SCRATCH/fm_test.h5" "${TINY[@]}" --steps 1 --tp 1 --pp 1 --run-dir "$SCRATCH/ddpm" > "$SCRATCH/ddpm.log" 2>&1 ||
   { cat "$SCRATCH/ddpm.log"; fail "ddpm run"; }
 out=$("$DIT_MP" sample --weights "$SCRATCH/ddpm/ema.h5" --sampler euler --out "$SCRATCH/y.png" 2>&1) &&
   fail "euler ran on a ddpm model"
-grep -q -- '--sampler euler: expected ddim or ddpm for a model trained with diffusion.objective = "ddpm"' <<<"$out" ||
+grep -q -- 'sample.sampler = "euler": expected ddim or ddpm for diffusion.objective = "ddpm" (--sampler)' <<<"$out" ||
   { echo "$out"; fail "euler on ddpm: wrong message"; }
 echo ok

@@ -169,6 +169,8 @@ void CpuBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tenso
 
 namespace {
 // (rows, length) of a 2-D fp32 host tensor, checked.
+// (Callers name the two as plain variables: clang's OpenMP regions cannot capture structured
+// bindings.)
 std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& t, const char* what) {
   DIT_CHECK(t.shape.rank == 2 && t.dtype == DType::F32 && t.device == Device::Host, what,
             ": expected a 2-D fp32 host tensor, got ", t.shape.str(), " ", dtype_name(t.dtype));
@@ -177,7 +179,8 @@ std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& t, const char* what)
 }  // namespace
 
 void CpuBackend::softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) {
-  const auto [rows, len] = rows_of(s, "softmax_rows s");
+  const auto rl = rows_of(s, "softmax_rows s");
+  const std::int64_t rows = rl.first, len = rl.second;
   DIT_CHECK(p.shape == s.shape && p.dtype == DType::F32 && lse.numel() == rows &&
                 lse.dtype == DType::F32,
             "softmax_rows: p ", p.shape.str(), " and lse ", lse.shape.str(), " for s ", s.shape.str());
@@ -202,7 +205,8 @@ void CpuBackend::softmax_rows(const Tensor& s, const Tensor& p, const Tensor& ls
 
 void CpuBackend::softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
                                   const Tensor& ds) {
-  const auto [rows, len] = rows_of(p, "softmax_rows_bwd p");
+  const auto rl = rows_of(p, "softmax_rows_bwd p");
+  const std::int64_t rows = rl.first, len = rl.second;
   DIT_CHECK(dp.shape == p.shape && ds.shape == p.shape && dp.dtype == DType::F32 &&
                 ds.dtype == DType::F32 && delta.numel() == rows && delta.dtype == DType::F32,
             "softmax_rows_bwd: dp ", dp.shape.str(), ", ds ", ds.shape.str(), " and delta ",
@@ -218,7 +222,8 @@ void CpuBackend::softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tenso
 }
 
 void CpuBackend::row_dot(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const auto [rows, len] = rows_of(a, "row_dot a");
+  const auto rl = rows_of(a, "row_dot a");
+  const std::int64_t rows = rl.first, len = rl.second;
   DIT_CHECK(b.shape == a.shape && b.dtype == DType::F32 && out.numel() == rows &&
                 out.dtype == DType::F32,
             "row_dot: b ", b.shape.str(), " and out ", out.shape.str(), " for a ", a.shape.str());
