@@ -4,37 +4,20 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/host_views.h"
 
 namespace dit {
 
 namespace {
 
-float* f32_of(const Tensor& t, const char* what) {
-  DIT_CHECK(t.device == Device::Host, what, ": the CPU backend needs host tensors");
-  DIT_CHECK(t.dtype == DType::F32, what, ": the CPU backend computes in fp32, got ",
-            dtype_name(t.dtype));
-  return static_cast<float*>(t.data);
-}
+using cpu::chunk_row;
+using cpu::host_f32;
+using cpu::token_geom;
+using cpu::TokenGeom;
+
 // Data of an optional operand (a norm without weight, a LayerNorm-only bias): nullptr if none.
 float* optional_f32(const Tensor& t, const char* what) {
-  return t.data == nullptr ? nullptr : f32_of(t, what);
-}
-
-// (N, T, D) of x and the row of chunk m at sample n.
-struct Geom {
-  std::int64_t n, t, d;
-};
-Geom geom(const Tensor& x, const ModChunk& m, const char* what) {
-  DIT_CHECK(x.shape.rank == 3, what, ": expected (N, T, D), got ", x.shape.str());
-  Geom g{x.dim(0), x.dim(1), x.dim(2)};
-  DIT_CHECK(m.mod.shape.rank == 2 && m.mod.dim(0) == g.n && m.mod.dim(1) % g.d == 0 &&
-                m.index >= 0 && m.index < m.mod.dim(1) / g.d,
-            what, ": modulation ", m.mod.shape.str(), " chunk ", m.index, " does not fit x ",
-            x.shape.str());
-  return g;
-}
-float* chunk_row(const ModChunk& m, std::int64_t n, std::int64_t d) {
-  return f32_of(m.mod, "modulation") + n * m.mod.dim(1) + m.index * d;
+  return t.data == nullptr ? nullptr : host_f32(t, what);
 }
 
 // (rows, heads, E) of a packed qkv (N, T, 3*H*E).
@@ -53,8 +36,8 @@ void CpuBackend::swiglu_fwd(const Tensor& x12, const Tensor& h) {
   const std::int64_t f = h.dim(-1), rows = h.numel() / f;
   DIT_CHECK(x12.numel() == 2 * h.numel() && x12.dim(-1) == 2 * f, "swiglu_fwd: x12 ",
             x12.shape.str(), " is not [x1 | x2] of h ", h.shape.str());
-  const float* px = f32_of(x12, "swiglu x12");
-  float* ph = f32_of(h, "swiglu h");
+  const float* px = host_f32(x12, "swiglu x12");
+  float* ph = host_f32(h, "swiglu h");
 #pragma omp parallel for schedule(static) if (rows * f > 16384)
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t i = 0; i < f; ++i)
@@ -66,9 +49,9 @@ void CpuBackend::swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& d
   DIT_CHECK(x12.numel() == 2 * dh.numel() && x12.dim(-1) == 2 * f && dx12.numel() == x12.numel(),
             "swiglu_bwd: x12 ", x12.shape.str(), " / dx12 ", dx12.shape.str(), " do not fit dh ",
             dh.shape.str());
-  const float* px = f32_of(x12, "swiglu x12");
-  const float* pdh = f32_of(dh, "swiglu dh");
-  float* pdx = f32_of(dx12, "swiglu dx12");
+  const float* px = host_f32(x12, "swiglu x12");
+  const float* pdh = host_f32(dh, "swiglu dh");
+  float* pdx = host_f32(dx12, "swiglu dx12");
 #pragma omp parallel for schedule(static) if (rows * f > 16384)
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t i = 0; i < f; ++i) {
@@ -83,16 +66,16 @@ void CpuBackend::swiglu_bwd(const Tensor& x12, const Tensor& dh, const Tensor& d
 void CpuBackend::rms_modulate_fwd(const Tensor& x, const Tensor& weight, const ModChunk& shift,
                                   const ModChunk& scale, float eps, const Tensor& y,
                                   const Tensor& rstd) {
-  const Geom g = geom(x, shift, "rms_modulate_fwd");
-  geom(x, scale, "rms_modulate_fwd");
+  const TokenGeom g = token_geom(x, shift, "rms_modulate_fwd");
+  token_geom(x, scale, "rms_modulate_fwd");
   DIT_CHECK(y.numel() == x.numel() && rstd.numel() == g.n * g.t &&
                 (weight.data == nullptr || weight.numel() == g.d),
             "rms_modulate_fwd: y ", y.shape.str(), ", rstd ", rstd.shape.str(), " or weight ",
             weight.shape.str(), " do not fit x ", x.shape.str());
-  const float* px = f32_of(x, "rms x");
+  const float* px = host_f32(x, "rms x");
   const float* pw = optional_f32(weight, "rms weight");
-  float* py = f32_of(y, "rms y");
-  float* pr = f32_of(rstd, "rms rstd");
+  float* py = host_f32(y, "rms y");
+  float* pr = host_f32(rstd, "rms rstd");
 #pragma omp parallel for schedule(static) if (g.n * g.t * g.d > 16384)
   for (std::int64_t row = 0; row < g.n * g.t; ++row) {
     const float* xr = px + row * g.d;
@@ -111,16 +94,16 @@ void CpuBackend::rms_modulate_bwd(const Tensor& dy, const Tensor& x, const Tenso
                                   const Tensor& weight, const ModChunk& scale, const Tensor& dx,
                                   Accumulate acc, const Tensor& dweight, const ModChunk& dshift,
                                   const ModChunk& dscale) {
-  const Geom g = geom(x, scale, "rms_modulate_bwd");
-  geom(x, dshift, "rms_modulate_bwd");
-  geom(x, dscale, "rms_modulate_bwd");
+  const TokenGeom g = token_geom(x, scale, "rms_modulate_bwd");
+  token_geom(x, dshift, "rms_modulate_bwd");
+  token_geom(x, dscale, "rms_modulate_bwd");
   DIT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == g.n * g.t,
             "rms_modulate_bwd: dy/dx/rstd do not fit x ", x.shape.str());
-  const float* pdy = f32_of(dy, "rms dy");
-  const float* px = f32_of(x, "rms x");
-  const float* pr = f32_of(rstd, "rms rstd");
+  const float* pdy = host_f32(dy, "rms dy");
+  const float* px = host_f32(x, "rms x");
+  const float* pr = host_f32(rstd, "rms rstd");
   const float* pw = optional_f32(weight, "rms weight");
-  float* pdx = f32_of(dx, "rms dx");
+  float* pdx = host_f32(dx, "rms dx");
   float* pdw = optional_f32(dweight, "rms dweight");
   const std::int64_t d = g.d;
 #pragma omp parallel for schedule(static) if (g.n * g.t * d > 16384)
@@ -169,13 +152,13 @@ void CpuBackend::head_norm_fwd(const Tensor& qkv, int heads, const HeadNorm& p, 
                 rstd.numel() == mean.numel(),
             "head_norm_fwd: out/mean/rstd do not fit qkv ", qkv.shape.str());
   const bool ln = p.kind == HeadNormKind::LayerNorm;
-  const float* px = f32_of(qkv, "head_norm qkv");
-  float* po = f32_of(out, "head_norm out");
-  float* pm = f32_of(mean, "head_norm mean");
-  float* pr = f32_of(rstd, "head_norm rstd");
-  const float* w[2] = {f32_of(p.q_w, "q_norm weight"), f32_of(p.k_w, "k_norm weight")};
-  const float* b[2] = {ln ? f32_of(p.q_b, "q_norm bias") : nullptr,
-                       ln ? f32_of(p.k_b, "k_norm bias") : nullptr};
+  const float* px = host_f32(qkv, "head_norm qkv");
+  float* po = host_f32(out, "head_norm out");
+  float* pm = host_f32(mean, "head_norm mean");
+  float* pr = host_f32(rstd, "head_norm rstd");
+  const float* w[2] = {host_f32(p.q_w, "q_norm weight"), host_f32(p.k_w, "k_norm weight")};
+  const float* b[2] = {ln ? host_f32(p.q_b, "q_norm bias") : nullptr,
+                       ln ? host_f32(p.k_b, "k_norm bias") : nullptr};
 #pragma omp parallel for schedule(static) if (g.rows * row_len > 16384)
   for (std::int64_t row = 0; row < g.rows; ++row) {
     const float* xr = px + row * row_len;
@@ -213,15 +196,15 @@ void CpuBackend::head_norm_bwd(const Tensor& dout, const Tensor& qkv, const Tens
                 mean.numel() == g.rows * 2 * g.heads && rstd.numel() == mean.numel(),
             "head_norm_bwd: dout/dqkv/mean/rstd do not fit qkv ", qkv.shape.str());
   const bool ln = p.kind == HeadNormKind::LayerNorm;
-  const float* pdy = f32_of(dout, "head_norm dout");
-  const float* px = f32_of(qkv, "head_norm qkv");
-  const float* pm = f32_of(mean, "head_norm mean");
-  const float* pr = f32_of(rstd, "head_norm rstd");
-  float* pdx = f32_of(dqkv, "head_norm dqkv");
-  const float* w[2] = {f32_of(p.q_w, "q_norm weight"), f32_of(p.k_w, "k_norm weight")};
-  float* dw[2] = {f32_of(gr.q_w, "q_norm weight grad"), f32_of(gr.k_w, "k_norm weight grad")};
-  float* db[2] = {ln ? f32_of(gr.q_b, "q_norm bias grad") : nullptr,
-                  ln ? f32_of(gr.k_b, "k_norm bias grad") : nullptr};
+  const float* pdy = host_f32(dout, "head_norm dout");
+  const float* px = host_f32(qkv, "head_norm qkv");
+  const float* pm = host_f32(mean, "head_norm mean");
+  const float* pr = host_f32(rstd, "head_norm rstd");
+  float* pdx = host_f32(dqkv, "head_norm dqkv");
+  const float* w[2] = {host_f32(p.q_w, "q_norm weight"), host_f32(p.k_w, "k_norm weight")};
+  float* dw[2] = {host_f32(gr.q_w, "q_norm weight grad"), host_f32(gr.k_w, "k_norm weight grad")};
+  float* db[2] = {ln ? host_f32(gr.q_b, "q_norm bias grad") : nullptr,
+                  ln ? host_f32(gr.k_b, "k_norm bias grad") : nullptr};
   std::vector<double> sw(2 * e, 0.0), sb(2 * e, 0.0);  // weight and bias grads, summed in order
   for (std::int64_t row = 0; row < g.rows; ++row) {
     const float* xr = px + row * row_len;
@@ -266,8 +249,8 @@ void rope_apply(const Tensor& in, int heads, int grid, const Tensor& out, float 
   DIT_CHECK(grid > 0 && t == static_cast<std::int64_t>(grid) * grid && e % 4 == 0, what, ": ", t,
             " tokens are not a ", grid, " x ", grid, " grid, or head dim ", e,
             " is not a multiple of 4");
-  const float* px = f32_of(in, what);
-  float* py = f32_of(out, what);
+  const float* px = host_f32(in, what);
+  float* py = host_f32(out, what);
   const int half = static_cast<int>(e / 2);
   std::vector<float> cs(static_cast<std::size_t>(t * half)), sn(cs.size());
   for (std::int64_t tok = 0; tok < t; ++tok)
