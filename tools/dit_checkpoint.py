@@ -9,7 +9,8 @@
       `dit_mp train --init-from OUT.h5` load it at any layout.
       --family sit (SiT's keys are DiT's): SiT's model discards the learned-sigma half of its final
       layer's output, so those rows of final_layer.linear are dropped (said once) and the model is
-      imported with learn_sigma = false. --family lightning (found by itself from mlp.w12, norm1 or
+      imported with learn_sigma = false and objective = flow (a velocity model: dit_mp samples it
+      with euler, heun or euler_maruyama). --family lightning (found by itself from mlp.w12, norm1 or
       q_norm keys): SwiGLU (w12, w3), RMSNorm (norm weights), q/k norm and RoPE (its buffers
       feat_rope.* are recomputed and dropped) become /config attrs mlp, norm, qk_norm, pos_embed;
       --mlp-ratio (default 4) is the ratio LightningDiT built w12 from (checked against its width);
@@ -97,6 +98,8 @@ def config_from_state(state, num_heads, input_size, dropout, family="dit", mlp_r
         mlp = state["blocks.0.mlp.fc1.weight"].shape[0]
     if family != "dit" and state["final_layer.linear.weight"].shape[0] == 2 * in_channels * patch * patch:
         drop_sigma_half(state, in_channels, patch, "SiT" if family == "sit" else "LightningDiT")
+    if family != "dit":
+        variants["objective"] = "flow"  # SiT and LightningDiT are velocity models: dit_mp samples them as such
     rows = state["y_embedder.embedding_table.weight"].shape[0]
     if input_size is None:
         tokens = state["pos_embed"].shape[1] if "pos_embed" in state else None
