@@ -303,7 +303,10 @@ void Run::sample_grid(const std::string& name) {
 // reference set are made ready the first time (training the classifier once takes minutes; the
 // other ranks wait in the agreed check, where no watchdog runs).
 void Run::evaluate(std::int64_t step) {
-  auto [samples, labels] = draw_ema({}, cfg_.eval.per_class, cfg_.eval.num_steps, "eval.per_class");
+  // (Named pieces, not a structured binding: clang 14 cannot capture one in the lambda below.)
+  auto drawn = draw_ema({}, cfg_.eval.per_class, cfg_.eval.num_steps, "eval.per_class");
+  std::vector<float>& samples = drawn.first;
+  std::vector<int>& labels = drawn.second;
   collective_check([&] {
     if (judge_ || world_rank() != 0) return;
     prepare_evaluation(eval_paths(cfg_), cfg_.data.prepare);
