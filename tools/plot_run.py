@@ -67,10 +67,11 @@ def save(fig, path):
 def plot_loss(plt, rows, run_dir):
     steps = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for key, label, color in (("loss", "loss", "C0"), ("mse", "MSE term", "C1"), ("vb", "VB term", "C2")):
-        vals = [r[key] for r in rows]
-        if key == "vb" and not any(vals):
-            continue  # a model without learned sigma has no VB term
+    terms = (("loss", "loss", "C0"), ("mse", "MSE term", "C1"), ("vb", "VB term", "C2"), ("cos", "cosine term", "C2"))
+    for key, label, color in terms:
+        vals = [r.get(key, 0) for r in rows]
+        if key in ("vb", "cos") and not any(vals):
+            continue  # no learned sigma (DDPM) or no cosine loss (flow): no second term
         ax.plot(steps, vals, color=color, alpha=0.25, linewidth=0.8)
         ax.plot(steps, smooth(vals, span_for(len(vals))), color=color, linewidth=2, label=label)
     ax.set_yscale("log")

@@ -52,10 +52,10 @@ void MetricsWriter::write_eval(std::int64_t step, const std::string& json) {
 void MetricsWriter::write(const LogRow& r) {
   if (!f_) return;
   std::fprintf(f_,
-               "{\"step\": %lld, \"loss\": %s, \"mse\": %s, \"vb\": %s, \"grad_norm\": %s, \"lr\": %s, "
+               "{\"step\": %lld, \"loss\": %s, \"mse\": %s, \"%s\": %s, \"grad_norm\": %s, \"lr\": %s, "
                "\"images_per_s\": %s, \"tflops\": %s, \"mfu\": %s, \"peak_mem_bytes\": %llu, "
                "\"elapsed_s\": %s, \"loss_scale\": %s, \"skipped_steps\": %lld}\n",
-               static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), num(r.vb).c_str(),
+               static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), r.vb_name, num(r.vb).c_str(),
                num(r.grad_norm).c_str(), num(r.lr).c_str(), num(r.images_per_s).c_str(),
                num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
                num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps));
@@ -87,9 +87,9 @@ ConsoleLog::ConsoleLog() : tty_(use_progress_bar()) {}
 void ConsoleLog::step(const LogRow& r) {
   char text[512];
   std::snprintf(text, sizeof text,
-                "step %lld/%lld  loss %.4f (mse %.4f vb %.4f)  grad %.3f  lr %.2e  %.1f img/s  "
+                "step %lld/%lld  loss %.4f (mse %.4f %s %.4f)  grad %.3f  lr %.2e  %.1f img/s  "
                 "%.3f TFLOP/s  MFU %.1f%%  mem %s  ETA %s",
-                static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.vb,
+                static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.vb_name, r.vb,
                 r.grad_norm, r.lr, r.images_per_s, r.tflops, 100 * r.mfu,
                 format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str(), format_duration(r.eta_s).c_str());
   if (r.loss_scale != 1 || r.skipped_steps > 0) {

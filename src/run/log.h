@@ -13,6 +13,9 @@ namespace dit {
 struct LogRow {
   std::int64_t step = 0, total = 0;  // step counts from 1 here
   double loss = 0, mse = 0, vb = 0, grad_norm = 0, lr = 0;
+  // The loss's second term, named in the log and the metrics file as what it is: "vb" (DDPM's
+  // learned-variance bound) or "cos" (the flow objective's cosine term).
+  const char* vb_name = "vb";
   double images_per_s = 0, tflops = 0, mfu = 0;
   std::uint64_t peak_mem_bytes = 0;
   double elapsed_s = 0, eta_s = 0;

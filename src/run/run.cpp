@@ -186,6 +186,7 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.loss = st.loss;
   r.mse = st.mse;
   r.vb = st.vb;
+  r.vb_name = cfg_.diffusion.objective == diffusion::Objective::Flow ? "cos" : "vb";
   r.grad_norm = st.grad_norm;
   r.lr = st.lr;
   r.images_per_s = double(setup_.train.global_batch) / step_s;

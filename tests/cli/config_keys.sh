@@ -29,7 +29,9 @@ d = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
 open(f"{d}.eval", "w").write("\n".join(json.dumps(r) for r in rows if "eval" in r) + "\n")
 rows = [r for r in rows if "eval" not in r]
-for key in ["loss", "vb", "lr", "mfu", "loss_scale"]:
+for key in ["loss", "vb", "cos", "lr", "mfu", "loss_scale"]:  # vb: DDPM's second term, cos: flow's
+    if rows and key not in rows[0]:
+        continue
     open(f"{d}.{key}", "w").write(" ".join(repr(r[key]) for r in rows) + "\n")
 open(f"{d}.rows", "w").write(f"{len(rows)}\n")
 try:
@@ -94,7 +96,7 @@ out=$("$DIT_MP" sample --run "$SCRATCH/dsteps" --steps 200 --out "$SCRATCH/s200.
   fail "sample accepted 200 steps of a 100-step model"
 grep -q -- "--steps <= 100 " <<<"$out" || fail "sample --steps 200 of a 100-step model: $out"
 echo "ok: sample knows the model's diffusion.steps"
-# The recipe keys (flow runs without a learned variance; their "vb" column is the cosine term).
+# The recipe keys (flow runs have no learned variance; their second term is the cosine term, "cos").
 FLOW=(--set model.learn_sigma=false --set diffusion.objective=flow --set sample.sampler=euler)
 run flow "${FLOW[@]}"
 differs nosigma flow loss diffusion.objective
@@ -106,7 +108,7 @@ differs flow_ln flow_lnm loss diffusion.logit_normal_mean
 run flow_lns "${FLOW[@]}" --set diffusion.timestep_sampling=logit_normal --set diffusion.logit_normal_std=0.2
 differs flow_ln flow_lns loss diffusion.logit_normal_std
 run flow_cos "${FLOW[@]}" --set diffusion.cosine_loss=true
-differs flow flow_cos vb diffusion.cosine_loss
+differs flow flow_cos cos diffusion.cosine_loss
 run snr --set diffusion.loss_weight=min_snr
 differs base snr loss diffusion.loss_weight
 run snr_g --set diffusion.loss_weight=min_snr --set diffusion.min_snr_gamma=1
