@@ -1,6 +1,7 @@
 // The layout of a `train --layout auto` job, the same on every rank (see layout_choice.h).
 #include "app/layout_choice.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

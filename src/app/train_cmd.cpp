@@ -14,7 +14,6 @@
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
 #include "plan/memory_fit.h"
-#include "plan/planner.h"
 #include "run/rank_map.h"
 #include "run/run.h"
 #include "run/run_folder.h"
@@ -172,9 +171,7 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   prepare_training_data(cfg);
   // The plan of each stage, which the first step is checked against (and --layout auto ranked by).
   std::vector<MemoryAccount> planned;
-  collective_check([&] {
-    for (const StagePlan& s : plan_layout(cfg, setup.layout).stages) planned.push_back(s.mem);
-  });
+  collective_check([&] { planned = planned_stage_memory(cfg, setup); });
   Run run(cfg, setup, std::move(planned));
   return run.train();
 }

@@ -1,6 +1,7 @@
 // The layout search for a training job, its choice and its refusals (see auto_layout.h).
 #include "plan/auto_layout.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
