@@ -129,7 +129,15 @@ RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed)
   r.ranks_per_node = std::max(1, world_size() / node_count());
   SearchOn on = SearchOn::Rank0;
   collective_check([&] { on = search_on_from_env(); });
-  r.device_free_bytes = device_free_bytes(cfg);  // collective on CUDA (the rank's GPU placement)
+  std::unique_ptr<Comm> world;
+  if (mpi_running()) {
+    auto watch = std::make_shared<CommWatch>();
+    watch->timeout_s = 0;  // rank 0 may search for long
+    world = MpiComm::world(watch);
+  }
+  // Collective on CUDA (the rank's GPU placement); every rank plans for the tightest device.
+  r.device_free_bytes = device_free_bytes(cfg);
+  if (world) r.device_free_bytes = -world->all_reduce_max(-r.device_free_bytes);
   const bool searches = on == SearchOn::Each || world_rank() == 0;
   RunConfig out = cfg;
   std::string text;
@@ -138,11 +146,7 @@ RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed)
   });
   std::vector<double> mine = searches ? encode(out) : std::vector<double>(encode(out).size(), 0.0);
   std::vector<double> sum = mine;
-  if (mpi_running()) {
-    auto watch = std::make_shared<CommWatch>();
-    watch->timeout_s = 0;
-    MpiComm::world(watch)->all_reduce_sum(sum.data(), static_cast<int>(sum.size()));
-  }
+  if (world) world->all_reduce_sum(sum.data(), static_cast<int>(sum.size()));
   collective_check([&] {
     if (on == SearchOn::Rank0) return decode(sum, out);
     for (std::size_t i = 0; i < sum.size(); ++i)

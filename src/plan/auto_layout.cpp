@@ -95,7 +95,7 @@ FitRequest auto_fit_request(const AutoLayoutRequest& r, std::string* source) {
     DIT_CHECK(r.device_free_bytes > 0, "parallel.layout = \"auto\" on train.backend = cuda: the device's free memory "
                                        "is not known; give --memory-gib N or --hardware NAME");
     req.hw.memory_gib = r.device_free_bytes / kGiB;
-    from = "the device's free memory at start";
+    from = "the least free memory of the ranks' devices at start";
   } else {
     const HostMemory host = host_memory();
     DIT_CHECK(host.limit > 0, "parallel.layout = \"auto\": this machine's memory is not known; give --memory-gib N "

@@ -16,7 +16,7 @@ struct AutoLayoutRequest {
   FitConstraints fixed;       // the settings the command line gave (they constrain the search)
   int world = 1;              // ranks of the job
   int ranks_per_node = 1;     // ranks sharing one machine's host memory (the CPU backend)
-  double device_free_bytes = 0;  // CUDA: this rank's device free memory at start; 0 = not known
+  double device_free_bytes = 0;  // CUDA: the least free device memory of the ranks at start; 0 = unknown
 };
 
 // The hardware (links and FLOP/s of the time model) and the memory per rank the search plans for:
