@@ -56,7 +56,8 @@ std::vector<std::string> with_default_subcommand(int argc, char** argv) {
 int run(int argc, char** argv) {
   CLI::App app{"dit_mp: trains Diffusion Transformers (DiT) split over MPI ranks: tensor (--tp), pipeline (--pp) "
                "and data parallelism (the remaining ranks).\n  mpirun -np 8 dit_mp --tp 2 --pp 4     trains the "
-               "Fashion-MNIST demo\n"};
+               "Fashion-MNIST demo\n  mpirun -np 8 dit_mp --config my.toml --layout auto --memory-gib 40     the planner "
+               "chooses the layout (flags given, e.g. --tp 2, constrain it; pin one with --tp/--pp/--micro-batch)\n"};
   app.name("dit_mp");
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "dit_mp 0.1");

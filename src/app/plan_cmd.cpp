@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "app/layout_choice.h"
 #include "app/train_cmd.h"
 #include "parallel/world.h"
 #include "plan/planner.h"
@@ -40,6 +41,8 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
   }
   // Mixed precision unless --precision (or train.precision) asks for another.
   req.precisions = {f.train.gave("train.precision") ? cfg.train.precision : DType::BF16};
+  req.margin = cfg.parallel.memory_margin;
+  req.fixed = fit_constraints(f.train, cfg);  // the flags given pin their settings, as in train --layout auto
   const auto rows = fit_layouts(req);
   std::printf("%s", format_fit(req, rows, f.top).c_str());
   if (!f.json.empty()) save_json(f.json, fit_json(rows, f.top));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "app/layout_choice.h"
 #include "core/quote.h"
 #include "engine/rank_backend.h"
 #include "engine/train_setup.h"
@@ -75,6 +76,33 @@ constexpr KeyFlag kKeyFlags[] = {
     {"--sampler", "sample.sampler", "Sampler of the grids: ddim or ddpm (ddpm); euler, heun or euler_maruyama (flow)",
      true, "TEXT"},
 };
+// The layout search's flags, train's alone (plan --fit takes the memory as --fit, the hardware as
+// --hardware of its own).
+constexpr KeyFlag kLayoutFlags[] = {
+    {"--layout", "parallel.layout",
+     "fixed (the tp/pp/micro-batch/recompute flags and keys as given) or auto (the planner's --fit search picks "
+     "them for this job's ranks and memory; flags given constrain it)",
+     true, "TEXT"},
+    {"--hardware", "parallel.hardware",
+     "--layout auto: rtx3090, rtx4090, a100-40g, a100-80g, h100, h200 or cpu (its memory, FLOP/s and links)", true,
+     "NAME"},
+    {"--memory-gib", "parallel.memory_gib",
+     "--layout auto: memory per rank in GiB (default: --hardware's, on CUDA the device's free memory, on the CPU "
+     "the cgroup's or machine's limit over its ranks)",
+     false, "GIB"},
+};
+
+void add_key_flag(CLI::App* cmd, TrainFlags& f, const KeyFlag& fl) {
+  cmd->add_option_function<std::string>(
+         fl.name,
+         [&f, fl](const std::string& v) {
+           std::string value = fl.quoted ? quote_string(v) : v;
+           if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
+           f.flags.emplace_back(fl.key, value);
+         },
+         fl.help)
+      ->type_name(fl.type);
+}
 
 // Every check a run needs before its folder is touched, on every rank; the setup it returns is
 // the one the run uses. Rank 0 takes the run folder's lock here.
@@ -141,7 +169,10 @@ int run_train(const RunConfig& cfg, TrainMode mode) {
   collective_check([&] { setup = check_train_inputs(cfg, mode, lock); });
   if (mode == TrainMode::DryRun) return dry_run(cfg, setup.layout);
   prepare_training_data(cfg);
-  Run run(cfg, setup);
+  // The plan of each stage, which the first step is checked against (and --layout auto ranked by).
+  std::vector<MemoryAccount> planned;
+  collective_check([&] { planned = planned_stage_memory(cfg, setup); });
+  Run run(cfg, setup, std::move(planned));
   return run.train();
 }
 
@@ -160,17 +191,7 @@ void add_train_options(CLI::App* cmd, TrainFlags& f) {
   cmd->add_flag_callback(
       "--sequence-parallel", [&f] { f.flags.emplace_back("parallel.sequence_parallel", "true"); },
       "Megatron sequence parallelism: tokens split over the tp ranks outside the tp GEMMs (tp > 1)");
-  for (const KeyFlag& fl : kKeyFlags) {
-    cmd->add_option_function<std::string>(
-           fl.name,
-           [&f, fl](const std::string& v) {
-             std::string value = fl.quoted ? quote_string(v) : v;
-             if (std::string(fl.key) == "parallel.pp_layers") value = "[" + v + "]";
-             f.flags.emplace_back(fl.key, value);
-           },
-           fl.help)
-        ->type_name(fl.type);
-  }
+  for (const KeyFlag& fl : kKeyFlags) add_key_flag(cmd, f, fl);
 }
 
 RunConfig resolve_config(const TrainFlags& f) {
@@ -186,11 +207,19 @@ std::function<int()> add_train_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand("train", "Train a DiT (the default subcommand)");
   add_train_options(cmd, *flags);
+  for (const KeyFlag& fl : kLayoutFlags) add_key_flag(cmd, *flags, fl);
   cmd->add_flag("--dry-run", flags->dry_run, "Check the inputs, print the layout and the rank map, and stop");
   return [cmd, flags] {
     if (!*cmd) return -1;
     RunConfig cfg;
-    collective_check([&] { cfg = resolve_config(*flags); });
+    collective_check([&] {
+      cfg = resolve_config(*flags);
+      // 0 in a file means "not given" (the hardware's or the device's memory); on the command line
+      // it is a limit, and no limit fits in none.
+      DIT_CHECK(!flags->gave("parallel.memory_gib") || cfg.parallel.memory_gib > 0, "parallel.memory_gib = ",
+                cfg.parallel.memory_gib, " (--memory-gib): expected the memory per rank in GiB, a number > 0");
+    });
+    if (cfg.parallel.layout == LayoutMode::Auto) cfg = resolve_auto_layout(cfg, fit_constraints(*flags, cfg));
     return run_train(cfg, flags->dry_run ? TrainMode::DryRun : TrainMode::Train);
   };
 }

@@ -183,6 +183,9 @@ class Backend : public Allocator {
   // Which attention implementation served and, when a fused library fell back, why: one short
   // line for a run's accounting ("" when attention ran as configured with nothing to say).
   virtual std::string attention_note() const { return {}; }
+  // Free and total bytes of the device this backend computes on (cudaMemGetInfo: every process's
+  // use of the GPU counts); false on a backend without a device memory of its own.
+  virtual bool device_memory(std::size_t* free, std::size_t* total) const { return false; }
 
   // ---- embeddings ---------------------------------------------------------------------------
   // out[n] = table[ids[n]]; ids (N) int32, table (V, D), out (N, D)

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +49,51 @@ std::uint64_t peak_rss_bytes() {
 double machine_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+}
+
+namespace {
+
+// The first number of a file (cgroup files hold one; "max" reads as 0: no limit).
+double read_number(const char* path) {
+  std::ifstream f(path);
+  double v = 0;
+  return f >> v ? v : 0.0;
+}
+
+// A /proc/meminfo field in bytes; 0 when absent.
+double meminfo_bytes(const std::string& key) {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key + ":", 0) == 0) {
+      std::istringstream is(line.substr(key.size() + 1));
+      double kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+}  // namespace
+
+HostMemory host_memory() {
+  HostMemory m;
+  m.source = "machine";
+  m.limit = meminfo_bytes("MemTotal");
+  m.free = meminfo_bytes("MemAvailable");
+  if (m.limit <= 0) m.limit = machine_memory_bytes();
+  const struct {
+    const char *limit, *usage;
+  } cgroups[] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                 {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (const auto& c : cgroups) {
+    const double limit = read_number(c.limit);
+    if (limit <= 0 || (m.limit > 0 && limit >= m.limit)) continue;  // no limit, or none below the machine's
+    m.limit = limit;
+    m.free = std::min(m.free > 0 ? m.free : limit, std::max(0.0, limit - read_number(c.usage)));
+    m.source = "cgroup";
+    break;
+  }
+  return m;
 }
 
 }  // namespace dit

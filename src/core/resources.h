@@ -14,4 +14,13 @@ std::uint64_t peak_rss_bytes();
 // Physical memory of this machine in bytes; 0 when unknown.
 double machine_memory_bytes();
 
+// The host memory this process may use and how much of it is free now: the cgroup's limit and
+// usage (cgroup v2 memory.max / memory.current, or v1 memory.limit_in_bytes / usage_in_bytes) when
+// the cgroup sets a limit below the machine's memory, else the machine's MemTotal / MemAvailable.
+struct HostMemory {
+  double limit = 0, free = 0;  // bytes; 0 when unknown
+  const char* source = "";     // "cgroup" or "machine"
+};
+HostMemory host_memory();
+
 }  // namespace dit

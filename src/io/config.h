@@ -69,7 +69,20 @@ struct TrainSection {
   bool operator==(const TrainSection&) const = default;
 };
 
+// How a run's layout is set: by the keys as given (tp, pp, micro_batch, recompute, ...), or chosen by
+// the planner's layout search (plan/auto_layout.h) for the job's world size and memory per rank.
+enum class LayoutMode : std::uint8_t { Fixed, Auto };
+inline constexpr Named<LayoutMode> kLayoutModeNames[] = {{LayoutMode::Fixed, "fixed"}, {LayoutMode::Auto, "auto"}};
+
 struct ParallelSection {
+  // "auto": the search picks tp, pp, virtual_stages, schedule, sequence_parallel, train.micro_batch
+  // and train.recompute; only keys set on the command line (--tp 2, --set) constrain it.
+  LayoutMode layout = LayoutMode::Fixed;
+  std::string hardware;    // a name of the planner's table (links, FLOP/s, memory); "" = by backend
+  double memory_gib = 0;   // memory per rank for the search; 0 = hardware's, or the device's / machine's
+  // Share of the memory kept free: the search plans within the rest, and a log line warns when
+  // free memory (the device's, or the cgroup's / machine's on the CPU) falls under it.
+  double memory_margin = 0.10;
   int tp = 1, pp = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // 1f1b | gpipe
   std::vector<int> pp_layers;     // blocks per stage (per model chunk with virtual stages); empty = balanced
@@ -144,7 +157,11 @@ struct RunConfig {
   // The same for an assignment a command-line flag stands for: `origin` ("--steps 5") names it in
   // messages.
   void set(const std::string& assignment, const std::string& origin);
+  // Under parallel.layout = "auto" the layout's keys (tp, pp, virtual_stages, pp_layers,
+  // sequence_parallel) are the search's to set and validate() leaves them; validate_layout() checks
+  // them too, as for a fixed layout (the search's choice).
   void validate() const;
+  void validate_layout() const;
   // The [sample] rules of validate() alone, against model.dit's classes and diffusion.steps: what
   // `sample` and `evaluate` check once their flags are in (their messages name both the key and
   // the flag).

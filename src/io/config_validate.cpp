@@ -101,6 +101,18 @@ void validate_train(const TrainSection& t) {
           "0 unless train.recompute = \"full\" (it is " + quote_string(recompute_name(t.recompute)) + ")");
 }
 
+// The keys of the layout search and the watchdog: read under either parallel.layout.
+void validate_parallel_common(const ParallelSection& p) {
+  require(p.memory_gib >= 0, "parallel.memory_gib", p.memory_gib,
+          "GiB per rank > 0 (or 0: the hardware's, the device's free or the machine's memory)");
+  require(p.memory_margin >= 0 && p.memory_margin < 1, "parallel.memory_margin", p.memory_margin,
+          "a share of the memory kept free in [0, 1)");
+  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
+          "seconds >= 0 (0: no watchdog)");
+}
+
+// The layout's own keys: under parallel.layout = "auto" the search sets them (and checks its
+// choice here, RunConfig::validate_layout).
 void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
   require(p.tp >= 1, "parallel.tp", p.tp, "an integer >= 1");
   require(p.pp >= 1, "parallel.pp", p.pp, "an integer >= 1");
@@ -109,8 +121,6 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
   require(!p.sequence_parallel || m.num_patches() % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of the " + show(m.num_patches()) +
               " tokens per image with parallel.sequence_parallel (each tp rank keeps an equal share)");
-  require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
-          "seconds >= 0 (0: no watchdog)");
   // Tensor parallelism splits whole heads and the MLP width (layers/params.h declares each split).
   require(m.num_heads % p.tp == 0, "parallel.tp", p.tp,
           "a divisor of model.num_heads = " + show(m.num_heads));
@@ -215,12 +225,18 @@ void RunConfig::validate_sample() const {
   dit::validate_sample(sample, diffusion.steps, model.dit.num_classes, diffusion.objective);
 }
 
+void RunConfig::validate_layout() const {
+  validate();
+  validate_parallel(parallel, model.dit);
+}
+
 void RunConfig::validate() const {
   validate_representable(*this);
   validate_model(model);
   validate_diffusion(diffusion, model.dit);
   validate_train(train);
-  validate_parallel(parallel, model.dit);
+  validate_parallel_common(parallel);
+  if (parallel.layout == LayoutMode::Fixed) validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");
   require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
   require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");

@@ -78,6 +78,15 @@ MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup) {
   return need;
 }
 
+std::vector<MemoryAccount> planned_stage_memory(const RunConfig& cfg, const TrainSetup& setup) {
+  const DiTConfig& m = setup.model;
+  const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
+  std::vector<MemoryAccount> out;
+  if (double(setup.batch.micro_batch) * double(setup.batch.microbatches) * image > kPlannedImagesBytes) return out;
+  for (const StagePlan& s : plan_layout(cfg, setup.layout).stages) out.push_back(s.mem);
+  return out;
+}
+
 void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,
                          const std::string& settings) {
   MemoryNeed bound;  // at once for sizes far past any machine, before the planner builds a stage

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/backend_kind.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
 #include "engine/train_setup.h"
+#include "engine/trainer.h"
 #include "parallel/grid.h"
 
 namespace dit {
@@ -28,6 +30,9 @@ struct MemoryNeed {
 // whose images would take the planner's own step past 256 MiB is planned at 1 and 2 images and
 // its activations extended linearly.
 MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup);
+// The plan of every pipeline stage of `setup` (plan_layout's accounts, which a run's first step is
+// checked against); empty when the planner's one step would load more than 256 MiB of images.
+std::vector<MemoryAccount> planned_stage_memory(const RunConfig& cfg, const TrainSetup& setup);
 // Throws, naming `settings` and the numbers, when a run cannot fit this machine: first a bound
 // from the parameter count alone (at once, for sizes far past any machine), then the planned need.
 void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,

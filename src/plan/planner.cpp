@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -138,11 +139,21 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+double plan_undercount_from_env() {
+  const char* v = std::getenv("DIT_PLAN_UNDERCOUNT");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const double f = std::strtod(v, &end);
+  DIT_CHECK(end && *end == '\0' && f >= 0 && f < 1, "DIT_PLAN_UNDERCOUNT=", v,
+            ": expected a fraction in [0, 1) (a test of the plan check; leave it unset)");
+  return f;
+}
+
 LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   RunConfig cfg = cfg0;
   cfg.parallel.tp = layout.tp;
   cfg.parallel.pp = layout.pp;
-  cfg.validate();
+  cfg.validate_layout();
   TrainConfig tc = train_config(cfg);
   tc.steps = 1;
   const TrainSetup setup = TrainSetup::make(cfg.model.dit, tc, layout);
@@ -159,8 +170,13 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   p.recompute = cfg.train.recompute;
   p.sequence_parallel = cfg.parallel.sequence_parallel;
   p.virtual_stages = tc.virtual_stages;
-  for (int s = 0; s < layout.pp; ++s)
+  p.schedule = tc.schedule;
+  const double undercount = plan_undercount_from_env();
+  for (int s = 0; s < layout.pp; ++s) {
     p.stages.push_back(plan_stage(setup, cfg.train.precision, attention, s, data));
+    MemoryAccount& m = p.stages.back().mem;
+    m.activations = static_cast<std::size_t>(double(m.activations) * (1 - undercount));
+  }
   return p;
 }
 
@@ -194,41 +210,93 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
   return t;
 }
 
-std::vector<FitRow> fit_layouts(const FitRequest& req) {
+double FitRequest::budget_bytes() const { return hw.memory_gib * double(1u << 30) * (1 - margin); }
+
+namespace {
+
+template <class T>
+bool allowed(const std::optional<T>& fixed, const T& v) {
+  return !fixed || *fixed == v;
+}
+
+}  // namespace
+
+std::vector<Layout> fit_grids(const FitRequest& req) {
   const DiTConfig& m = req.cfg.model.dit;
-  std::vector<FitRow> rows;
-  const double budget = req.hw.memory_gib * double(1u << 30) * (1 - req.margin);
+  std::vector<Layout> out;
   for (int tp = 1; tp <= std::min(req.gpus, req.hw.gpus_per_node); ++tp) {
     if (req.gpus % tp || m.num_heads % tp || m.mlp_hidden() % tp || m.ffn_hidden() % tp) continue;
     for (int pp = 1; pp <= std::min(req.gpus / tp, m.depth); ++pp) {
-      if ((req.gpus / tp) % pp) continue;
+      if ((req.gpus / tp) % pp || !allowed(req.fixed.tp, tp) || !allowed(req.fixed.pp, pp)) continue;
       const Layout l{tp, pp, req.gpus / (tp * pp)};
-      if (req.cfg.train.global_batch % l.dp) continue;
-      const std::int64_t replica = req.cfg.train.global_batch / l.dp;
-      for (std::int64_t micro = 1; micro <= replica; micro *= 2) {
-        if (replica % micro) continue;
-        for (const auto& precision : req.precisions)
-          for (const auto& recompute : req.recomputes)
-            for (int sp = 0; sp <= (tp > 1 && m.num_patches() % tp == 0 ? 1 : 0); ++sp) {
-              RunConfig c = req.cfg;
-              c.train.micro_batch = static_cast<int>(micro);
-              c.train.precision = precision;
-              c.train.recompute = recompute;
-              c.train.recompute_blocks = 0;
-              c.parallel.sequence_parallel = sp == 1;
-              c.parallel.pp_layers.clear();
-              FitRow r{plan_layout(c, l), {}};
-              if (double(r.plan.peak_bytes()) > budget) continue;
-              r.time = estimate_time(r.plan, req.hw, req.efficiency);
-              rows.push_back(std::move(r));
-            }
-      }
+      if (req.cfg.train.global_batch % l.dp == 0) out.push_back(l);
     }
   }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const FitRow& a, const FitRow& b) { return a.time.step_s < b.time.step_s; });
-  return rows;
+  return out;
 }
+
+namespace {
+
+// Every setting of one grid the search tries: micro-batch, precision, recompute mode, sequence
+// parallelism, then the schedule (1F1B, its interleaved forms, GPipe), as configs to plan.
+std::vector<RunConfig> fit_settings(const FitRequest& req, const Layout& l) {
+  const DiTConfig& m = req.cfg.model.dit;
+  std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::OneFOneB, 1}};
+  for (int v = 2; l.pp > 1 && l.pp * v <= m.depth; ++v) schedules.push_back({ScheduleKind::OneFOneB, v});
+  if (l.pp > 1) schedules.push_back({ScheduleKind::GPipe, 1});
+  std::vector<RunConfig> out;
+  const std::int64_t replica = req.cfg.train.global_batch / l.dp;
+  for (std::int64_t micro = 1; micro <= replica; micro *= 2) {
+    if (replica % micro || !allowed(req.fixed.micro_batch, int(micro))) continue;
+    for (const DType precision : req.precisions)
+      for (const Recompute recompute : req.recomputes)
+        for (int sp = 0; sp <= (l.tp > 1 && m.num_patches() % l.tp == 0 ? 1 : 0); ++sp)
+          for (const auto& [schedule, v] : schedules) {
+            if (!allowed(req.fixed.recompute, recompute) || !allowed(req.fixed.sequence_parallel, sp == 1) ||
+                !allowed(req.fixed.schedule, schedule) || !allowed(req.fixed.virtual_stages, v))
+              continue;
+            RunConfig c = req.cfg;
+            c.train.micro_batch = static_cast<int>(micro);
+            c.train.precision = precision;
+            c.train.recompute = recompute;
+            c.train.recompute_blocks = 0;
+            c.parallel.sequence_parallel = sp == 1;
+            c.parallel.schedule = schedule;
+            c.parallel.virtual_stages = v;
+            c.parallel.pp_layers.clear();
+            out.push_back(std::move(c));
+          }
+  }
+  return out;
+}
+
+}  // namespace
+
+FitSearch fit_search(const FitRequest& req) {
+  FitSearch out;
+  const double budget = req.budget_bytes();
+  for (const Layout& l : fit_grids(req))
+    for (const RunConfig& c : fit_settings(req, l)) {
+      FitRow r;
+      try {
+        r.plan = plan_layout(c, l);
+      } catch (const Error&) {
+        continue;  // a combination the trainer refuses (e.g. more microbatch chunks than it schedules)
+      }
+      ++out.candidates;
+      r.time = estimate_time(r.plan, req.hw, req.efficiency);
+      if (double(r.plan.peak_bytes()) > budget) {
+        if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
+        continue;
+      }
+      out.rows.push_back(std::move(r));
+    }
+  std::stable_sort(out.rows.begin(), out.rows.end(),
+                   [](const FitRow& a, const FitRow& b) { return a.time.step_s < b.time.step_s; });
+  return out;
+}
+
+std::vector<FitRow> fit_layouts(const FitRequest& req) { return fit_search(req).rows; }
 
 std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
   std::ostringstream os;
@@ -267,6 +335,7 @@ std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
      << ", \"micro_batch\": " << p.micro_batch << ", \"microbatches\": " << p.microbatches
      << ", \"precision\": \"" << dtype_name(p.precision) << "\", \"recompute\": \"" << recompute_name(p.recompute)
      << "\", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
+     << ", \"schedule\": \"" << schedule_name(p.schedule) << "\", \"virtual_stages\": " << p.virtual_stages
      << ", \"peak_bytes\": " << p.peak_bytes();
   if (hw) os << ", \"hardware\": " << quote_string(hw->name) << ", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
   os << ", \"stages\": [";
@@ -301,9 +370,26 @@ std::string fit_json(const std::vector<FitRow>& rows, int top) {
 
 void save_json(const std::string& path, const std::string& text) { write_file_atomic(path, text, "plan"); }
 
-std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top) {
+std::string format_fit_rows(const std::vector<FitRow>& rows, int first, int count) {
   std::ostringstream os;
   char line[256];
+  std::snprintf(line, sizeof line, "%4s %3s %3s %3s %6s %5s %10s %3s %6s %2s %10s %12s\n", "rank", "tp", "pp", "dp",
+                "micro", "prec", "recompute", "sp", "sched", "v", "peak", "model_ms");
+  os << line;
+  for (int i = first; i < std::min<int>(first + count, static_cast<int>(rows.size())); ++i) {
+    const LayoutPlan& p = rows[i].plan;
+    std::snprintf(line, sizeof line, "%4d %3d %3d %3d %6d %5s %10s %3s %6s %2d %10s %12.1f\n", i + 1, p.layout.tp,
+                  p.layout.pp, p.layout.dp, p.micro_batch, std::string(dtype_name(p.precision)).c_str(),
+                  recompute_name(p.recompute).c_str(), p.sequence_parallel ? "yes" : "no",
+                  schedule_name(p.schedule).c_str(), p.virtual_stages, format_bytes(double(p.peak_bytes())).c_str(),
+                  rows[i].time.step_s * 1e3);
+    os << line;
+  }
+  return os.str();
+}
+
+std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top) {
+  std::ostringstream os;
   os << rows.size() << " layouts of " << req.gpus << " x " << req.hw.name << " (" << req.hw.memory_gib
      << " GiB, keeping " << int(100 * req.margin) << "% free) fit "
      << (req.cfg.model.preset.empty() ? std::string("the model") : req.cfg.model.preset) << " at global batch "
@@ -311,17 +397,7 @@ std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, i
      << int(100 * req.efficiency) << "% of peak FLOP/s (less for small GEMMs), recomputation's extra forward, "
      << "the pipeline bubble, "
      << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
-  std::snprintf(line, sizeof line, "%4s %3s %3s %3s %6s %5s %10s %3s %10s %12s\n", "rank", "tp", "pp", "dp", "micro",
-                "prec", "recompute", "sp", "peak_GiB", "model_ms");
-  os << line;
-  for (int i = 0; i < std::min<int>(top, static_cast<int>(rows.size())); ++i) {
-    const LayoutPlan& p = rows[i].plan;
-    std::snprintf(line, sizeof line, "%4d %3d %3d %3d %6d %5s %10s %3s %10s %12.1f\n", i + 1, p.layout.tp,
-                  p.layout.pp, p.layout.dp, p.micro_batch, std::string(dtype_name(p.precision)).c_str(), recompute_name(p.recompute).c_str(),
-                  p.sequence_parallel ? "yes" : "no", gib(double(p.peak_bytes())).c_str(),
-                  rows[i].time.step_s * 1e3);
-    os << line;
-  }
+  os << format_fit_rows(rows, 0, top);
   if (rows.empty()) os << "nothing fits: more GPUs, a smaller model or a smaller global batch\n";
   return os.str();
 }

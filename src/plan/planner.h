@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ struct LayoutPlan {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   int virtual_stages = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
 };
@@ -64,6 +66,11 @@ ParallelContext planning_context(const Layout& l, int stage);
 // kernel unless DIT_ATTENTION=composed; on a GPU the composed attention's workspace (its path
 // where cuDNN cannot serve).
 VirtualBackend::Attention planned_attention(BackendKind backend);
+
+// A test-only knob of the planner: DIT_PLAN_UNDERCOUNT=F plans every stage's activations at
+// (1 - F) of the trainer's own, so a run's plan check (run/plan_check.h) meets a planner that
+// under-counts. Unset: 0. Throws naming the variable when it is not a fraction in [0, 1).
+double plan_undercount_from_env();
 
 // Plans `cfg` at `layout` (tp and pp from the layout, not from cfg.parallel). Throws on a layout
 // the trainer would refuse, with the trainer's own message.
@@ -79,6 +86,15 @@ struct TimeEstimate {
 };
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency);
 
+// What the layout search may not change: each field that is set pins that setting (the flags a
+// user gave next to --layout auto, e.g. --tp 2).
+struct FitConstraints {
+  std::optional<int> tp, pp, micro_batch, virtual_stages;
+  std::optional<Recompute> recompute;
+  std::optional<bool> sequence_parallel;
+  std::optional<ScheduleKind> schedule;
+};
+
 struct FitRequest {
   RunConfig cfg;                 // model, global batch, and the fixed settings
   Hardware hw;                   // memory and links of one GPU
@@ -87,15 +103,26 @@ struct FitRequest {
   double efficiency = 0.5;       // fraction of peak FLOP/s the time model assumes
   std::vector<DType> precisions = {DType::BF16};
   std::vector<Recompute> recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+  FitConstraints fixed;
+  double budget_bytes() const;   // hw.memory_gib less the margin
 };
 struct FitRow {
   LayoutPlan plan;
   TimeEstimate time;
 };
+struct FitSearch {
+  std::vector<FitRow> rows;  // the layouts that fit, fastest first by the time model
+  int candidates = 0;        // layouts the trainer accepts, fitting or not
+  std::optional<FitRow> smallest;  // the candidate of the smallest peak (when nothing fits)
+};
 // Every layout of `gpus` devices (tp dividing the heads within a node, pp <= depth, every
-// micro-batch size dividing the per-replica batch, each precision, recompute mode and sequence
-// parallelism) that fits, fastest first by the time model.
-std::vector<FitRow> fit_layouts(const FitRequest& req);
+// micro-batch size dividing the per-replica batch, each precision, recompute mode, sequence
+// parallelism, schedule and number of virtual stages) within `req.fixed` that fits, fastest first
+// by the time model (ties in the order enumerated).
+FitSearch fit_search(const FitRequest& req);
+// The grids (tp x pp x dp) of `req.gpus` devices the model, the batch and req.fixed allow.
+std::vector<Layout> fit_grids(const FitRequest& req);
+std::vector<FitRow> fit_layouts(const FitRequest& req);  // fit_search(req).rows
 
 // Text for people: one row per stage; and the same as JSON.
 std::string format_plan(const LayoutPlan& p, const Hardware* hw);
@@ -106,5 +133,7 @@ void save_json(const std::string& path, const std::string& text);
 // The ranked rows of a fit as a JSON array: each plan_json with "model_step_s" added.
 std::string fit_json(const std::vector<FitRow>& rows, int top);
 std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, int top);
+// The table of rows [first, first + count) of a fit, headed, each numbered by its rank.
+std::string format_fit_rows(const std::vector<FitRow>& rows, int first, int count);
 
 }  // namespace dit

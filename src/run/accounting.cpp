@@ -15,8 +15,8 @@
 namespace dit {
 
 void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
-                       const std::string& json_path, const std::string& attention) {
-  const std::vector<std::pair<const char*, double>> mine = {
+                       const std::string& json_path, const std::string& attention, double unplanned) {
+  std::vector<std::pair<const char*, double>> mine = {
       {"step_s", a.step_s},
       {"compute_s", a.compute_s},
       {"pp_wait_s", a.pp_wait_s},
@@ -39,6 +39,8 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
       {"workspace_bytes", double(mem.workspace)},
       {"total_bytes", double(mem.total())},
   };
+  // Every rank runs the same backend, so every row has the column or none does.
+  if (unplanned >= 0) mine.push_back({"unplanned_bytes", unplanned});
   const int n = ctx.world->size();
   const std::size_t k = mine.size();
   std::vector<double> cols(static_cast<std::size_t>(n) * k, 0.0);

@@ -11,8 +11,10 @@ namespace dit {
 
 // Collective over ctx.world: every rank contributes its row; rank 0 prints and writes `json_path`.
 // `attention` is what rank 0's backend says of its attention path (a cuDNN fallback, or ""); it is
-// recorded in rank 0's row.
+// recorded in rank 0's row. `unplanned` (>= 0 where the backend reads its device's memory: the
+// CUDA context and library workspaces the plan leaves out, run/plan_check.h) is written as
+// unplanned_bytes.
 void report_accounting(ParallelContext& ctx, const StepAccounting& a, const MemoryAccount& mem,
-                       const std::string& json_path, const std::string& attention = "");
+                       const std::string& json_path, const std::string& attention = "", double unplanned = -1);
 
 }  // namespace dit

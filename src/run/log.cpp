@@ -85,7 +85,7 @@ bool use_progress_bar() {
 ConsoleLog::ConsoleLog() : tty_(use_progress_bar()) {}
 
 void ConsoleLog::step(const LogRow& r) {
-  char text[512];
+  char text[768];
   std::snprintf(text, sizeof text,
                 "step %lld/%lld  loss %.4f (mse %.4f %s %.4f)  grad %.3f  lr %.2e  %.1f img/s  "
                 "%.3f TFLOP/s  MFU %.1f%%  mem %s  ETA %s",
@@ -96,6 +96,10 @@ void ConsoleLog::step(const LogRow& r) {
     const std::size_t used = std::strlen(text);
     std::snprintf(text + used, sizeof text - used, "  scale %g (%lld skipped)", r.loss_scale,
                   static_cast<long long>(r.skipped_steps));
+  }
+  if (!r.note.empty()) {
+    const std::size_t used = std::strlen(text);
+    std::snprintf(text + used, sizeof text - used, "  %s", r.note.c_str());
   }
   if (!tty_) {
     std::printf("%s\n", text);

@@ -21,6 +21,7 @@ struct LogRow {
   double elapsed_s = 0, eta_s = 0;
   double loss_scale = 1;           // fp16 dynamic loss scale of the step (1 without fp16)
   std::int64_t skipped_steps = 0;  // fp16 updates skipped for overflow, since the run began
+  std::string note;                // said at the end of the console line (low memory), or ""
 };
 
 class MetricsWriter {

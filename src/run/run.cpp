@@ -19,6 +19,7 @@
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
 #include "run/accounting.h"
+#include "run/plan_check.h"
 #include "run/plots.h"
 #include "run/rank_map.h"
 #include "run/resume.h"
@@ -49,7 +50,8 @@ std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& 
 
 // The folder is created (or, under --overwrite, cleared) only once the inputs have loaded: a run
 // that cannot start leaves nothing behind.
-Run::Run(const RunConfig& cfg, const TrainSetup& setup) : cfg_(cfg), setup_(setup) {
+Run::Run(const RunConfig& cfg, const TrainSetup& setup, std::vector<MemoryAccount> planned)
+    : cfg_(cfg), setup_(setup), planned_(std::move(planned)) {
   open_data();
   build_engine();
   start();
@@ -140,6 +142,10 @@ int Run::train() {
   for (std::int64_t done = trainer_->next_step() + 1; done <= steps; ++done) {
     st = trainer_->step();
     ++steps_run;
+    if (steps_run == 1 && !planned_.empty()) {  // the arenas reach their peak in the first step
+      const std::string off = check_plan(ctx_, planned_, trainer_->memory());
+      if (ctx_.world_rank == 0 && !off.empty()) console_.line(off);
+    }
     log_step(done, st);
     if (const int rc = stop_for_divergence(done, st)) return rc;
     if (done == steps) break;
@@ -197,6 +203,7 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.eta_s = step_s * double(steps - done);
   r.loss_scale = st.loss_scale;
   r.skipped_steps = trainer_->loss_scaler().state().skipped_steps;
+  r.note = memory_headroom_note(ctx_, *be_, cfg_.parallel.memory_margin);
   write_metrics([&] { metrics_->write(r); });
   if (ctx_.world_rank == 0) console_.step(r);
   window_s_ = 0;
@@ -235,7 +242,8 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   ctx_.watch->phase = "finishing";
   checkpoint();
   if (steps_run > 0)
-    report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"), be_->attention_note());
+    report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"), be_->attention_note(),
+                      unplanned_device_bytes(*be_, trainer_->memory()));
   // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
   // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
   const StageState final_state = trainer_->state();

@@ -25,8 +25,9 @@ class Run {
   // Collective. Opens the dataset and checks it against the model, builds the backend, the rank
   // grid and the Trainer, starts from a checkpoint or weights when run.resume / run.init_from say
   // so, and only then creates the run folder (rank 0; clearing it under run.overwrite). `setup`
-  // comes from TrainSetup::make for this job's layout.
-  Run(const RunConfig& cfg, const TrainSetup& setup);
+  // comes from TrainSetup::make for this job's layout; `planned` holds the plan of each pipeline
+  // stage (`dit_mp plan`), which the first step is checked against (empty: no check).
+  Run(const RunConfig& cfg, const TrainSetup& setup, std::vector<MemoryAccount> planned = {});
   ~Run();
 
   // Trains to train.steps. Returns the exit code: 0; 1 when the loss diverged; kExitPreempted
@@ -56,6 +57,7 @@ class Run {
 
   RunConfig cfg_;
   TrainSetup setup_;
+  std::vector<MemoryAccount> planned_;
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Backend> be_;
   ParallelContext ctx_;

@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   void set_attention_path(AttentionPath path);
   std::size_t workspace_bytes() const override;
   std::string attention_note() const override;
+  bool device_memory(std::size_t* free, std::size_t* total) const override;
   void set_deterministic(bool d) override;
   void reserve_uploads(std::size_t bytes_per_step) override;
   std::size_t mark() override;  // a CUDA event recorded on the stream

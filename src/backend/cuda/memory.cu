@@ -190,6 +190,12 @@ void* CudaBackend::allocate(std::size_t bytes) {
   return p;
 }
 
+bool CudaBackend::device_memory(std::size_t* free, std::size_t* total) const {
+  DIT_CUDA_CHECK(cudaSetDevice(device_));
+  DIT_CUDA_CHECK(cudaMemGetInfo(free, total));
+  return true;
+}
+
 void CudaBackend::deallocate(void* p) {
   if (!p) return;
   // Called from destructors: report, never throw.
