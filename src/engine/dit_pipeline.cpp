@@ -57,11 +57,14 @@ std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const st
   return partition_chunks(cfg, pp, 1, layers);
 }
 
-std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage) {
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage,
+                                         ChunkPlacement placement) {
   DIT_CHECK(pp >= 1 && model_chunks.size() % pp == 0 && stage >= 0 && stage < pp,
             "chunks of stage ", stage, " of ", pp, " from ", model_chunks.size(), " model chunks");
+  const int v = static_cast<int>(model_chunks.size()) / pp;
+  DIT_CHECK(placement == ChunkPlacement::Interleaved || v == 2, "parallel.schedule = \"zb-v\" needs 2 chunks per rank, got ", v);
   std::vector<StageLayout> out;
-  for (std::size_t k = stage; k < model_chunks.size(); k += pp) out.push_back(model_chunks[k]);
+  for (int c = 0; c < v; ++c) out.push_back(model_chunks[model_chunk(pp, stage, c, placement)]);
   return out;
 }
 

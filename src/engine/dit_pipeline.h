@@ -21,8 +21,10 @@ std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
 // (or layers, one count per model chunk). v = 1 is partition_stages.
 std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v,
                                           const std::vector<int>& layers = {});
-// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s.
-std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage);
+// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s, or
+// under ZB-V's V chunk 0 is model chunk s and chunk 1 is 2 pp - 1 - s.
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage,
+                                         ChunkPlacement placement = ChunkPlacement::Interleaved);
 
 struct DiTPipelineHooks {
   // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.

@@ -39,7 +39,7 @@ void forward_rows(Backend& be, PipelineExecutor& executor, int pp, const DiTStag
     return {};
   };
   DiTPipelineStage pstage(be, stage, mb_rows, hooks);
-  executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage);
+  executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage, stage.options().placement);
 }
 
 bool in_interval(const SampleRequest& req, double level) { return level >= req.cfg_t_min && level <= req.cfg_t_max; }

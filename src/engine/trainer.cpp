@@ -204,7 +204,7 @@ StepStats Trainer::step() {
   DiTPipelineStage stage(be, *model_, n, hooks);
   const PipelineTiming timing = executor_->run(
       make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
-      plan.microbatches, stage);
+      plan.microbatches, stage, train_.stage.placement);
 
   const double t_opt = now_s();
   LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
@@ -231,7 +231,7 @@ StepStats Trainer::step() {
   a.optimizer_s = now_s() - t_opt;
   a.step_s = now_s() - t_start;
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
-  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
+  a.theoretical_bubble = theoretical_bubble(train_.schedule, ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
   workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
   a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
   a.host_syncs = be.host_syncs() - syncs0;

@@ -11,6 +11,7 @@
 #include "layers/dit_block.h"
 #include "layers/embed.h"
 #include "layers/final_layer.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace dit {
 
@@ -29,6 +30,8 @@ struct StageOptions {
   Recompute recompute = Recompute::None;
   int recompute_blocks = 0;  // Full only: the first K blocks of each stage recompute; 0 = all
   bool sequence_parallel = false;
+  // Which model chunks a rank's chunks are (pipeline_schedule.h): ZB-V's V, or interleaved.
+  ChunkPlacement placement = ChunkPlacement::Interleaved;
   // The block's Recompute mode for its index within the stage.
   Recompute mode_of(int i) const {
     return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks
