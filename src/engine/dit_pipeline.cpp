@@ -115,6 +115,25 @@ std::vector<Tensor> DiTPipelineStage::backward_inputs(int, int chunk, Arena& are
 
 std::vector<Tensor> DiTPipelineStage::backward(int mb, int chunk, const std::vector<Tensor>& grads,
                                                Arena& arena) {
+  return run_backward(mb, chunk, grads, arena, WeightSink{});
+}
+
+std::vector<Tensor> DiTPipelineStage::backward_input(int mb, int chunk, const std::vector<Tensor>& grads,
+                                                     Arena& arena) {
+  std::vector<WeightGrad>& owed = owed_[{chunk, mb}];
+  DIT_CHECK(owed.empty(), "pipeline stage: input backward of microbatch ", mb, " twice before its weight backward");
+  return run_backward(mb, chunk, grads, arena, WeightSink(owed, arena));
+}
+
+void DiTPipelineStage::backward_weight(int mb, int chunk, Arena&) {
+  auto it = owed_.find({chunk, mb});
+  DIT_CHECK(it != owed_.end(), "pipeline stage: weight backward of microbatch ", mb, " without its input backward");
+  run_weight_grads(*be_, it->second);
+  owed_.erase(it);
+}
+
+std::vector<Tensor> DiTPipelineStage::run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
+                                                   const WeightSink& w) {
   scratch_.reset();
   const StageLayout& layout = stage_->layout(chunk);
   auto it = acts_.find({chunk, mb});
@@ -131,7 +150,7 @@ std::vector<Tensor> DiTPipelineStage::backward(int mb, int chunk, const std::vec
   }
   const bool want_dimages = layout.has_embed && hooks_.on_input_grad;
   if (want_dimages) g.dimages = arena.tensor(it->second.embed.images.shape, dt);
-  stage_->backward(it->second, g, scratch_, chunk);
+  stage_->backward(it->second, g, scratch_, chunk, w);
   acts_.erase(it);
   if (layout.has_final) douts_.erase(mb);
   if (layout.has_embed) {

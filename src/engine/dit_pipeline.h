@@ -54,9 +54,15 @@ class DiTPipelineStage final : public PipelineStage {
   std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs, Arena& arena) override;
   std::vector<Tensor> backward_inputs(int mb, int chunk, Arena& arena) override;
   std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
+  // B: the fused backward with the linears' weight grads queued, their tensors kept in `arena`
+  // (the microbatch's, held by the executor until W); W: the queued weight grads.
+  std::vector<Tensor> backward_input(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
+  void backward_weight(int mb, int chunk, Arena& arena) override;
   std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
 
  private:
+  std::vector<Tensor> run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
+                                   const WeightSink& w);
   Shape x_shape() const;
   Shape c_shape() const;
   Backend* be_;
@@ -66,6 +72,7 @@ class DiTPipelineStage final : public PipelineStage {
   Arena scratch_;
   std::map<std::pair<int, int>, StageActs> acts_;  // by (chunk, microbatch)
   std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
+  std::map<std::pair<int, int>, std::vector<WeightGrad>> owed_;  // W still to run, by (chunk, microbatch)
 };
 
 }  // namespace dit

@@ -43,6 +43,7 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
   TrainSetup s;
   s.model = model;
   s.train = train;
+  s.train.stage.placement = placement_of(train.schedule);  // the schedule decides the chunks' places
   s.layout = layout;
   if (train.schedule == ScheduleKind::ZbV && train.pp_layers.empty()) check_v_split(layout.pp, model.depth);
   s.chunks = partition_chunks(model, layout.pp, train.virtual_stages, train.pp_layers);

@@ -146,7 +146,8 @@ void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
 // from one download of the step's per-sample terms.
 void Trainer::gather_losses(const Tensor& terms, StepStats& st) {
   double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
-  if (ctx_->last_stage() && ctx_->tp->rank() == 0) {
+  const int holder = output_stage(ctx_->layout.pp, model_->chunks(), train_.stage.placement);
+  if (ctx_->coord.pp == holder && ctx_->tp->rank() == 0) {
     std::vector<float> host(static_cast<std::size_t>(terms.numel()));
     be_->copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
     for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];

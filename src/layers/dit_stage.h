@@ -94,7 +94,10 @@ class DiTStage {
 
   StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch, int chunk = 0) const;
   // Parameter gradients accumulate into params().grad(...).
-  void backward(const StageActs& acts, StageGrads& g, Arena& scratch, int chunk = 0) const;
+  // With a deferring `w` this is B: the linears' weight grads are queued for run_weight_grads
+  // (linear.h), reading tensors from w's kept arena; B then W adds the bits of the fused backward.
+  void backward(const StageActs& acts, StageGrads& g, Arena& scratch, int chunk = 0,
+                const WeightSink& w = {}) const;
 
  private:
   struct Chunk {

@@ -98,6 +98,9 @@ inline ChunkAt chunk_at(int pp, int k, ChunkPlacement pl = ChunkPlacement::Inter
   if (pl == ChunkPlacement::VShape) return k < pp ? ChunkAt{k, 0} : ChunkAt{2 * pp - 1 - k, 1};
   return {k % pp, k / pp};
 }
+// The stage holding the last model chunk (the model output, the loss): pp - 1, or 0 in a V.
+inline int output_stage(int pp, int v, ChunkPlacement pl) { return chunk_at(pp, pp * v - 1, pl).stage; }
+
 // Forward passes only (sampling, evaluation); with v chunks per rank, in the interleaved order.
 std::vector<Action> make_forward_only(int microbatches, int pp = 1, int v = 1);
 
