@@ -229,6 +229,7 @@ StepStats Trainer::step() {
   a.dp_bytes = ctx_->dp->stats().bytes - dp0;
   a.compute_s = timing.compute_s;
   a.pp_wait_s = timing.wait_s;
+  a.op_f_s = timing.mean_forward_s(), a.op_b_s = timing.mean_backward_s(), a.op_w_s = timing.mean_weight_s();
   a.optimizer_s = now_s() - t_opt;
   a.step_s = now_s() - t_start;
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);

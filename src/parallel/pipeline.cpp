@@ -79,6 +79,7 @@ void PipelineExecutor::run_forward(const Action& a, bool keep, PipelineStage& st
   std::vector<Tensor> out = stage.forward(mb, a.chunk, in, *s.arena);
   t.wait_s += t1 - t0;
   t.compute_s += now_s() - t1;
+  t.forward_s += now_s() - t1, ++t.forwards;
   DIT_CHECK(!last || out.empty(), "pipeline: the last stage has nothing to send forward");
   for (const Tensor& x : out)
     s.sends.push_back(pp_->isend(x, next.stage, tag(next.chunk, mb, microbatches_, Op::Forward)));
@@ -113,6 +114,7 @@ void PipelineExecutor::run_backward(const Action& a, PipelineStage& stage, Pipel
   s.grads.clear();
   t.wait_s += t1 - t0;
   t.compute_s += now_s() - t1;
+  t.backward_s += now_s() - t1, ++t.backwards;
   DIT_CHECK(model_chunk(pp_->size(), me, a.chunk, placement_) > 0 || out.empty(),
             "pipeline: the first stage has nothing to send backward");
   for (const Tensor& x : out)
@@ -132,6 +134,7 @@ void PipelineExecutor::run_weight(const Action& a, PipelineStage& stage, Pipelin
   const double t0 = now_s();
   stage.backward_weight(a.microbatch, a.chunk, *s.arena);
   t.compute_s += now_s() - t0;
+  t.weight_s += now_s() - t0, ++t.weights;
   release(s);
 }
 

@@ -57,6 +57,13 @@ class PipelineStage {
 struct PipelineTiming {
   double compute_s = 0;  // inside the stage's forward/backward
   double wait_s = 0;     // blocked on receives and on sends still in flight
+  // compute_s by op, per (chunk, microbatch) on average: T_F, T_B (the input backward, or the
+  // fused backward) and T_W (0 without split backwards), the simulator's op times
+  double forward_s = 0, backward_s = 0, weight_s = 0;
+  int forwards = 0, backwards = 0, weights = 0;
+  double mean_forward_s() const { return forwards ? forward_s / forwards : 0; }
+  double mean_backward_s() const { return backwards ? backward_s / backwards : 0; }
+  double mean_weight_s() const { return weights ? weight_s / weights : 0; }
 };
 
 class PipelineExecutor {

@@ -220,3 +220,34 @@ TEST(ZeroBubble, ClearMessages) {
 }
 
 }  // namespace dit
+
+namespace dit {
+
+// The op times measured on this code's CPU backend (accounting.json op_forward_s, op_backward_s,
+// op_weight_s at pp 2, the 8-block width-128 model of docs/study_bubble/zero_bubble: about
+// T_F : T_B : T_W = 1 : 1.2 : 0.95). The simulated bubble at pp 2: ZB-H1 at most half of 1F1B's and
+// ZB-V at most half of interleaved 1F1B's (v 2) for every m >= 2 (m = 1 has nothing to fill).
+TEST(ZeroBubble, MeasuredOpTimesAtPp2) {
+  const double tf = 1.0, tb = 1.2, tw = 0.95;
+  const int pp = 2;
+  for (int m : {1, 2, 4, 8}) {
+    std::vector<std::vector<Action>> f1b, il;
+    for (int s = 0; s < pp; ++s) f1b.push_back(make_1f1b(pp, s, m)), il.push_back(make_interleaved(pp, s, m, 2));
+    const double b1 = simulate_pipeline(
+        f1b, 1, [&](int, const Action& a) { return a.op == Op::Forward ? tf : tb + tw; }, no_link).bubble();
+    const double bi = simulate_pipeline(
+        il, 2, [&](int, const Action& a) { return a.op == Op::Forward ? tf / 2 : (tb + tw) / 2; }, no_link).bubble();
+    const double bh = run(ScheduleKind::ZbH1, pp, m, tf, tb, tw).bubble();
+    const double bv = run(ScheduleKind::ZbV, pp, m, tf / 2, tb / 2, tw / 2).bubble();
+    std::printf("[ pp 2 m %d ] simulated bubble 1f1b %.1f%% zb-h1 %.1f%% interleaved %.1f%% zb-v %.1f%%\n", m,
+                100 * b1, 100 * bh, 100 * bi, 100 * bv);
+    EXPECT_LT(bh, b1);
+    EXPECT_LT(bv, bi);
+    if (m >= 2) {
+      EXPECT_LE(bh, 0.5 * b1) << m;
+      EXPECT_LE(bv, 0.5 * bi) << m;
+    }
+  }
+}
+
+}  // namespace dit
