@@ -258,7 +258,7 @@ STUDY_KEYS = {
 MODEL_KEYS = {"name": name_text, "preset": text, "args": arg_list}
 SWEEP_KEYS = {
     "model": one_or_list(name_text), "kind": choice("strong", "weak"), "batch": one_or_list(integer(1)),
-    "layouts": one_or_list(layout), "schedule": one_or_list(choice("1f1b", "gpipe")),
+    "layouts": one_or_list(layout), "schedule": one_or_list(choice("1f1b", "gpipe", "zb-h1", "zb-v")),
     "microbatches": one_or_list(integer(1)), "virtual_stages": one_or_list(integer(1)),
     "precision": one_or_list(PRECISIONS), "recompute": one_or_list(RECOMPUTE),
     "steps": integer(1), "warmup": integer(0),

@@ -37,7 +37,7 @@ struct KeyFlag {
 constexpr KeyFlag kKeyFlags[] = {
     {"--tp", "parallel.tp", "Tensor-parallel size", false, "INT"},
     {"--pp", "parallel.pp", "Pipeline stages", false, "INT"},
-    {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b or gpipe", true, "TEXT"},
+    {"--schedule", "parallel.schedule", "Pipeline schedule: 1f1b, gpipe, zb-h1 or zb-v", true, "TEXT"},
     {"--pp-layers", "parallel.pp_layers", "Blocks per stage, e.g. 3,4,4,3", false, "LIST"},
     {"--virtual-stages", "parallel.virtual_stages", "Model chunks per pipeline rank (> 1: interleaved 1F1B)", false,
      "INT"},

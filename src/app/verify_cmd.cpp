@@ -122,7 +122,8 @@ void verify_adamw_ema(Backend& be, ParallelContext& ctx, const GoldenFile& g, co
                       bool ema, Report& rep) {
   const DiTConfig& cfg = g.config();
   const auto chunks = partition_chunks(cfg, ctx.layout.pp, opt.virtual_stages);
-  DiTStage model(be, cfg, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp), *ctx.tp, ctx.layout.dp);
+  DiTStage model(be, cfg, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp, opt.stage.placement), *ctx.tp,
+                 ctx.layout.dp);
   ParamSet& ps = model.params();
   g.load_params(ps, "/weights");
   ZeroOptimizer zero(be, ps, ctx);  // the EMA starts at /weights
@@ -218,8 +219,9 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
   // pp (x virtual stages) must fit the depth
-  check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
   check_virtual_stages(opt.schedule, layout.pp, opt.microbatches, opt.virtual_stages);
+  if (opt.schedule == ScheduleKind::ZbV) check_v_split(layout.pp, c.depth);
+  check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
   DIT_CHECK(c.num_heads % layout.tp == 0 && c.ffn_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.ffn_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
@@ -307,7 +309,7 @@ std::function<int()> add_verify_command(CLI::App& app) {
   cmd->add_option("--tp", f->tp, "Tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", f->pp, "Pipeline stages")->capture_default_str();
   cmd->add_option("--microbatches", v.microbatches, "Microbatches per data-parallel rank")->capture_default_str();
-  cmd->add_option("--schedule", f->schedule, "Pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  cmd->add_option("--schedule", f->schedule, "Pipeline schedule: 1f1b, gpipe, zb-h1 or zb-v")->capture_default_str();
   cmd->add_option("--virtual-stages", v.virtual_stages, "Model chunks per pipeline rank (> 1: interleaved 1F1B)")
       ->capture_default_str();
   cmd->add_option("--recompute", f->recompute, "Activation recomputation: none, selective or full")
@@ -326,6 +328,7 @@ std::function<int()> add_verify_command(CLI::App& app) {
     Layout layout;
     collective_check([&] {
       opt.schedule = parse_schedule(f->schedule);
+      opt.stage.placement = placement_of(opt.schedule);
       opt.stage.recompute = parse_recompute(f->recompute);
       layout = layout_for_world(f->tp, f->pp);
       check_verify_inputs(opt, layout);

@@ -70,7 +70,7 @@ std::vector<float> Runner::run(const std::vector<float>& x, const std::vector<fl
   const int pp = ctx_.layout.pp, v = opt_.virtual_stages;
   executor_->run(dout ? make_schedule(opt_.schedule, pp, ctx_.coord.pp, microbatches, v)
                       : make_forward_only(microbatches, pp, v),
-                 microbatches, stage);
+                 microbatches, stage, opt_.stage.placement);
   // Each sample's output lives on one last-stage rank (tp 0 of its dp replica): sum to all.
   ctx_.world->all_reduce_sum(Tensor{out.data(), DType::F32, {std::int64_t(out.size())}, Device::Host});
   if (dx) ctx_.world->all_reduce_sum(Tensor{dx->data(), DType::F32, {std::int64_t(dx->size())}, Device::Host});

@@ -79,7 +79,7 @@ class Runner {
   Runner(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt)
       : be_(be), ctx_(ctx), cfg_(g.config()), opt_(opt) {
     const auto chunks = partition_chunks(cfg_, ctx.layout.pp, opt.virtual_stages);
-    model_ = std::make_unique<DiTStage>(be, cfg_, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp), *ctx.tp,
+    model_ = std::make_unique<DiTStage>(be, cfg_, chunks_of_stage(chunks, ctx.layout.pp, ctx.coord.pp, opt.stage.placement), *ctx.tp,
                                         ctx.layout.dp, opt.stage);
     g.load_params(model_->params(), "/weights");
     executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be);

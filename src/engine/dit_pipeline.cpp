@@ -57,11 +57,14 @@ std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp, const st
   return partition_chunks(cfg, pp, 1, layers);
 }
 
-std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage) {
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage,
+                                         ChunkPlacement placement) {
   DIT_CHECK(pp >= 1 && model_chunks.size() % pp == 0 && stage >= 0 && stage < pp,
             "chunks of stage ", stage, " of ", pp, " from ", model_chunks.size(), " model chunks");
+  const int v = static_cast<int>(model_chunks.size()) / pp;
+  DIT_CHECK(placement == ChunkPlacement::Interleaved || v == 2, "parallel.schedule = \"zb-v\" needs 2 chunks per rank, got ", v);
   std::vector<StageLayout> out;
-  for (std::size_t k = stage; k < model_chunks.size(); k += pp) out.push_back(model_chunks[k]);
+  for (int c = 0; c < v; ++c) out.push_back(model_chunks[model_chunk(pp, stage, c, placement)]);
   return out;
 }
 
@@ -112,6 +115,25 @@ std::vector<Tensor> DiTPipelineStage::backward_inputs(int, int chunk, Arena& are
 
 std::vector<Tensor> DiTPipelineStage::backward(int mb, int chunk, const std::vector<Tensor>& grads,
                                                Arena& arena) {
+  return run_backward(mb, chunk, grads, arena, WeightSink{});
+}
+
+std::vector<Tensor> DiTPipelineStage::backward_input(int mb, int chunk, const std::vector<Tensor>& grads,
+                                                     Arena& arena) {
+  std::vector<WeightGrad>& owed = owed_[{chunk, mb}];
+  DIT_CHECK(owed.empty(), "pipeline stage: input backward of microbatch ", mb, " twice before its weight backward");
+  return run_backward(mb, chunk, grads, arena, WeightSink(owed, arena));
+}
+
+void DiTPipelineStage::backward_weight(int mb, int chunk, Arena&) {
+  auto it = owed_.find({chunk, mb});
+  DIT_CHECK(it != owed_.end(), "pipeline stage: weight backward of microbatch ", mb, " without its input backward");
+  run_weight_grads(*be_, it->second);
+  owed_.erase(it);
+}
+
+std::vector<Tensor> DiTPipelineStage::run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
+                                                   const WeightSink& w) {
   scratch_.reset();
   const StageLayout& layout = stage_->layout(chunk);
   auto it = acts_.find({chunk, mb});
@@ -128,7 +150,7 @@ std::vector<Tensor> DiTPipelineStage::backward(int mb, int chunk, const std::vec
   }
   const bool want_dimages = layout.has_embed && hooks_.on_input_grad;
   if (want_dimages) g.dimages = arena.tensor(it->second.embed.images.shape, dt);
-  stage_->backward(it->second, g, scratch_, chunk);
+  stage_->backward(it->second, g, scratch_, chunk, w);
   acts_.erase(it);
   if (layout.has_final) douts_.erase(mb);
   if (layout.has_embed) {

@@ -21,8 +21,10 @@ std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
 // (or layers, one count per model chunk). v = 1 is partition_stages.
 std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v,
                                           const std::vector<int>& layers = {});
-// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s.
-std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage);
+// The chunks stage s holds, in the schedule's numbering: chunk c is model chunk c * pp + s, or
+// under ZB-V's V chunk 0 is model chunk s and chunk 1 is 2 pp - 1 - s.
+std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage,
+                                         ChunkPlacement placement = ChunkPlacement::Interleaved);
 
 struct DiTPipelineHooks {
   // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.
@@ -52,9 +54,15 @@ class DiTPipelineStage final : public PipelineStage {
   std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs, Arena& arena) override;
   std::vector<Tensor> backward_inputs(int mb, int chunk, Arena& arena) override;
   std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
+  // B: the fused backward with the linears' weight grads queued, their tensors kept in `arena`
+  // (the microbatch's, held by the executor until W); W: the queued weight grads.
+  std::vector<Tensor> backward_input(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
+  void backward_weight(int mb, int chunk, Arena& arena) override;
   std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
 
  private:
+  std::vector<Tensor> run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
+                                   const WeightSink& w);
   Shape x_shape() const;
   Shape c_shape() const;
   Backend* be_;
@@ -64,6 +72,7 @@ class DiTPipelineStage final : public PipelineStage {
   Arena scratch_;
   std::map<std::pair<int, int>, StageActs> acts_;  // by (chunk, microbatch)
   std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
+  std::map<std::pair<int, int>, std::vector<WeightGrad>> owed_;  // W still to run, by (chunk, microbatch)
 };
 
 }  // namespace dit

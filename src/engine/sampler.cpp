@@ -39,7 +39,7 @@ void forward_rows(Backend& be, PipelineExecutor& executor, int pp, const DiTStag
     return {};
   };
   DiTPipelineStage pstage(be, stage, mb_rows, hooks);
-  executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage);
+  executor.run(make_forward_only(m, pp, stage.chunks()), m, pstage, stage.options().placement);
 }
 
 bool in_interval(const SampleRequest& req, double level) { return level >= req.cfg_t_min && level <= req.cfg_t_max; }
@@ -149,7 +149,7 @@ class SamplingRun {
           std::vector<float> v = host_copy(be_, o);
           std::copy(v.begin(), v.end(), out_.begin() + f * per_out_);
         });
-    if (!ctx_.last_stage()) return {};
+    if (!last_stage()) return {};
     std::vector<double> o64(out_.begin(), out_.begin() + rows * per_out_);
     if (g) {
       const std::int64_t guided_ch = req_.cfg_official ? std::min(3, cfg_.in_channels) : cfg_.in_channels;
@@ -163,12 +163,14 @@ class SamplingRun {
   // x as the last stage computed it, on every stage (stage 0 needs it next), rounded to fp32.
   void share(std::vector<double>& x) {
     std::vector<float> xf(x.begin(), x.end());
-    ctx_.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, ctx_.layout.pp - 1);
+    ctx_.pp->broadcast(Tensor{xf.data(), DType::F32, {std::int64_t(xf.size())}, Device::Host}, output_rank());
     std::copy(xf.begin(), xf.end(), x.begin());
   }
 
   diffusion::ImageShape shape() const { return {n_, cfg_.in_channels, cfg_.input_size, cfg_.input_size}; }
-  bool last_stage() const { return ctx_.last_stage(); }
+  // The stage with the model output (the last model chunk): pp - 1, or stage 0 under ZB-V's V.
+  int output_rank() const { return output_stage(ctx_.layout.pp, stage_.chunks(), stage_.options().placement); }
+  bool last_stage() const { return ctx_.coord.pp == output_rank(); }
 
  private:
   Backend& be_;

@@ -30,6 +30,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.stage.recompute = c.train.recompute;
   t.stage.recompute_blocks = c.train.recompute_blocks;
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
+  t.stage.placement = placement_of(c.parallel.schedule);
   t.grad_reduce = c.train.grad_reduce;
   t.diffusion_steps = c.diffusion.steps;
   t.objective = c.diffusion.train_objective();
@@ -42,7 +43,9 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
   TrainSetup s;
   s.model = model;
   s.train = train;
+  s.train.stage.placement = placement_of(train.schedule);  // the schedule decides the chunks' places
   s.layout = layout;
+  if (train.schedule == ScheduleKind::ZbV && train.pp_layers.empty()) check_v_split(layout.pp, model.depth);
   s.chunks = partition_chunks(model, layout.pp, train.virtual_stages, train.pp_layers);
   check_stage_options(train.stage, s.chunks);
   s.batch = BatchPlan::make(train.global_batch, layout.dp, train.micro_batch);

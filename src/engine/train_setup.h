@@ -55,7 +55,9 @@ struct TrainSetup {
   static TrainSetup make(const RunConfig& cfg, const Layout& layout);
 
   // The chunks pipeline stage `stage` holds, in the schedule's numbering.
-  std::vector<StageLayout> stage_chunks(int stage) const { return chunks_of_stage(chunks, layout.pp, stage); }
+  std::vector<StageLayout> stage_chunks(int stage) const {
+    return chunks_of_stage(chunks, layout.pp, stage, train.stage.placement);
+  }
 };
 
 // The Trainer's settings from a run configuration, unchecked (TrainSetup::make checks them).

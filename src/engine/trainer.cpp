@@ -146,7 +146,8 @@ void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
 // from one download of the step's per-sample terms.
 void Trainer::gather_losses(const Tensor& terms, StepStats& st) {
   double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
-  if (ctx_->last_stage() && ctx_->tp->rank() == 0) {
+  const int holder = output_stage(ctx_->layout.pp, model_->chunks(), train_.stage.placement);
+  if (ctx_->coord.pp == holder && ctx_->tp->rank() == 0) {
     std::vector<float> host(static_cast<std::size_t>(terms.numel()));
     be_->copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
     for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];
@@ -204,7 +205,7 @@ StepStats Trainer::step() {
   DiTPipelineStage stage(be, *model_, n, hooks);
   const PipelineTiming timing = executor_->run(
       make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
-      plan.microbatches, stage);
+      plan.microbatches, stage, train_.stage.placement);
 
   const double t_opt = now_s();
   LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
@@ -228,10 +229,11 @@ StepStats Trainer::step() {
   a.dp_bytes = ctx_->dp->stats().bytes - dp0;
   a.compute_s = timing.compute_s;
   a.pp_wait_s = timing.wait_s;
+  a.op_f_s = timing.mean_forward_s(), a.op_b_s = timing.mean_backward_s(), a.op_w_s = timing.mean_weight_s();
   a.optimizer_s = now_s() - t_opt;
   a.step_s = now_s() - t_start;
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
-  a.theoretical_bubble = theoretical_bubble(ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
+  a.theoretical_bubble = theoretical_bubble(train_.schedule, ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
   workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());
   a.activation_bytes = executor_->peak_activation_bytes() + stage.scratch_peak_bytes();
   a.host_syncs = be.host_syncs() - syncs0;

@@ -28,7 +28,8 @@ struct StepAccounting {
   std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
   double step_s = 0, compute_s = 0, pp_wait_s = 0, optimizer_s = 0;
   double measured_bubble = 0;     // pp_wait / (pp_wait + compute) on this rank
-  double theoretical_bubble = 0;  // (pp - 1) / (v m + pp - 1)
+  double theoretical_bubble = 0;  // at equal op times (pipeline_schedule.h)
+  double op_f_s = 0, op_b_s = 0, op_w_s = 0;  // mean T_F, T_B (or fused backward), T_W per chunk
   std::size_t activation_bytes = 0;  // peak of the microbatch arenas
   std::uint64_t host_syncs = 0;      // times the host waited for the backend this step
 };

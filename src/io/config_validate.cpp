@@ -111,6 +111,27 @@ void validate_parallel_common(const ParallelSection& p) {
           "seconds >= 0 (0: no watchdog)");
 }
 
+// The zero-bubble schedules' layouts: both need a pipeline; ZB-V two chunks per rank and depth a
+// multiple of 2 x pp (each message names parallel.schedule and what fits).
+void validate_zero_bubble(const ParallelSection& p, const DiTConfig& m) {
+  if (!is_zero_bubble(p.schedule)) return;
+  const std::string name = schedule_name(p.schedule);
+  require(p.pp >= 2, "parallel.schedule", name,
+          "\"1f1b\" or \"gpipe\" when parallel.pp = " + show(p.pp) + " (zero-bubble schedules need parallel.pp >= 2)");
+  if (p.schedule == ScheduleKind::ZbH1) {
+    require(p.virtual_stages == 1, "parallel.schedule", name,
+            "\"zb-v\" or \"1f1b\" with parallel.virtual_stages = " + show(p.virtual_stages) +
+                " (ZB-H1 runs one chunk per rank)");
+    return;
+  }
+  require(p.virtual_stages == 2, "parallel.schedule", name,
+          "parallel.virtual_stages = 2 with it, not " + show(p.virtual_stages) +
+              " (ZB-V runs two model chunks per rank in a V)");
+  require(m.depth % (2 * p.pp) == 0, "parallel.schedule", name,
+          "model.depth = " + show(m.depth) + " to be a multiple of 2 x parallel.pp = " + show(2 * p.pp) +
+              " (ZB-V splits the blocks evenly into 2 x pp chunks)");
+}
+
 // The layout's own keys: under parallel.layout = "auto" the search sets them (and checks its
 // choice here, RunConfig::validate_layout).
 void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
@@ -131,7 +152,8 @@ void validate_parallel(const ParallelSection& p, const DiTConfig& m) {
               " (int(2/3 x the MLP width " + show(m.mlp_hidden()) + "))");
   require(p.virtual_stages >= 1, "parallel.virtual_stages", p.virtual_stages,
           "an integer >= 1 (model chunks per pipeline rank)");
-  if (p.virtual_stages > 1) {
+  validate_zero_bubble(p, m);
+  if (p.virtual_stages > 1 && p.schedule != ScheduleKind::ZbV) {
     require(p.pp >= 2, "parallel.virtual_stages", p.virtual_stages,
             "1 when parallel.pp = " + show(p.pp) + " (virtual stages interleave chunks over pipeline ranks)");
     require(p.schedule == ScheduleKind::OneFOneB, "parallel.virtual_stages", p.virtual_stages,

@@ -107,21 +107,23 @@ Tensor DiTBlock::adaln_forward(Backend& be, const Tensor& silu_c, Arena& saved,
 }
 
 void DiTBlock::adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod,
-                              const Tensor& dsilu_c, Arena& scratch) const {
+                              const Tensor& dsilu_c, Arena& scratch, const WeightSink& w) const {
   const std::int64_t n = silu_c.dim(0), d = cfg_.hidden_size, tp = tp_->size();
   Tensor dlocal = dmod;
   if (tp > 1) {
     // This rank's columns of dmod: identical on every rank, or under sequence parallelism a
-    // partial sum over this rank's tokens that the reduce-scatter completes.
-    Tensor all = scratch.tensor({tp, n, 6 * d / tp}, be.compute_dtype());
+    // partial sum over this rank's tokens that the reduce-scatter completes (in B: a collective).
+    Arena& keep = w.arena(scratch);
+    Tensor all = (sp() ? scratch : keep).tensor({tp, n, 6 * d / tp}, be.compute_dtype());
     be.transpose_01(dmod.view({n, tp, 6 * d / tp}), all);
     dlocal = all.rows(tp_->rank(), 1).view({n, 6 * d / tp});
     if (sp()) {
-      dlocal = scratch.tensor({n, 6 * d / tp}, be.compute_dtype());
+      dlocal = keep.tensor({n, 6 * d / tp}, be.compute_dtype());
       tp_->reduce_scatter_sum(all, dlocal);
     }
   }
-  linear_bwd(be, ada_, silu_c, dlocal, dsilu_c, Accumulate::Add, Bias::Add);
+  w.linear(be, ada_, silu_c, dlocal, Bias::Add);
+  linear_bwd_input(be, ada_, dlocal, dsilu_c, Accumulate::Add);
 }
 
 Recompute parse_recompute(const std::string& name) {
@@ -171,9 +173,9 @@ void DiTBlock::row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor
   be.add_rowwise(as_rows(out), p.b);  // once, after the sum
 }
 
-Tensor DiTBlock::row_parallel_dy(Backend& be, const Tensor& dy, Arena& scratch) const {
+Tensor DiTBlock::row_parallel_dy(Backend& be, const Tensor& dy, Arena& into, Arena& scratch) const {
   if (!sp()) return dy;
-  const Tensor full = scratch.tensor({dy.dim(0), dy.dim(1) * token_split(), dy.dim(2)}, dy.dtype);
+  const Tensor full = into.tensor({dy.dim(0), dy.dim(1) * token_split(), dy.dim(2)}, dy.dtype);
   gather_tokens(*tp_, be, dy, full, scratch);
   return full;
 }
@@ -289,64 +291,77 @@ BlockActs DiTBlock::forward(Backend& be, const Tensor& x_in, const Tensor& silu_
   return a;
 }
 
-BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c,
+BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c, Arena& into,
                                   Arena& scratch) const {
   if (kept.kept == Recompute::Full)
-    return forward(be, kept.x_in, silu_c, scratch, scratch, Recompute::None);
+    return forward(be, kept.x_in, silu_c, into, scratch, Recompute::None);
   BlockActs a = kept;
   if (kept.kept == Recompute::Selective) {
-    attn_norm(be, a, scratch, scratch);
-    qk_transform(be, a, scratch);
-    attn_residual(be, a, scratch);
-    mlp_norm(be, a, scratch, scratch);
-    mlp_act(be, a, scratch);
+    attn_norm(be, a, into, scratch);
+    qk_transform(be, a, into);
+    attn_residual(be, a, into);
+    mlp_norm(be, a, into, scratch);
+    mlp_act(be, a, into);
     a.kept = Recompute::None;
   }
   return a;
 }
 
+// B and W: with a deferring sink `w` (dit_block.h) the tensors the five linears' weight grads read
+// live in w's kept arena (the microbatch's) until W:
+//   inputs   h1 (qkv), attn (proj), h2 (fc1 / w12), g1 (fc2 / w3): the forward's, or under
+//            recomputation rematerialised into the kept arena (a recomputed block keeps its
+//            rematerialised tensors until its W); SiLU(c) (adaLN), the stage's
+//   output grads  dqkv, dL/d o1 and dL/d o2 (all-gathered over tokens under sequence
+//            parallelism), df1 (dg1 for GELU, in place), and this rank's adaLN columns of dmod
+// Everything else is scratch, gone when B returns. With the default sink they are scratch too and
+// each weight grad is added where the fused backward adds it.
 void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
-                        const Tensor& dsilu_c, Arena& scratch) const {
-  const BlockActs a = rematerialize(be, kept, silu_c, scratch);
+                        const Tensor& dsilu_c, Arena& scratch, const WeightSink& w) const {
+  Arena& keep = w.arena(scratch);
+  const BlockActs a = rematerialize(be, kept, silu_c, keep, scratch);
   const std::int64_t n = a.x_in.dim(0), t = a.x_in.dim(1), tf = t * token_split();
   const std::int64_t d = cfg_.hidden_size, tp = tp_->size();
   const std::int64_t heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
-  Tensor dmod = scratch.tensor({n, 6 * d}, dt);
-  Tensor dbranch = scratch.tensor({n, t, d}, dt);  // grad of a branch output (o1, o2)
-  Tensor dnorm = scratch.tensor({n, tf, d}, dt);   // grad of a modulated norm (h1, h2), tp-partial
+  Tensor dmod = keep.tensor({n, 6 * d}, dt);
+  Tensor dbranch = keep.tensor({n, t, d}, dt);    // grad of a branch output (o2, then o1)
+  Tensor dnorm = scratch.tensor({n, tf, d}, dt);  // grad of a modulated norm (h1, h2), tp-partial
+  auto linear = [&](const LinearParams& p, const Tensor& x, const Tensor& dy, const Tensor& dxl) {
+    w.linear(be, p, x, dy, Bias::Add);
+    linear_bwd_input(be, p, dy, dxl, Accumulate::Overwrite);
+  };
 
   // MLP branch: dx holds dL/dx_out and becomes dL/dx_mid.
   be.gate_residual_bwd(dx, a.o2, {a.mod, kGate2}, dbranch, {dmod, kGate2});
-  Tensor dg1 = scratch.tensor(a.g1.shape, dt);
-  linear_bwd(be, fc2_, a.g1, row_parallel_dy(be, dbranch, scratch), dg1, Accumulate::Overwrite,
-             Bias::Add);
+  Tensor dg1 = keep.tensor(a.g1.shape, dt);
+  linear(fc2_, a.g1, row_parallel_dy(be, dbranch, keep, scratch), dg1);
   Tensor df1 = dg1;
   if (cfg_.mlp == MlpKind::Swiglu) {
-    df1 = scratch.tensor(a.f1.shape, dt);
+    df1 = keep.tensor(a.f1.shape, dt);
     be.swiglu_bwd(a.f1, dg1, df1);
   } else {
     be.gelu_tanh_bwd(a.f1, dg1, dg1);
   }
-  linear_bwd(be, fc1_, a.h2, df1, dnorm, Accumulate::Overwrite, Bias::Add);
+  linear(fc1_, a.h2, df1, dnorm);
   modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_mid, a.mean2, a.rstd2, a.mod,
                      kShift2, norm2_, dx, dmod, scratch);
 
-  // Attention branch: dx becomes dL/dx_in.
+  // Attention branch: dx becomes dL/dx_in. (A deferred W still reads o2's grad: a second buffer.)
+  if (w.deferred()) dbranch = keep.tensor({n, t, d}, dt);
   be.gate_residual_bwd(dx, a.o1, {a.mod, kGate1}, dbranch, {dmod, kGate1});
   Tensor dattn = scratch.tensor({n, tf, d / tp}, dt);
-  linear_bwd(be, proj_, a.attn, row_parallel_dy(be, dbranch, scratch), dattn,
-             Accumulate::Overwrite, Bias::Add);
-  Tensor dqkv = scratch.tensor({n, tf, 3 * d / tp}, dt);
+  linear(proj_, a.attn, row_parallel_dy(be, dbranch, keep, scratch), dattn);
+  Tensor dqkv = keep.tensor({n, tf, 3 * d / tp}, dt);
   Tensor dqkv_a = dqkv;
   if (a.qkv_a.data != a.qkv.data) dqkv_a = scratch.tensor(dqkv.shape, dt);
   be.attention_bwd(a.qkv_a, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv_a);
   if (a.qkv_a.data != a.qkv.data) qk_transform_bwd(be, a, dqkv_a, dqkv, scratch);
-  linear_bwd(be, qkv_, a.h1, dqkv, dnorm, Accumulate::Overwrite, Bias::Add);
+  linear(qkv_, a.h1, dqkv, dnorm);
   modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_in, a.mean1, a.rstd1, a.mod,
                      kShift1, norm1_, dx, dmod, scratch);
 
-  adaln_backward(be, silu_c, dmod, dsilu_c, scratch);
+  adaln_backward(be, silu_c, dmod, dsilu_c, scratch, w);
 }
 
 }  // namespace dit

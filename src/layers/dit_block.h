@@ -27,6 +27,11 @@
 //   Full       keeps only x_out (the next block's input; x_in is the previous block's) and reruns
 //              the whole forward, collectives included, inside the backward.
 //
+// Split backward (zero-bubble schedules): with a deferring WeightSink (linear.h) the backward is
+// B: it computes dL/dx_in and dL/dSiLU(c), with every tp collective, the q/k norm and RMSNorm
+// weight grads (their tp sums are collectives), and queues the five linears' dW, db for the W
+// pass. What the queue reads lives until W (dit_block.cpp lists it).
+//
 // Sequence parallelism (Tokens::SequenceParallel, tp > 1): the residual stream and everything
 // token-wise outside the tp GEMMs (x_in, x_mid, x_out, o1, o2, LN statistics) hold this rank's T/tp
 // tokens; h1 and h2 are all-gathered to every token before qkv and fc1, and the partial outputs
@@ -88,13 +93,14 @@ class DiTBlock {
                     Arena& scratch, Recompute mode = Recompute::None) const;
   // dx: on entry dL/dx_out, on exit dL/dx_in (updated in place: the residual stream).
   // dsilu_c (N, D) += this rank's partial dL/dSiLU(c); the stage all-reduces it over tp once.
+  // `w`: where the linears' weight grads go (default: added at once, the fused backward).
   void backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
-                const Tensor& dsilu_c, Arena& scratch) const;
+                const Tensor& dsilu_c, Arena& scratch, const WeightSink& w = {}) const;
 
  private:
   Tensor adaln_forward(Backend& be, const Tensor& silu_c, Arena& saved, Arena& scratch) const;
-  // Every tensor of `kept` valid again: dropped ones recomputed into scratch.
-  BlockActs rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c,
+  // Every tensor of `kept` valid again: dropped ones recomputed into `into` (temporaries in scratch).
+  BlockActs rematerialize(Backend& be, const BlockActs& kept, const Tensor& silu_c, Arena& into,
                           Arena& scratch) const;
   // The cheap elementwise steps, shared by the forward and selective recomputation.
   void attn_norm(Backend& be, BlockActs& a, Arena& arena, Arena& scratch) const;  // mean1, rstd1, h1
@@ -119,13 +125,14 @@ class DiTBlock {
   void row_parallel_fwd(Backend& be, const LinearParams& p, const Tensor& in, const Tensor& out,
                         Arena& scratch) const;
   // The gradient of a row-parallel output on all tokens (N, Tf, D) from this rank's (N, T, D).
-  Tensor row_parallel_dy(Backend& be, const Tensor& dy, Arena& scratch) const;
+  // (Allocated from `into` when gathered.)
+  Tensor row_parallel_dy(Backend& be, const Tensor& dy, Arena& into, Arena& scratch) const;
   // The tp sum of a column-parallel GEMM's input grad `dfull` (N, Tf, D), for this rank's tokens.
   Tensor column_parallel_dx(Backend& be, const Tensor& dfull, Arena& scratch) const;
   std::int64_t token_split() const { return sp() ? tp_->size() : 1; }
   bool sp() const { return tokens_ == Tokens::SequenceParallel; }
   void adaln_backward(Backend& be, const Tensor& silu_c, const Tensor& dmod, const Tensor& dsilu_c,
-                      Arena& scratch) const;
+                      Arena& scratch, const WeightSink& w) const;
 
   DiTConfig cfg_;
   Comm* tp_;

@@ -117,7 +117,7 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   return a;
 }
 
-void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int chunk) const {
+void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int chunk, const WeightSink& w) const {
   Backend& be = *be_;
   const Chunk& ch = chunks_.at(chunk);
   const DType dt = be.compute_dtype();
@@ -131,10 +131,10 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
     const Arena::Mark m = scratch.mark();
     if (options_.sequence_parallel) {  // dx of every token, identical on the tp ranks: keep ours
       const Tensor all = scratch.tensor(a.final.x_in.shape, dt);
-      ch.final->backward(be, a.final, a.silu_c, g.dout, all, dsilu_final, scratch);
+      ch.final->backward(be, a.final, a.silu_c, g.dout, all, dsilu_final, scratch, w);
       split_tokens(*tp_, be, all, g.dx, scratch);
     } else {
-      ch.final->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch);
+      ch.final->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch, w);
     }
     scratch.rewind(m);
   }
@@ -143,7 +143,7 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
   be.fill(dsilu, 0.f);
   for (std::size_t i = ch.blocks.size(); i-- > 0;) {
     const Arena::Mark m = scratch.mark();
-    ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch);
+    ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch, w);
     scratch.rewind(m);
   }
   tp_->all_reduce_sum(dsilu);
@@ -152,10 +152,10 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
   if (!ch.embed) return;
   Tensor dx0 = g.dx;
   if (options_.sequence_parallel) {  // the patch embedding's grad needs every token's
-    dx0 = scratch.tensor(a.embed.x0.shape, dt);
+    dx0 = w.arena(scratch).tensor(a.embed.x0.shape, dt);
     gather_tokens(*tp_, be, g.dx, dx0, scratch);
   }
-  ch.embed->backward(be, a.embed, dx0, g.dc, g.dimages, scratch);
+  ch.embed->backward(be, a.embed, dx0, g.dc, g.dimages, scratch, w);
 }
 
 }  // namespace dit

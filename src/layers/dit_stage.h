@@ -11,6 +11,7 @@
 #include "layers/dit_block.h"
 #include "layers/embed.h"
 #include "layers/final_layer.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace dit {
 
@@ -29,6 +30,8 @@ struct StageOptions {
   Recompute recompute = Recompute::None;
   int recompute_blocks = 0;  // Full only: the first K blocks of each stage recompute; 0 = all
   bool sequence_parallel = false;
+  // Which model chunks a rank's chunks are (pipeline_schedule.h): ZB-V's V, or interleaved.
+  ChunkPlacement placement = ChunkPlacement::Interleaved;
   // The block's Recompute mode for its index within the stage.
   Recompute mode_of(int i) const {
     return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks
@@ -91,7 +94,10 @@ class DiTStage {
 
   StageActs forward(const StageInputs& in, Arena& saved, Arena& scratch, int chunk = 0) const;
   // Parameter gradients accumulate into params().grad(...).
-  void backward(const StageActs& acts, StageGrads& g, Arena& scratch, int chunk = 0) const;
+  // With a deferring `w` this is B: the linears' weight grads are queued for run_weight_grads
+  // (linear.h), reading tensors from w's kept arena; B then W adds the bits of the fused backward.
+  void backward(const StageActs& acts, StageGrads& g, Arena& scratch, int chunk = 0,
+                const WeightSink& w = {}) const;
 
  private:
   struct Chunk {

@@ -86,18 +86,21 @@ EmbedActs Embedders::forward(Backend& be, const Tensor& images, const Tensor& t,
 }
 
 void Embedders::backward(Backend& be, const EmbedActs& a, const Tensor& dx0, const Tensor& dc,
-                         const Tensor& dimages, Arena& scratch) const {
+                         const Tensor& dimages, Arena& scratch, const WeightSink& w) const {
   const std::int64_t n = dc.dim(0), d = cfg_.hidden_size;
-  // pos_embed is fixed; the patch embedding sees dx0 directly.
+  // pos_embed is fixed; the patch embedding sees dx0 directly. Until W (deferred): the forward's
+  // patches, t1s and tfreq, the caller's dx0 and dc, and dt1 (kept).
   Tensor dpatches = dimages.data ? scratch.tensor(a.patches.shape, dtype_) : Tensor{};
-  linear_bwd(be, pe_, a.patches, dx0, dpatches, Accumulate::Overwrite, Bias::Add);
+  w.linear(be, pe_, a.patches, dx0, Bias::Add);
+  linear_bwd_input(be, pe_, dx0, dpatches, Accumulate::Overwrite);
   if (dimages.data) be.unpatchify(dpatches, cfg_.patch_size, PatchOrder::ChannelMajor, dimages);
 
-  be.embedding_bwd(dc, a.ids, dtable_);
-  Tensor dt1 = scratch.tensor({n, d}, dtype_);
-  linear_bwd(be, t2_, a.t1s, dc, dt1, Accumulate::Overwrite, Bias::Add);
+  be.embedding_bwd(dc, a.ids, dtable_);  // the label table's grad stays in B (a scatter-add)
+  Tensor dt1 = w.arena(scratch).tensor({n, d}, dtype_);
+  w.linear(be, t2_, a.t1s, dc, Bias::Add);
+  linear_bwd_input(be, t2_, dc, dt1, Accumulate::Overwrite);
   be.silu_bwd(a.t1, dt1, dt1, Accumulate::Overwrite);
-  linear_bwd(be, t0_, a.tfreq, dt1, Tensor{}, Accumulate::Overwrite, Bias::Add);
+  w.linear(be, t0_, a.tfreq, dt1, Bias::Add);
 }
 
 }  // namespace dit

@@ -35,9 +35,10 @@ class Embedders {
   // images (N, C, H, W), t (N) fp32 timesteps as the model sees them, ids (N) int32.
   EmbedActs forward(Backend& be, const Tensor& images, const Tensor& t, const Tensor& ids,
                     Arena& saved) const;
-  // dx0 (N, T, D), dc (N, D): parameter grads accumulate; dimages (if it has data) is written.
+  // dx0 (N, T, D), dc (N, D): parameter grads accumulate (the linears' through `w`, default at
+  // once); dimages (if it has data) is written.
   void backward(Backend& be, const EmbedActs& a, const Tensor& dx0, const Tensor& dc,
-                const Tensor& dimages, Arena& scratch) const;
+                const Tensor& dimages, Arena& scratch, const WeightSink& w = {}) const;
   Tensor pos_embed() const { return pos_.tensor({cfg_.num_patches(), cfg_.hidden_size}, dtype_); }
 
  private:

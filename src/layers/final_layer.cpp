@@ -44,17 +44,21 @@ FinalActs FinalLayer::forward(Backend& be, const Tensor& x, const Tensor& silu_c
 }
 
 void FinalLayer::backward(Backend& be, const FinalActs& a, const Tensor& silu_c, const Tensor& dout,
-                          const Tensor& dx, const Tensor& dsilu_c, Arena& scratch) const {
+                          const Tensor& dx, const Tensor& dsilu_c, Arena& scratch, const WeightSink& w) const {
   const std::int64_t n = a.h.dim(0), t = a.h.dim(1), d = cfg_.hidden_size, p = cfg_.patch_size;
   const DType dt = be.compute_dtype();
-  Tensor dpatches = scratch.tensor({n, t, p * p * cfg_.out_channels()}, dt);
+  // Until W (deferred): h and SiLU(c), the forward's; dpatches and dmod, kept.
+  Arena& keep = w.arena(scratch);
+  Tensor dpatches = keep.tensor({n, t, p * p * cfg_.out_channels()}, dt);
   be.patchify(dout, cfg_.patch_size, PatchOrder::ChannelMinor, dpatches);
   Tensor dh = scratch.tensor({n, t, d}, dt);
-  linear_bwd(be, linear_, a.h, dpatches, dh, Accumulate::Overwrite, Bias::Add);
-  Tensor dmod = scratch.tensor({n, 2 * d}, dt);
+  w.linear(be, linear_, a.h, dpatches, Bias::Add);
+  linear_bwd_input(be, linear_, dpatches, dh, Accumulate::Overwrite);
+  Tensor dmod = keep.tensor({n, 2 * d}, dt);
   norm_modulate_bwd(be, cfg_.norm, norm_, dh, a.x_in, a.mean, a.rstd, {a.mod, 1}, dx,
                     Accumulate::Overwrite, {dmod, 0}, {dmod, 1}, norm_.dw);
-  linear_bwd(be, ada_, silu_c, dmod, dsilu_c, Accumulate::Overwrite, Bias::Add);
+  w.linear(be, ada_, silu_c, dmod, Bias::Add);
+  linear_bwd_input(be, ada_, dmod, dsilu_c, Accumulate::Overwrite);
 }
 
 }  // namespace dit

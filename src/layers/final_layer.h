@@ -26,9 +26,10 @@ class FinalLayer {
 
   FinalActs forward(Backend& be, const Tensor& x, const Tensor& silu_c, Arena& saved,
                     Arena& scratch) const;
-  // dout (N, C_out, H, W) -> dx (N, T, D) (overwritten) and dsilu_c (N, D) (overwritten).
+  // dout (N, C_out, H, W) -> dx (N, T, D) (overwritten) and dsilu_c (N, D) (overwritten); the two
+  // linears' weight grads go to `w` (default: added at once).
   void backward(Backend& be, const FinalActs& a, const Tensor& silu_c, const Tensor& dout,
-                const Tensor& dx, const Tensor& dsilu_c, Arena& scratch) const;
+                const Tensor& dx, const Tensor& dsilu_c, Arena& scratch, const WeightSink& w = {}) const;
 
  private:
   DiTConfig cfg_;

@@ -4,7 +4,10 @@
 // caller adds the collectives (see dit_block.cpp).
 #pragma once
 
+#include <vector>
+
 #include "backend/backend.h"
+#include "core/arena.h"
 #include "layers/params.h"
 
 namespace dit {
@@ -28,7 +31,42 @@ enum class Bias : std::uint8_t { Add, Skip };
 // y (R, out) = x (R, in) W^T (+ b)
 void linear_fwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& y, Bias bias);
 // dW += dy^T x;  db += sum_rows dy (when bias == Add);  dx (=|+=) dy W when dx has data.
+// linear_bwd is linear_bwd_weight then linear_bwd_input: the halves run apart give the same bits.
 void linear_bwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy,
                 const Tensor& dx, Accumulate dx_acc, Bias bias);
+void linear_bwd_input(Backend& be, const LinearParams& p, const Tensor& dy, const Tensor& dx, Accumulate dx_acc);
+void linear_bwd_weight(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy, Bias bias);
+
+// A weight gradient a split backward owes: linear_bwd_weight(p, x, dy, bias) later.
+struct WeightGrad {
+  LinearParams p;
+  Tensor x, dy;
+  Bias bias = Bias::Add;
+};
+
+// Where a backward puts its weight gradients. The default adds them at once (the fused backward).
+// A deferring sink queues them for run_weight_grads (the zero-bubble W pass) and names the arena
+// that lives until then: the tensors the queued gradients read must come from arena(scratch).
+class WeightSink {
+ public:
+  WeightSink() = default;
+  WeightSink(std::vector<WeightGrad>& queue, Arena& keep) : queue_(&queue), keep_(&keep) {}
+  bool deferred() const { return queue_ != nullptr; }
+  // Where to allocate what a weight gradient reads: the kept arena when deferred, else scratch.
+  Arena& arena(Arena& scratch) const { return queue_ ? *keep_ : scratch; }
+  void linear(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy, Bias bias) const {
+    if (queue_)
+      queue_->push_back({p, x, dy, bias});
+    else
+      linear_bwd_weight(be, p, x, dy, bias);
+  }
+
+ private:
+  std::vector<WeightGrad>* queue_ = nullptr;
+  Arena* keep_ = nullptr;
+};
+
+// The W pass: every queued weight gradient, in the order queued.
+void run_weight_grads(Backend& be, const std::vector<WeightGrad>& queue);
 
 }  // namespace dit

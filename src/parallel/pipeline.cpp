@@ -33,6 +33,7 @@ PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, PipelineTim
       s.microbatch = mb;
       s.chunk = chunk;
       s.message_bytes = 0;
+      s.input_done = false;
       return s;
     }
   slots_.push_back(Slot{std::make_unique<Arena>(*alloc_), {}, {}, {}, mb, chunk});
@@ -47,6 +48,11 @@ PipelineExecutor::Slot& PipelineExecutor::slot_of(int mb, int chunk) {
 
 void PipelineExecutor::release(Slot& s) { s.microbatch = -1; }
 
+ChunkAt PipelineExecutor::neighbour(int chunk, int step) const {
+  const int pp = pp_->size(), k = model_chunk(pp, pp_->rank(), chunk, placement_) + step;
+  return chunk_at(pp, (k + pp * chunks_) % (pp * chunks_), placement_);  // wraps: never sent on
+}
+
 void PipelineExecutor::count_messages(Slot& s, const std::vector<Tensor>& buffers) {
   for (const Tensor& x : buffers) s.message_bytes += x.bytes();
   std::size_t live = 0;
@@ -57,64 +63,90 @@ void PipelineExecutor::count_messages(Slot& s, const std::vector<Tensor>& buffer
 
 // keep: a backward follows, so the slot stays and its gradient's receive is posted now.
 void PipelineExecutor::run_forward(const Action& a, bool keep, PipelineStage& stage, PipelineTiming& t) {
-  const int me = pp_->rank(), pp = pp_->size(), mb = a.microbatch;
+  const int me = pp_->rank(), mb = a.microbatch;
+  const ChunkAt prev = neighbour(a.chunk, -1), next = neighbour(a.chunk, +1);
+  const bool last = model_chunk(pp_->size(), me, a.chunk, placement_) == pp_->size() * chunks_ - 1;
   Slot& s = acquire(mb, a.chunk, t);
   std::vector<Tensor> in = stage.forward_inputs(mb, a.chunk, *s.arena);
   count_messages(s, in);
   const double t0 = now_s();
   note(mb, "forward");
   std::vector<Request> recvs;
-  const int from = (me + pp - 1) % pp, to = (me + 1) % pp;
   for (const Tensor& x : in)
-    recvs.push_back(pp_->irecv(x, from, tag(a.chunk, mb, microbatches_, Op::Forward)));
+    recvs.push_back(pp_->irecv(x, prev.stage, tag(a.chunk, mb, microbatches_, Op::Forward)));
   for (Request& r : recvs) pp_->wait(r);
   const double t1 = now_s();
   std::vector<Tensor> out = stage.forward(mb, a.chunk, in, *s.arena);
   t.wait_s += t1 - t0;
   t.compute_s += now_s() - t1;
-  DIT_CHECK(me < pp - 1 || a.chunk < chunks_ - 1 || out.empty(),
-            "pipeline: the last stage has nothing to send forward");
-  const int next_chunk = me == pp - 1 ? a.chunk + 1 : a.chunk;
+  t.forward_s += now_s() - t1, ++t.forwards;
+  DIT_CHECK(!last || out.empty(), "pipeline: the last stage has nothing to send forward");
   for (const Tensor& x : out)
-    s.sends.push_back(pp_->isend(x, to, tag(next_chunk, mb, microbatches_, Op::Forward)));
+    s.sends.push_back(pp_->isend(x, next.stage, tag(next.chunk, mb, microbatches_, Op::Forward)));
   if (!keep) {  // forward only: the slot is free once its sends have left
+    // At the turn of a V the last stage sends chunk 0's output to itself: its slot is kept until
+    // chunk 1 has received it, so that reusing the slot never waits on this rank's own receive.
+    if (next.stage == me && !last) return;
     release(s);
+    if (prev.stage == me && a.chunk > 0) release(slot_of(mb, prev.chunk));
     return;
   }
   s.grads = stage.backward_inputs(mb, a.chunk, *s.arena);
   count_messages(s, s.grads);
   for (const Tensor& x : s.grads)
-    s.recvs.push_back(pp_->irecv(x, to, tag(a.chunk, mb, microbatches_, Op::Backward)));
+    s.recvs.push_back(pp_->irecv(x, next.stage, tag(a.chunk, mb, microbatches_, Op::Backward)));
 }
 
+// Backward (fused) or BackwardInput: waits for the gradient, sends the input gradient back. The
+// fused backward frees the slot; after B it waits for its W.
 void PipelineExecutor::run_backward(const Action& a, PipelineStage& stage, PipelineTiming& t) {
-  const int me = pp_->rank(), pp = pp_->size(), mb = a.microbatch;
+  const int me = pp_->rank(), mb = a.microbatch;
+  const bool split = a.op == Op::BackwardInput;
+  const ChunkAt prev = neighbour(a.chunk, -1);
   Slot& s = slot_of(mb, a.chunk);
   const double t0 = now_s();
-  note(mb, "backward");
+  note(mb, split ? "backward input" : "backward");
   for (Request& r : s.recvs) pp_->wait(r);
   s.recvs.clear();
   const double t1 = now_s();
-  std::vector<Tensor> out = stage.backward(mb, a.chunk, s.grads, *s.arena);
+  std::vector<Tensor> out = split ? stage.backward_input(mb, a.chunk, s.grads, *s.arena)
+                                  : stage.backward(mb, a.chunk, s.grads, *s.arena);
   s.grads.clear();
   t.wait_s += t1 - t0;
   t.compute_s += now_s() - t1;
-  DIT_CHECK(me > 0 || a.chunk > 0 || out.empty(),
+  t.backward_s += now_s() - t1, ++t.backwards;
+  DIT_CHECK(model_chunk(pp_->size(), me, a.chunk, placement_) > 0 || out.empty(),
             "pipeline: the first stage has nothing to send backward");
-  const int to = (me + pp - 1) % pp, prev_chunk = me == 0 ? a.chunk - 1 : a.chunk;
   for (const Tensor& x : out)
-    s.sends.push_back(pp_->isend(x, to, tag(prev_chunk, mb, microbatches_, Op::Backward)));
+    s.sends.push_back(pp_->isend(x, prev.stage, tag(prev.chunk, mb, microbatches_, Op::Backward)));
+  if (split) {
+    s.input_done = true;
+    return;
+  }
+  release(s);
+}
+
+void PipelineExecutor::run_weight(const Action& a, PipelineStage& stage, PipelineTiming& t) {
+  Slot& s = slot_of(a.microbatch, a.chunk);
+  DIT_CHECK(s.input_done, "pipeline: weight backward of microbatch ", a.microbatch, " (chunk ", a.chunk,
+            ") before its input backward");
+  note(a.microbatch, "backward weight");
+  const double t0 = now_s();
+  stage.backward_weight(a.microbatch, a.chunk, *s.arena);
+  t.compute_s += now_s() - t0;
+  t.weight_s += now_s() - t0, ++t.weights;
   release(s);
 }
 
 PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int microbatches,
-                                     PipelineStage& stage) {
+                                     PipelineStage& stage, ChunkPlacement placement) {
   PipelineTiming t;
   microbatches_ = microbatches;
+  placement_ = placement;
   chunks_ = 1;
   bool any_backward = false;
   for (const Action& a : actions) {
-    any_backward |= a.op == Op::Backward;
+    any_backward |= a.op != Op::Forward;
     chunks_ = std::max(chunks_, a.chunk + 1);
   }
   DIT_CHECK(microbatches * chunks_ <= kMaxMicrobatches, "pipeline: at most ", kMaxMicrobatches,
@@ -122,6 +154,8 @@ PipelineTiming PipelineExecutor::run(const std::vector<Action>& actions, int mic
   for (const Action& a : actions) {
     if (a.op == Op::Forward)
       run_forward(a, any_backward, stage, t);
+    else if (a.op == Op::BackwardWeight)
+      run_weight(a, stage, t);
     else
       run_backward(a, stage, t);
   }

@@ -5,8 +5,13 @@
 // as its forward is done, so a send never waits for its receiver to reach an action: reusing a
 // slot (which waits for the slot's sends) cannot block either, and any schedule that respects the
 // data dependencies cannot deadlock. Interleaved schedules name a chunk per action: chunk c of
-// stage s is model chunk c * pp + s, so messages wrap around from the last stage to stage 0.
-// The executor knows nothing of DiT: it drives the PipelineStage interface.
+// stage s is model chunk c * pp + s, so messages wrap around from the last stage to stage 0; under
+// ZB-V's V placement (pipeline_schedule.h) the turn of the V is a message from the last stage to
+// itself. A split backward runs B (BackwardInput: it sends the input gradient on) and later W
+// (BackwardWeight), and the microbatch's slot is held until its W. The executor knows nothing of
+// DiT: it drives the PipelineStage interface. Whatever reads the weight gradients (the gradient
+// norm, overflow checks, the data-parallel reduction, the optimizer step) runs after `run`
+// returns, so after the last W of the step.
 #pragma once
 
 #include <memory>
@@ -39,11 +44,26 @@ class PipelineStage {
   // Runs backward; returns the gradients for the previous stage (empty on the first stage).
   virtual std::vector<Tensor> backward(int mb, int chunk, const std::vector<Tensor>& grads,
                                        Arena& arena) = 0;
+  // The two halves of backward, for zero-bubble schedules: backward_input returns what backward
+  // returns and keeps in `arena` what backward_weight needs to add the weight gradients; the
+  // pair adds exactly what backward adds. A stage that cannot split does all of it in the first.
+  virtual std::vector<Tensor> backward_input(int mb, int chunk, const std::vector<Tensor>& grads,
+                                             Arena& arena) {
+    return backward(mb, chunk, grads, arena);
+  }
+  virtual void backward_weight(int /*mb*/, int /*chunk*/, Arena& /*arena*/) {}
 };
 
 struct PipelineTiming {
   double compute_s = 0;  // inside the stage's forward/backward
   double wait_s = 0;     // blocked on receives and on sends still in flight
+  // compute_s by op, per (chunk, microbatch) on average: T_F, T_B (the input backward, or the
+  // fused backward) and T_W (0 without split backwards), the simulator's op times
+  double forward_s = 0, backward_s = 0, weight_s = 0;
+  int forwards = 0, backwards = 0, weights = 0;
+  double mean_forward_s() const { return forwards ? forward_s / forwards : 0; }
+  double mean_backward_s() const { return backwards ? backward_s / backwards : 0; }
+  double mean_weight_s() const { return weights ? weight_s / weights : 0; }
 };
 
 class PipelineExecutor {
@@ -51,8 +71,10 @@ class PipelineExecutor {
   // pp: the communicator of this rank's pipeline (rank = stage). `watch` (optional) learns which
   // microbatch and action each wait is for, for the watchdog's message.
   PipelineExecutor(Comm& pp, Allocator& alloc, CommWatch* watch = nullptr);
-  // Runs the actions for `microbatches` microbatches; returns when every message has completed.
-  PipelineTiming run(const std::vector<Action>& actions, int microbatches, PipelineStage& stage);
+  // Runs the actions for `microbatches` microbatches, with the schedule's chunk placement; returns
+  // when every message has completed.
+  PipelineTiming run(const std::vector<Action>& actions, int microbatches, PipelineStage& stage,
+                     ChunkPlacement placement = ChunkPlacement::Interleaved);
   // Peak bytes held by the microbatch arenas (activation memory, message buffers included).
   std::size_t peak_activation_bytes() const;
   // Peak bytes of the receive buffers held at once (part of the activation memory).
@@ -66,11 +88,15 @@ class PipelineExecutor {
     std::vector<Request> recvs;  // their receives
     int microbatch = -1, chunk = 0;
     std::size_t message_bytes = 0;  // receive buffers allocated in this slot's arena
+    bool input_done = false;        // its B ran; its W is still owed
   };
   Slot& acquire(int mb, int chunk, PipelineTiming& t);
   Slot& slot_of(int mb, int chunk);
   void run_forward(const Action& a, bool keep, PipelineStage& stage, PipelineTiming& t);
   void run_backward(const Action& a, PipelineStage& stage, PipelineTiming& t);
+  void run_weight(const Action& a, PipelineStage& stage, PipelineTiming& t);
+  // The neighbouring (stage, chunk) of this rank's chunk: the next model chunk, or the previous.
+  ChunkAt neighbour(int chunk, int step) const;
   void release(Slot& s);
   void count_messages(Slot& s, const std::vector<Tensor>& buffers);
   void drain(Slot& s, PipelineTiming& t);
@@ -83,6 +109,7 @@ class PipelineExecutor {
 
   CommWatch* watch_;
   int microbatches_ = 0, chunks_ = 1;  // of the run in progress (message tags, peers)
+  ChunkPlacement placement_ = ChunkPlacement::Interleaved;
   std::vector<Slot> slots_;
   std::size_t peak_messages_ = 0;
 };

@@ -1,4 +1,4 @@
-// Pipeline schedule lists (see schedule.h).
+// Pipeline schedule lists (see pipeline_schedule.h).
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
@@ -46,6 +46,72 @@ std::vector<Action> make_gpipe(int pp, int stage, int m) {
   return a;
 }
 
+// The ZB-H1 table (see the header): 1F1B's forwards and input backwards, with stage s holding back
+// s weight backwards to run in its cool-down.
+std::vector<Action> make_zb_h1(int pp, int stage, int m) {
+  check_args(pp, stage, m);
+  DIT_CHECK(pp >= 2, "parallel.schedule = \"zb-h1\" needs parallel.pp >= 2 (it is ", pp, ")");
+  const int warmup = std::min(pp - stage - 1, m), held = stage;
+  std::vector<Action> a;
+  int f = 0, b = 0, w = 0;
+  auto input_then_weight = [&] {
+    a.push_back({Op::BackwardInput, b++});
+    if (b - w > held) a.push_back({Op::BackwardWeight, w++});
+  };
+  // Warm-up: fill the pipeline downstream of this stage.
+  for (int i = 0; i < warmup; ++i) a.push_back({Op::Forward, f++});
+  // Steady state: F, B (and W once more than `held` are owed).
+  while (f < m) {
+    a.push_back({Op::Forward, f++});
+    input_then_weight();
+  }
+  // Cool-down: the Bs still owed, then the held Ws fill the tail.
+  while (b < m) input_then_weight();
+  while (w < m) a.push_back({Op::BackwardWeight, w++});
+  return a;
+}
+
+namespace {
+// Appends ops of one kind and chunk in microbatch order, dropping any past the m-th.
+struct VTable {
+  int m;
+  std::vector<Action> a;
+  int next[3][2] = {};  // [F, B, W][chunk]
+  void put(Op op, int chunk) {
+    const int k = op == Op::Forward ? 0 : op == Op::BackwardInput ? 1 : 2;
+    if (next[k][chunk] < m) a.push_back({op, next[k][chunk]++, chunk});
+  }
+  int count(Op op, int chunk) const { return next[op == Op::Forward ? 0 : op == Op::BackwardInput ? 1 : 2][chunk]; }
+};
+}  // namespace
+
+// The ZB-V table (see the header), stage s of p: chunk 0 runs down the ranks, chunk 1 back up.
+std::vector<Action> make_zb_v(int pp, int stage, int m) {
+  check_args(pp, stage, m);
+  DIT_CHECK(pp >= 2, "parallel.schedule = \"zb-v\" needs parallel.pp >= 2 (it is ", pp, ")");
+  constexpr Op F = Op::Forward, B = Op::BackwardInput, W = Op::BackwardWeight;
+  const int s = stage, p = pp;
+  VTable t{m, {}};
+  // Warm-up: chunk 0 forwards down the V, then chunk 1 forwards as their inputs come back up,
+  // then the first chunk-1 backwards (each with its W: the last rank turns the V at once).
+  for (int i = 0; i < 2 * (p - s) - 1; ++i) t.put(F, 0);
+  for (int i = 0; i < s; ++i) t.put(F, 1), t.put(F, 0);
+  for (int i = 0; i < p - s; ++i) t.put(F, 1), t.put(B, 1), t.put(W, 1);
+  // Steady state: one F, B and W of each chunk.
+  while (t.count(F, 1) < m) {
+    t.put(F, 0), t.put(B, 0), t.put(W, 0);
+    t.put(F, 1), t.put(B, 1), t.put(W, 1);
+  }
+  // Cool-down: the Bs still owed, their Ws filling the tail.
+  for (int i = 0; i < s; ++i) t.put(B, 0), t.put(B, 1);
+  for (int i = 0; i < p - s; ++i) t.put(B, 0), t.put(W, 0);
+  while (t.count(B, 0) < m) t.put(B, 0);  // (only when the table above ran short)
+  while (t.count(B, 1) < m) t.put(B, 1);
+  while (t.count(W, 1) < m) t.put(W, 1);
+  while (t.count(W, 0) < m) t.put(W, 0);
+  return t.a;
+}
+
 namespace {
 // The order in which a rank visits its (chunk, microbatch) pairs: microbatches in groups of pp,
 // each group through chunk 0, 1, ..., v - 1 (backward: v - 1, ..., 0). The m % pp leftover
@@ -65,13 +131,28 @@ std::vector<Action> visit_order(Op op, int pp, int m, int v) {
 
 void check_virtual_stages(ScheduleKind kind, int pp, int m, int v) {
   DIT_CHECK(v >= 1, "parallel.virtual_stages = ", v, ": expected 1 or more chunks per rank");
+  if (is_zero_bubble(kind))
+    DIT_CHECK(pp >= 2, "parallel.schedule = \"", schedule_name(kind), "\" needs parallel.pp >= 2 (it is ", pp,
+              "): zero-bubble schedules fill pipeline bubbles; use \"1f1b\" without a pipeline");
+  if (kind == ScheduleKind::ZbV) {
+    DIT_CHECK(v == 2, "parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2 (it is ", v,
+              "): ZB-V runs two model chunks per rank in a V");
+  } else if (kind == ScheduleKind::ZbH1) {
+    DIT_CHECK(v == 1, "parallel.schedule = \"zb-h1\" needs parallel.virtual_stages = 1 (it is ", v,
+              "): for two chunks per rank use \"zb-v\"");
+  }
   if (v == 1) return;
-  DIT_CHECK(kind == ScheduleKind::OneFOneB, "parallel.virtual_stages = ", v,
+  DIT_CHECK(kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZbV, "parallel.virtual_stages = ", v,
             " needs parallel.schedule = \"1f1b\" (interleaved 1F1B); GPipe has no virtual stages");
   DIT_CHECK(pp >= 2, "parallel.virtual_stages = ", v, " needs parallel.pp >= 2 (it is ", pp,
             "): virtual stages interleave chunks over pipeline ranks");
   DIT_CHECK(m * v <= 16000, "parallel.virtual_stages = ", v, " with ", m,
             " microbatches: at most 16000 (chunk, microbatch) pairs per step (MPI tag space)");
+}
+
+void check_v_split(int pp, int blocks) {
+  DIT_CHECK(pp >= 1 && blocks % (2 * pp) == 0, "parallel.schedule = \"zb-v\" needs model.depth = ", blocks,
+            " to split evenly into 2 x parallel.pp = ", 2 * pp, " chunks (a multiple of ", 2 * pp, ")");
 }
 
 std::vector<Action> make_interleaved(int pp, int stage, int m, int v) {
@@ -97,8 +178,13 @@ std::vector<Action> make_interleaved(int pp, int stage, int m, int v) {
 
 std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int m, int v) {
   check_virtual_stages(kind, pp, m, v);
-  if (v > 1) return make_interleaved(pp, stage, m, v);
-  return kind == ScheduleKind::GPipe ? make_gpipe(pp, stage, m) : make_1f1b(pp, stage, m);
+  switch (kind) {
+    case ScheduleKind::GPipe: return make_gpipe(pp, stage, m);
+    case ScheduleKind::ZbH1: return make_zb_h1(pp, stage, m);
+    case ScheduleKind::ZbV: return make_zb_v(pp, stage, m);
+    case ScheduleKind::OneFOneB: break;
+  }
+  return v > 1 ? make_interleaved(pp, stage, m, v) : make_1f1b(pp, stage, m);
 }
 
 std::vector<Action> make_forward_only(int m, int pp, int v) {
@@ -115,7 +201,7 @@ std::vector<Action> make_forward_only(int m, int pp, int v) {
 int max_in_flight(const std::vector<Action>& actions) {
   int live = 0, peak = 0;
   for (const Action& a : actions) {
-    live += a.op == Op::Forward ? 1 : -1;
+    live += a.op == Op::Forward ? 1 : a.op == Op::BackwardInput ? 0 : -1;
     peak = std::max(peak, live);
   }
   return peak;
@@ -123,6 +209,12 @@ int max_in_flight(const std::vector<Action>& actions) {
 
 double theoretical_bubble(int pp, int m, int v) {
   return double(pp - 1) / (double(v) * m + pp - 1);
+}
+
+double theoretical_bubble(ScheduleKind kind, int pp, int m, int v) {
+  if (kind == ScheduleKind::ZbH1) return double(pp - 1) / (3.0 * m + pp - 1);
+  if (kind == ScheduleKind::ZbV) return double(pp - 1) / (6.0 * m + pp - 1);
+  return theoretical_bubble(pp, m, v);
 }
 
 }  // namespace dit

@@ -238,12 +238,14 @@ std::vector<Layout> fit_grids(const FitRequest& req) {
 namespace {
 
 // Every setting of one grid the search tries: micro-batch, precision, recompute mode, sequence
-// parallelism, then the schedule (1F1B, its interleaved forms, GPipe), as configs to plan.
+// parallelism, then the schedule (1F1B, its interleaved forms, GPipe, ZB-H1, ZB-V), as configs to plan.
 std::vector<RunConfig> fit_settings(const FitRequest& req, const Layout& l) {
   const DiTConfig& m = req.cfg.model.dit;
   std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::OneFOneB, 1}};
   for (int v = 2; l.pp > 1 && l.pp * v <= m.depth; ++v) schedules.push_back({ScheduleKind::OneFOneB, v});
   if (l.pp > 1) schedules.push_back({ScheduleKind::GPipe, 1});
+  if (l.pp > 1) schedules.push_back({ScheduleKind::ZbH1, 1});
+  if (l.pp > 1 && m.depth % (2 * l.pp) == 0) schedules.push_back({ScheduleKind::ZbV, 2});
   std::vector<RunConfig> out;
   const std::int64_t replica = req.cfg.train.global_batch / l.dp;
   for (std::int64_t micro = 1; micro <= replica; micro *= 2) {

@@ -133,9 +133,18 @@ PredictParams predict_params_from_toml(const std::string& text, const std::strin
 
 namespace {
 // Whether action a on stage s sends its result on (to the next chunk forward, the previous backward).
-bool sends(const Action& a, int s, int pp, int v) {
-  const int k = a.chunk * pp + s;
-  return a.op == Op::Forward ? k < pp * v - 1 : k > 0;
+bool sends(const Action& a, int s, int pp, int v, ChunkPlacement pl) {
+  if (a.op == Op::BackwardWeight) return false;
+  const int k = model_chunk(pp, s, a.chunk, pl);
+  const bool next_on_same_rank = chunk_at(pp, a.op == Op::Forward ? k + 1 : k - 1, pl).stage == s;
+  return (a.op == Op::Forward ? k < pp * v - 1 : k > 0) && !next_on_same_rank;
+}
+
+// Seconds of action a given its stage's forward and fused-backward times: a split backward's
+// halves take half each (T_B = T_W).
+double op_seconds(const Action& a, double fwd, double bwd) {
+  if (a.op == Op::Forward) return fwd;
+  return a.op == Op::Backward ? bwd : bwd / 2;
 }
 }  // namespace
 
@@ -144,6 +153,7 @@ namespace {
 Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKind schedule, double share) {
   const Layout& l = p.layout;
   const int m = p.microbatches, v = p.virtual_stages, pp = l.pp;
+  const ChunkPlacement pl = placement_of(schedule);
   const double rows = double(p.micro_batch) * p.tokens;
   const double rate = hw.flops_per_s * share * rows / (rows + hw.rows_half);
   // The rank grid puts tp innermost, then dp, then pp (grid.h): which groups stay within a node.
@@ -162,7 +172,7 @@ Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKin
     bwd[s] = 2 * work / 3 / (m * v);
     r.compute_s = std::max(r.compute_s, work);
     int n = 0;
-    for (const Action& a : lists[s]) n += sends(a, s, pp, v);
+    for (const Action& a : lists[s]) n += sends(a, s, pp, v, pl);
     // Seconds of one send: its bytes (x and c) over the link, and a latency per tensor.
     const double pp_lat = hw.pp_latency_us >= 0 ? hw.pp_latency_us : hw.latency_us;
     msg[s] = n > 0 ? st.pp_bytes / double(n) / (bw(pp_in) * 1e9) + 2 * pp_lat * 1e-6 : 0;
@@ -170,8 +180,8 @@ Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKin
     r.dp_s = std::max(r.dp_s, dp_s);
   }
   const PipelineSim sim = simulate_pipeline(
-      lists, v, [&](int s, const Action& a) { return a.op == Op::Forward ? fwd[s] : bwd[s]; },
-      [&](int s, const Action& a) { return sends(a, s, pp, v) ? msg[s] : 0.0; });
+      lists, v, [&](int s, const Action& a) { return op_seconds(a, fwd[s], bwd[s]); },
+      [&](int s, const Action& a) { return sends(a, s, pp, v, pl) ? msg[s] : 0.0; }, pl);
   DIT_CHECK(sim.completed, "predict: the schedule tables deadlock in simulation (pp ", pp, ", m ", m, ", v ", v, ")");
   r.pipeline_s = sim.makespan;
   r.bubble = sim.bubble();
