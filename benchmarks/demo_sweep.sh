@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The sweep that chose the demo's defaults (docs/demo.md): each setting trains the demo at tp 2 x pp 4
+# The sweep that chose the demo's model and budget (docs/demo.md), with the official DiT recipe the demo
+# trained then (configs/fashion_mnist_ddpm.toml; the demo's recipe is now LightningDiT's, chosen by
+# benchmarks/recipes.sh): each setting trains the demo at tp 2 x pp 4
 # on 8 ranks, then `dit_mp evaluate` judges 100 samples per class of its EMA weights. One line per
 # setting goes to OUT/summary.tsv: name, training minutes (wall clock, start-up and the final grid
 # included), evaluation minutes, class accuracy, FID, the real-data floor's FID, precision, recall.
@@ -8,7 +10,7 @@
 #                                                 but steps24k, the 30-minute scaling point)
 #
 # Run it on an otherwise idle machine: the minutes are what the demo costs there. Each setting is
-# --set overrides of configs/fashion_mnist.toml (the current defaults); `defaults` is the demo as is.
+# --set overrides of configs/fashion_mnist_ddpm.toml; `defaults` is that file as is.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 DIT_MP=${DIT_MP:-$root/build/bin/dit_mp}
@@ -43,7 +45,8 @@ for name in "${names[@]}"; do
   for kv in ${SETTINGS[$name]}; do sets+=(--set "$kv"); done
   run="$OUT/$name"
   t0=$(date +%s.%N)
-  mpirun -q -np 8 -x OMP_NUM_THREADS=1 "$DIT_MP" --tp 2 --pp 4 --overwrite --set run.dir=\""$run"\" "${sets[@]}" \
+  mpirun -q -np 8 -x OMP_NUM_THREADS=1 "$DIT_MP" --config "$root/configs/fashion_mnist_ddpm.toml" --tp 2 --pp 4 \
+    --overwrite --set run.dir=\""$run"\" "${sets[@]}" \
     > "$run.train.log" 2>&1 || { tail -3 "$run.train.log"; exit 1; }
   t1=$(date +%s.%N)
   "$DIT_MP" evaluate --run "$run" --per-class 100 $EVAL_SAMPLER > "$run.eval.log" 2>&1 || { tail -3 "$run.eval.log"; exit 1; }

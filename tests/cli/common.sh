@@ -14,8 +14,14 @@ prepare_fashion_test() {
 }
 
 # A small model that trains in seconds on 2 cores. A constant learning rate: a run cut short and
-# resumed then follows the same schedule as one run (the demo's cosine spans train.steps).
-TINY=(--set model.hidden_size=64 --set model.depth=2 --set model.num_heads=4 --set model.patch_size=4
+# resumed then follows the same schedule as one run (the demo's cosine spans train.steps). It trains
+# the official DiT's recipe and block (DDPM, learned sigma, DDIM), not the demo's LightningDiT
+# recipe: the tests of training, resuming and sampling check DDPM's terms and samplers, and the
+# flow tests (flow_recipe.sh, lightning_checkpoint.sh) set theirs.
+OFFICIAL=(--set diffusion.objective=\"ddpm\" --set diffusion.timestep_sampling=\"uniform\"
+          --set diffusion.cosine_loss=false --set model.learn_sigma=true --set model.mlp=\"gelu\"
+          --set model.norm=\"layernorm\" --set model.pos_embed=\"sincos\" --set sample.sampler=\"ddim\")
+TINY=("${OFFICIAL[@]}" --set model.hidden_size=64 --set model.depth=2 --set model.num_heads=4 --set model.patch_size=4
       --set train.global_batch=16 --set train.micro_batch=2 --set train.warmup=0 --set train.lr=2e-3
       --set train.lr_schedule=\"constant\" --set train.log_every=10
       --set sample.num_steps=4 --set sample.per_class=2)

@@ -56,6 +56,22 @@ TEST(Config, DemoFileEqualsDemo) {
                         << demo.to_toml();
 }
 
+// The DDPM baseline file is the demo with the official DiT's recipe and block, nothing else changed.
+TEST(Config, DdpmDemoFileIsTheDemoWithTheOfficialRecipe) {
+  const RunConfig file = RunConfig::from_file(kConfigs + "/fashion_mnist_ddpm.toml");
+  RunConfig want = RunConfig::demo();
+  const RunConfig defaults;
+  want.diffusion = defaults.diffusion;  // DDPM, uniform timesteps, no cosine term, no weighting
+  want.model.dit.learn_sigma = true;
+  want.model.dit.mlp = defaults.model.dit.mlp;
+  want.model.dit.norm = defaults.model.dit.norm;
+  want.model.dit.pos_embed = defaults.model.dit.pos_embed;
+  want.sample.sampler = diffusion::SamplerKind::Ddim;
+  want.run.dir = "runs/fashion_mnist_ddpm";
+  EXPECT_EQ(file, want) << "configs/fashion_mnist_ddpm.toml:\n" << file.to_toml() << "\nwant:\n" << want.to_toml();
+  EXPECT_NO_THROW(file.validate());
+}
+
 TEST(Config, ImageNetFileIsTheOfficialXL2) {
   const RunConfig c = RunConfig::from_file(kConfigs + "/imagenet_latents_xl2.toml");
   EXPECT_EQ(c.model.preset, "DiT-XL/2");
