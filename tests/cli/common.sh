@@ -41,3 +41,19 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+
+# compare_resumed_losses FULL RESUMED SAME(0|1): a run resumed at step 2 logged steps 1-4, and its
+# losses at steps 3 and 4 equal the uninterrupted run's (SAME=1: bit for bit; 0: within 1e-5).
+compare_resumed_losses() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
+import json, sys
+full = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+res = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(res) == [1, 2, 3, 4], sorted(res)
+for s in (3, 4):
+    if sys.argv[3] == "1":
+        assert res[s] == full[s], (s, res[s], full[s])
+    else:
+        assert abs(res[s] - full[s]) <= 1e-5 * abs(full[s]), (s, res[s], full[s])
+PY
+}
