@@ -224,6 +224,24 @@ class Backend : public Allocator {
                               const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
                               float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
 
+  // Output distillation (TinyFusion's training_losses_kd_rep; diffusion/distill.h is the float64
+  // reference) of the student output out (N, Co, H, W) against the teacher's tout (N, Ct, H, W),
+  // Co and Ct = C or 2C: per sample kd = mean over (C, H, W) of (out - tout)^2 of the prediction
+  // channels, plus with LossVariance::Learned (both learn the variance) the VB term of the
+  // student against the teacher (math::kd_element) in bits per dim. dout += grad_scale *
+  // d mean_N(kd) / d out; terms (N, 2) fp32 = per-sample (kd mse, kd vb). `t` and `coefs` are
+  // read only for the VB term.
+  virtual void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
+                                   const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
+                                   float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
+  // Masked feature distillation of a student hidden state fs against the teacher's ft (N, T, D):
+  // per sample, the elements farther than `sigma` standard deviations (unbiased, over T x D) from
+  // the sample's mean are zeroed in each (sigma = 0: nothing is); loss = mean over (T, D) of
+  // (ms fs - mt ft)^2. dfs = grad_scale * d mean_N(loss) / d fs (written; the masks held
+  // constant); terms (N) fp32 += loss.
+  virtual void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
+                               const Tensor& dfs, const Tensor& terms) = 0;
+
   // ---- optimizer over flat ranges -----------------------------------------------------------
   // AdamW on fp32 master params with fp32 moments; grad may be any float dtype.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

@@ -241,6 +241,45 @@ DIT_HD LossElement loss_element(double eps, double v, double x0, double noise, c
   return e;
 }
 
+// ---- output distillation (TinyFusion's training_losses_kd_rep) per element --------------------
+
+// One element's output-distillation terms: (s - te)^2 of the student's and teacher's predictions
+// (eps or velocity) and, with learned variances, the VB term of the student against the teacher:
+// KL(p_teacher(x_{t-1} | x_t) || p_student(x_{t-1} | x_t)) in nats, both means from detached
+// eps, or at t = 0 the student's decoder NLL (the reference's th.where(t == 0, decoder_nll, kl)).
+struct KdElement {
+  double sq, vb;     // (s - te)^2 and the VB term in nats
+  double d_s, d_sv;  // d sq / d s and d vb / d sv (sv: the student's raw variance output)
+};
+DIT_HD KdElement kd_element(double s, double sv, double te, double tv, double x0, double noise, const float* c,
+                            bool learn_sigma) {
+  KdElement e{};
+  const double d = s - te;
+  e.sq = d * d;
+  e.d_s = 2.0 * d;
+  if (!learn_sigma) return e;
+  const double x_t = c[kSqrtAlphasCumprod] * x0 + c[kSqrtOneMinusAlphasCumprod] * noise;
+  const auto mean_of = [&](double eps) {
+    const double x0_pred = c[kSqrtRecipAlphasCumprod] * x_t - c[kSqrtRecipm1AlphasCumprod] * eps;
+    return c[kPosteriorMeanCoef1] * x0_pred + c[kPosteriorMeanCoef2] * x_t;
+  };
+  const double max_log = c[kLogBeta], min_log = c[kPosteriorLogVarClipped];
+  const auto logvar_of = [&](double v) { return (v + 1.0) / 2.0 * max_log + (1.0 - (v + 1.0) / 2.0) * min_log; };
+  const double s_mean = mean_of(s), s_lv = logvar_of(sv);
+  double dterm_dlv;
+  if (c[kIsFirstStep] != 0.f) {
+    double d_log_scale;
+    decoder_nll(x0, s_mean, 0.5 * s_lv, e.vb, d_log_scale);
+    dterm_dlv = 0.5 * d_log_scale;
+  } else {
+    const double t_mean = mean_of(te), t_lv = logvar_of(tv), dm = t_mean - s_mean;
+    e.vb = 0.5 * (-1.0 + s_lv - t_lv + exp(t_lv - s_lv) + dm * dm * exp(-s_lv));
+    dterm_dlv = 0.5 * (1.0 - exp(t_lv - s_lv) - dm * dm * exp(-s_lv));
+  }
+  e.d_sv = dterm_dlv * (max_log - min_log) / 2.0;
+  return e;
+}
+
 // ---- the flow loss (SiT's velocity MSE and LightningDiT's cosine term) per pixel ---------------
 
 // One pixel's share of a sample's flow loss: the sum over its channels of (v - u)^2 and, with the

@@ -1,6 +1,7 @@
 // DiT stages under the pipeline executor (see dit_pipeline.h).
 #include "engine/dit_pipeline.h"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -69,8 +70,8 @@ std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_c
 }
 
 DiTPipelineStage::DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch,
-                                   DiTPipelineHooks hooks)
-    : be_(&be), stage_(&stage), n_(micro_batch), hooks_(std::move(hooks)), scratch_(be) {}
+                                   DiTPipelineHooks hooks, StageCompanion* companion)
+    : be_(&be), stage_(&stage), n_(micro_batch), hooks_(std::move(hooks)), scratch_(be), companion_(companion) {}
 
 Shape DiTPipelineStage::x_shape() const {
   const DiTConfig& c = stage_->config();
@@ -78,10 +79,13 @@ Shape DiTPipelineStage::x_shape() const {
 }
 Shape DiTPipelineStage::c_shape() const { return {n_, stage_->config().hidden_size}; }
 
-std::vector<Tensor> DiTPipelineStage::forward_inputs(int, int chunk, Arena& arena) {
+std::vector<Tensor> DiTPipelineStage::forward_inputs(int mb, int chunk, Arena& arena) {
   if (stage_->layout(chunk).has_embed) return {};
   const DType dt = be_->compute_dtype();
-  return {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
+  std::vector<Tensor> in = {arena.tensor(x_shape(), dt), arena.tensor(c_shape(), dt)};
+  if (companion_)
+    for (Tensor& t : companion_->forward_inputs(mb, chunk, n_, arena)) in.push_back(t);
+  return in;
 }
 
 std::vector<Tensor> DiTPipelineStage::forward(int mb, int chunk, const std::vector<Tensor>& inputs,
@@ -96,7 +100,14 @@ std::vector<Tensor> DiTPipelineStage::forward(int mb, int chunk, const std::vect
     in.c = inputs.at(1);
   }
   StageActs& a = acts_[{chunk, mb}] = stage_->forward(in, arena, scratch_, chunk);
+  StageCompanion::Output side;
+  if (companion_) {
+    side = companion_->forward(mb, chunk, in, {inputs.begin() + std::min<std::size_t>(2, inputs.size()), inputs.end()},
+                               a, arena, scratch_);
+    if (!side.block_grads.empty()) block_grads_[{chunk, mb}] = std::move(side.block_grads);
+  }
   if (layout.has_final) {
+    if (companion_ && hooks_.on_companion_output) hooks_.on_companion_output(mb, side.out);
     douts_[mb] = hooks_.on_output(mb, a.final.out, arena);
     if (!douts_[mb].data) {  // forward only: nothing is kept for a backward
       acts_.erase({chunk, mb});
@@ -104,7 +115,9 @@ std::vector<Tensor> DiTPipelineStage::forward(int mb, int chunk, const std::vect
     }
     return {};
   }
-  return {a.x_out(), a.c};
+  std::vector<Tensor> out = {a.x_out(), a.c};
+  out.insert(out.end(), side.send.begin(), side.send.end());
+  return out;
 }
 
 std::vector<Tensor> DiTPipelineStage::backward_inputs(int, int chunk, Arena& arena) {
@@ -150,6 +163,10 @@ std::vector<Tensor> DiTPipelineStage::run_backward(int mb, int chunk, const std:
   }
   const bool want_dimages = layout.has_embed && hooks_.on_input_grad;
   if (want_dimages) g.dimages = arena.tensor(it->second.embed.images.shape, dt);
+  if (auto extra = block_grads_.find({chunk, mb}); extra != block_grads_.end()) {
+    g.block_grads = std::move(extra->second);
+    block_grads_.erase(extra);
+  }
   stage_->backward(it->second, g, scratch_, chunk, w);
   acts_.erase(it);
   if (layout.has_final) douts_.erase(mb);

@@ -26,11 +26,33 @@ std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v,
 std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_chunks, int pp, int stage,
                                          ChunkPlacement placement = ChunkPlacement::Interleaved);
 
+// A forward-only model run beside the stage's (distillation's teacher, engine/distill.h): its
+// tensors travel with the stage's between stages (after them), it runs after the stage's forward
+// of each microbatch and chunk, and it may give extra gradients of the stage's block outputs for
+// that microbatch's backward.
+class StageCompanion {
+ public:
+  virtual ~StageCompanion() = default;
+  struct Output {
+    std::vector<Tensor> send;             // to the next stage (not on the last)
+    Tensor out;                           // last stage: the companion's model output
+    std::vector<BlockGrad> block_grads;   // kept in the microbatch's arena until its backward
+  };
+  // Buffers for the companion's forward inputs (none where the stage's chunk has the embedders).
+  virtual std::vector<Tensor> forward_inputs(int mb, int chunk, std::int64_t n, Arena& arena) = 0;
+  // `in`: the stage's inputs (images, t, ids on the first stage); `inputs`: the companion's received
+  // tensors; `acts`: the stage's activations of this microbatch.
+  virtual Output forward(int mb, int chunk, const StageInputs& in, const std::vector<Tensor>& inputs,
+                         const StageActs& acts, Arena& arena, Arena& scratch) = 0;
+};
+
 struct DiTPipelineHooks {
   // First stage: fill in.images (N, C, H, W), in.t (N) and in.ids (N) allocated from `arena`.
   std::function<void(int mb, StageInputs& in, Arena& arena)> make_inputs;
   // Last stage: sees the model output; returns dL/d output in `arena` (empty when forward only).
   std::function<Tensor(int mb, const Tensor& out, Arena& arena)> on_output;
+  // Last stage, with a companion: sees the companion's output before on_output sees the model's.
+  std::function<void(int mb, const Tensor& companion_out)> on_companion_output;
   // First stage, optional: receives dL/d images.
   std::function<void(int mb, const Tensor& dimages)> on_input_grad;
 };
@@ -48,7 +70,8 @@ void upload_stage_inputs(Backend& be, const DiTConfig& cfg, std::int64_t n, cons
 
 class DiTPipelineStage final : public PipelineStage {
  public:
-  DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch, DiTPipelineHooks hooks);
+  DiTPipelineStage(Backend& be, const DiTStage& stage, std::int64_t micro_batch, DiTPipelineHooks hooks,
+                   StageCompanion* companion = nullptr);
 
   std::vector<Tensor> forward_inputs(int mb, int chunk, Arena& arena) override;
   std::vector<Tensor> forward(int mb, int chunk, const std::vector<Tensor>& inputs, Arena& arena) override;
@@ -71,7 +94,9 @@ class DiTPipelineStage final : public PipelineStage {
   DiTPipelineHooks hooks_;
   Arena scratch_;
   std::map<std::pair<int, int>, StageActs> acts_;  // by (chunk, microbatch)
+  StageCompanion* companion_;
   std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
+  std::map<std::pair<int, int>, std::vector<BlockGrad>> block_grads_;  // the companion's, by (chunk, microbatch)
   std::map<std::pair<int, int>, std::vector<WeightGrad>> owed_;  // W still to run, by (chunk, microbatch)
 };
 

@@ -1,7 +1,10 @@
 // The run's training settings, checked once (see train_setup.h).
 #include "engine/train_setup.h"
 
+#include <filesystem>
+
 #include "core/error.h"
+#include "io/weights.h"
 
 namespace dit {
 
@@ -48,13 +51,34 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
   if (train.schedule == ScheduleKind::ZbV && train.pp_layers.empty()) check_v_split(layout.pp, model.depth);
   s.chunks = partition_chunks(model, layout.pp, train.virtual_stages, train.pp_layers);
   check_stage_options(train.stage, s.chunks);
+  if (train.distill.enabled()) {
+    const DiTConfig& t = train.distill.teacher_model;
+    DIT_CHECK(t.num_heads % layout.tp == 0 && t.ffn_hidden() % layout.tp == 0 && (6 * t.hidden_size) % layout.tp == 0,
+              "distill.teacher = ", train.distill.teacher, ": parallel.tp = ", layout.tp,
+              " does not divide the teacher's num_heads = ", t.num_heads, " and MLP width ", t.ffn_hidden());
+    DIT_CHECK(!train.stage.sequence_parallel || t.num_patches() == model.num_patches(), "distill.teacher = ",
+              train.distill.teacher, ": sequence parallelism needs the teacher's tokens per image (",
+              t.num_patches(), ") to be the student's (", model.num_patches(), ")");
+    s.teacher_chunks = dit::teacher_chunks(t, s.chunks, train.distill.pairs);
+  }
   s.batch = BatchPlan::make(train.global_batch, layout.dp, train.micro_batch);
   check_virtual_stages(train.schedule, layout.pp, s.batch.microbatches, train.virtual_stages);
   return s;
 }
 
 TrainSetup TrainSetup::make(const RunConfig& cfg, const Layout& layout) {
-  return make(cfg.model.dit, train_config(cfg), layout);
+  TrainConfig t = train_config(cfg);
+  if (!cfg.distill.teacher.empty()) {
+    const std::string& path = cfg.distill.teacher;
+    DIT_CHECK(std::filesystem::is_regular_file(path), "distill.teacher = ", path,
+              std::filesystem::exists(path) ? ": is not a file" : ": no such file", " (expected a weights .h5 file)");
+    const DiTConfig teacher = read_weights_config(path);
+    std::vector<int> kept;
+    if (!cfg.run.init_from.empty() && std::filesystem::is_regular_file(cfg.run.init_from))
+      kept = read_kept_layers(cfg.run.init_from);
+    t.distill = distill_settings(cfg, teacher, read_weights_objective(path), kept);
+  }
+  return make(cfg.model.dit, t, layout);
 }
 
 }  // namespace dit

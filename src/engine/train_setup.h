@@ -8,6 +8,7 @@
 
 #include "engine/batch.h"
 #include "engine/dit_pipeline.h"
+#include "engine/distill.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/pipeline_schedule.h"
@@ -37,6 +38,7 @@ struct TrainConfig {
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
+  DistillSettings distill;              // [distill]: a teacher, or none
 };
 
 struct TrainSetup {
@@ -44,6 +46,7 @@ struct TrainSetup {
   TrainConfig train;
   Layout layout;
   std::vector<StageLayout> chunks;  // the pp x virtual_stages model chunks, in model order
+  std::vector<StageLayout> teacher_chunks;  // distillation: the teacher's, aligned with `chunks`
   BatchPlan batch;
 
   // Throws naming the setting when the layout cannot run these settings: tp not dividing the
@@ -52,11 +55,16 @@ struct TrainSetup {
   // the schedule cannot interleave.
   static TrainSetup make(const DiTConfig& model, const TrainConfig& train, const Layout& layout);
   // The Trainer's settings of a validated run configuration (RunConfig::validate) at `layout`.
+  // With distill.teacher, reads the teacher's config (and the student's kept layers from
+  // run.init_from, when `dit_mp prune` wrote it) and checks both with the pairs.
   static TrainSetup make(const RunConfig& cfg, const Layout& layout);
 
   // The chunks pipeline stage `stage` holds, in the schedule's numbering.
   std::vector<StageLayout> stage_chunks(int stage) const {
     return chunks_of_stage(chunks, layout.pp, stage, train.stage.placement);
+  }
+  std::vector<StageLayout> teacher_stage_chunks(int stage) const {
+    return chunks_of_stage(teacher_chunks, layout.pp, stage, train.stage.placement);
   }
 };
 

@@ -30,6 +30,11 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   const Layout& l = ctx.layout;
   model_ = std::make_unique<DiTStage>(be, cfg_, setup.stage_chunks(ctx.coord.pp), *ctx.tp, l.dp, train_.stage);
   model_->params().initialize(train_.seed);
+  if (train_.distill.enabled()) {
+    teacher_ = std::make_unique<TeacherStage>(be, train_.distill.teacher_model, setup.teacher_stage_chunks(ctx.coord.pp),
+                                              *ctx.tp, *model_, train_.distill);
+    teacher_->load(train_.distill.teacher);
+  }
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "diffusion.objective = \"flow\" needs model.learn_sigma = false (a velocity model learns no variance)");
@@ -40,7 +45,12 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   coefs_ = Buffer(be, table.size() * sizeof(float));
   upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
   const BatchPlan& plan = batches_->plan();
-  terms_ = Buffer(be, static_cast<std::size_t>(plan.microbatches) * plan.micro_batch * 3 * sizeof(float));
+  const std::size_t samples = static_cast<std::size_t>(plan.microbatches) * plan.micro_batch;
+  terms_ = Buffer(be, samples * 3 * sizeof(float));
+  if (teacher_) {
+    kd_terms_ = Buffer(be, samples * 2 * sizeof(float));
+    feature_terms_ = Buffer(be, samples * sizeof(float));
+  }
   // What one step uploads per microbatch: x0, t (schedule and model timesteps) and labels; the
   // backend sizes its upload ring for it once, so nothing is allocated mid-step.
   const std::size_t per_sample = std::size_t(cfg_.in_channels) * cfg_.input_size * cfg_.input_size * 4 + 3 * 4;
@@ -143,23 +153,61 @@ void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
 }
 
 // Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes,
-// from one download of the step's per-sample terms.
+// from one download of the step's per-sample terms (distillation: and every stage's tp rank 0 its
+// feature losses).
 void Trainer::gather_losses(const Tensor& terms, StepStats& st) {
-  double sums[3] = {0, 0, 0};  // loss, mse, vb summed over this rank's samples
+  double sums[6] = {0, 0, 0, 0, 0, 0};  // loss, mse, vb; kd mse, kd vb, feature: summed over this rank's samples
   const int holder = output_stage(ctx_->layout.pp, model_->chunks(), train_.stage.placement);
+  const auto add = [&](const Tensor& t, int first, int width) {
+    std::vector<float> host(static_cast<std::size_t>(t.numel()));
+    be_->copy(Tensor{host.data(), DType::F32, t.shape, Device::Host}, t);
+    for (std::size_t i = 0; i < host.size(); ++i) sums[first + static_cast<int>(i) % width] += host[i];
+  };
+  const std::int64_t samples = terms.dim(0);
   if (ctx_->coord.pp == holder && ctx_->tp->rank() == 0) {
-    std::vector<float> host(static_cast<std::size_t>(terms.numel()));
-    be_->copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
-    for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];
+    add(terms, 0, 3);
+    if (teacher_) add(kd_terms_.tensor({samples, 2}, DType::F32), 3, 2);
   }
-  const bool bad = !std::isfinite(sums[0] + sums[1] + sums[2]);
+  if (teacher_ && !train_.distill.pairs.empty() && ctx_->tp->rank() == 0)
+    add(feature_terms_.tensor({samples}, DType::F32), 5, 1);
+  double all = 0;
+  for (double v : sums) all += v;
+  const bool bad = !std::isfinite(all);
   const double bad_rank = ctx_->world->all_reduce_max(bad ? -double(ctx_->world_rank) : -1e9);
   st.nonfinite_rank = bad_rank > -1e9 ? static_cast<int>(-bad_rank) : -1;
-  ctx_->world->all_reduce_sum(sums, 3);
+  ctx_->world->all_reduce_sum(sums, 6);
   const double n = double(batches_->plan().global_batch);
   st.loss = sums[0] / n;
   st.mse = sums[1] / n;
   st.vb = sums[2] / n;
+  if (!teacher_) return;
+  const DistillSettings& d = train_.distill;
+  st.distilled = true;
+  st.target = st.loss;
+  st.kd = (sums[3] + sums[4]) / n;
+  st.feature = d.pairs.empty() ? 0.0 : sums[5] / n / static_cast<double>(d.pairs.size());
+  st.feature_weight = d.feature_weight_at(step_, train_.steps);
+  st.loss = d.output_weight * st.kd + d.target_weight * st.target + st.feature_weight * st.feature;
+}
+
+void Trainer::output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms,
+                          Arena& arena) {
+  const DeviceBatch& d = device_batch(mb, arena);
+  const math::LossKind kind = diffusion::loss_kind(train_.objective, cfg_.learn_sigma);
+  const std::int64_t n = batches_->plan().micro_batch;
+  if (!teacher_) {
+    be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, seed, dout, terms.rows(mb * n, n));
+    return;
+  }
+  const DistillSettings& ds = train_.distill;
+  be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, seed * static_cast<float>(ds.target_weight), dout,
+                      terms.rows(mb * n, n));
+  const auto t = teacher_out_.find(mb);
+  DIT_CHECK(t != teacher_out_.end(), "distillation: no teacher output for microbatch ", mb);
+  const Tensor kd = kd_terms_.tensor({terms.dim(0), 2}, DType::F32);
+  be_->distill_output_loss(out, t->second, d.x0, d.noise, d.t, d.coefs, kind,
+                           seed * static_cast<float>(ds.output_weight), dout, kd.rows(mb * n, n));
+  teacher_out_.erase(t);
 }
 
 StepStats Trainer::step() {
@@ -180,6 +228,7 @@ StepStats Trainer::step() {
   st.step = step_;
   cache_.clear();
   device_cache_.clear();
+  teacher_out_.clear();
   model_->params().zero_grads();
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
@@ -192,17 +241,23 @@ StepStats Trainer::step() {
     const std::vector<float> t = model_times(b);
     upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
   };
+  // d(mean over a microbatch) scaled to the step's mean over its microbatches (and, through the
+  // ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
+  const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
   hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
-    const DeviceBatch& d = device_batch(mb, arena);
-    // d(mean over this microbatch) scaled to the step's mean over its microbatches (and, through
-    // the ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
-    const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
     Tensor dout = arena.tensor(out.shape, dt);
-    be.diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, diffusion::loss_kind(train_.objective, cfg_.learn_sigma),
-                      seed, dout, terms.rows(mb * n, n));
+    output_loss(mb, out, dout, seed, terms, arena);
     return dout;
   };
-  DiTPipelineStage stage(be, *model_, n, hooks);
+  if (teacher_) {
+    const DistillSettings& ds = train_.distill;
+    const Tensor features = feature_terms_.tensor({plan.microbatches * n}, DType::F32);
+    be.fill(features, 0.f);
+    const double pairs = std::max<std::size_t>(ds.pairs.size(), 1);
+    teacher_->begin_step(static_cast<float>(seed * ds.feature_weight_at(step_, train_.steps) / pairs), features);
+    hooks.on_companion_output = [&](int mb, const Tensor& t) { teacher_out_[mb] = t; };
+  }
+  DiTPipelineStage stage(be, *model_, n, hooks, teacher_.get());
   const PipelineTiming timing = executor_->run(
       make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
       plan.microbatches, stage, train_.stage.placement);

@@ -13,6 +13,7 @@
 
 #include "engine/batch.h"
 #include "engine/dit_pipeline.h"
+#include "engine/distill.h"
 #include "engine/train_setup.h"
 #include "backend/backend.h"
 #include "diffusion/noise_schedule.h"
@@ -52,6 +53,10 @@ struct MemoryAccount {
 struct StepStats {
   std::int64_t step = 0;  // the step just taken (counting from 0)
   double loss = 0, mse = 0, vb = 0;  // means over the global batch, on every rank
+  // Distillation (engine/distill.h), means over the global batch: the recipe's own loss, the output
+  // KD (its MSE and VB terms) and the feature loss (mean over the pairs); loss is their weighted sum.
+  bool distilled = false;
+  double target = 0, kd = 0, feature = 0, feature_weight = 0;
   double grad_norm = 0;              // before clipping
   double lr = 0;
   int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
@@ -98,6 +103,8 @@ class Trainer {
   void upload(const Tensor& dst, const void* host, DType host_dtype);
   std::vector<float> model_times(const Microbatch& b) const;
   void gather_losses(const Tensor& terms, StepStats& st);
+  // Writes dout: the recipe's loss (times distill.target_weight and the output KD when distilling).
+  void output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms, Arena& arena);
 
   Backend* be_;
   ParallelContext* ctx_;
@@ -105,6 +112,7 @@ class Trainer {
   TrainConfig train_;
   diffusion::Schedule schedule_;
   std::unique_ptr<DiTStage> model_;
+  std::unique_ptr<TeacherStage> teacher_;  // distillation's, forward only; null without [distill]
   std::unique_ptr<ZeroOptimizer> zero_;
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<PipelineExecutor> executor_;
@@ -116,6 +124,8 @@ class Trainer {
   std::map<int, DeviceBatch> device_cache_;
   Buffer coefs_;  // (T, math::kNumLossCoefs) fp32: the schedule as the loss kernels read it
   Buffer terms_;  // (microbatches x micro_batch, 3) fp32: this step's per-sample loss terms
+  Buffer kd_terms_, feature_terms_;  // distillation: (.., 2) output KD terms, (..) feature losses summed over pairs
+  std::map<int, Tensor> teacher_out_;  // distillation: the teacher's output, by microbatch, until its loss
 };
 
 }  // namespace dit

@@ -126,6 +126,23 @@ struct EvalSection {
   bool operator==(const EvalSection&) const = default;
 };
 
+// Knowledge distillation from a teacher (engine/distill.h): the loss is output_weight x KD to the
+// teacher's prediction + target_weight x the recipe's loss + feature_weight x the masked feature
+// loss of the pairs student_layers[k] <-> teacher_layers[k].
+enum class FeatureDecay : std::uint8_t { Linear, None };
+inline constexpr Named<FeatureDecay> kFeatureDecayNames[] = {{FeatureDecay::Linear, "linear"},
+                                                             {FeatureDecay::None, "none"}};
+struct DistillSection {
+  std::string teacher;  // the teacher's weights file; "" = no distillation
+  double output_weight = 0.9;   // KD to the teacher's output (and its variance)
+  double target_weight = 0.1;   // the recipe's own loss against the data
+  double feature_weight = 0.01; // the masked feature loss (beta); 0 = output KD only
+  FeatureDecay feature_decay = FeatureDecay::Linear;  // linear: to 0 at the last step
+  std::vector<int> student_layers, teacher_layers;    // the feature pairs; empty = the defaults
+  double mask_sigma = 2.0;      // zero values farther than this many std from the mean; 0 = no mask
+  bool operator==(const DistillSection&) const = default;
+};
+
 struct RunSection {
   std::string dir = "runs/fashion_mnist";
   bool overwrite = false;
@@ -143,6 +160,7 @@ struct RunConfig {
   DataSection data;
   SampleSection sample;
   EvalSection eval;
+  DistillSection distill;
   RunSection run;
 
   // The Fashion-MNIST demo: a small DiT on 32x32 padded garments, 10 classes.

@@ -212,6 +212,19 @@ void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
              "term compares velocities; set diffusion.objective = \"flow\")");
 }
 
+// The [distill] rules that need no teacher (engine/distill.h checks the teacher and the pairs).
+void validate_distill(const DistillSection& d) {
+  if (d.teacher.empty()) return;
+  require(d.output_weight >= 0, "distill.output_weight", d.output_weight, "a weight >= 0");
+  require(d.target_weight >= 0, "distill.target_weight", d.target_weight, "a weight >= 0");
+  require(d.feature_weight >= 0, "distill.feature_weight", d.feature_weight, "a weight >= 0 (0: no feature loss)");
+  require(d.output_weight + d.target_weight + d.feature_weight > 0, "distill.output_weight", d.output_weight,
+          "a weight > 0 for at least one of distill.output_weight, target_weight and feature_weight");
+  require(d.mask_sigma >= 0, "distill.mask_sigma", d.mask_sigma, "a number of standard deviations >= 0 (0: no mask)");
+  require(d.student_layers.size() == d.teacher_layers.size(), "distill.student_layers", int_list(d.student_layers),
+          "as many entries as distill.teacher_layers = " + int_list(d.teacher_layers) + " (they pair up)");
+}
+
 // The [sample] rules, shared by training and by `sample` / `evaluate`, whose flags set the same
 // keys: each message names the key and the flag.
 void validate_sample(const SampleSection& s, int diffusion_steps, int num_classes, diffusion::Objective objective) {
@@ -263,6 +276,7 @@ void RunConfig::validate() const {
   require_one_of("data.prepare", data.prepare, {"fashion-mnist", "none"});
   require(data.latent_scale > 0, "data.latent_scale", data.latent_scale, "a value > 0");
   validate_sample();
+  validate_distill(distill);
   require(eval.per_class >= 1 && eval.per_class <= 100000, "eval.per_class", eval.per_class,
           "an integer in [1, 100000]");
   require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,

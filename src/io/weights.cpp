@@ -117,6 +117,16 @@ diffusion::Objective read_weights_objective(const std::string& path) {
   return *o;
 }
 
+std::vector<int> read_kept_layers(const std::string& path) {
+  const DiTConfig cfg = read_weights_config(path);
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("/config", "kept_layers")) return {};
+  std::vector<int> out;
+  for (const std::int64_t v : h5::read_attr_ints(f, "/config", "kept_layers", static_cast<std::size_t>(cfg.depth)))
+    out.push_back(static_cast<int>(v));
+  return out;
+}
+
 // "[3, 5]": the index of flat element `i` of a tensor of shape `s`.
 std::string index_text(const Shape& s, std::int64_t i) {
   std::string out;

@@ -34,6 +34,9 @@ int read_weights_diffusion_steps(const std::string& path);
 // The objective stored in a weights or golden file (ddpm when absent: files from before); an
 // unknown name is refused naming the file.
 diffusion::Objective read_weights_objective(const std::string& path);
+// The teacher block each block of a pruned model came from (/config kept_layers, written by
+// `dit_mp prune`); empty when the file records none.
+std::vector<int> read_kept_layers(const std::string& path);
 // Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
 // without one is refused), and every value finite; errors name the file and the tensor.
 void load_weights(const std::string& path, ParamSet& ps);

@@ -143,6 +143,8 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
   be.fill(dsilu, 0.f);
   for (std::size_t i = ch.blocks.size(); i-- > 0;) {
     const Arena::Mark m = scratch.mark();
+    for (const BlockGrad& bg : g.block_grads)
+      if (bg.block == static_cast<int>(i)) be.axpy(1.f, bg.dx, g.dx);
     ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch, w);
     scratch.rewind(m);
   }

@@ -59,12 +59,20 @@ struct StageActs {
   Tensor x_out() const { return blocks.empty() ? x_in : blocks.back().x_out; }
 };
 
+// An extra gradient of one block's output, added to the residual stream's before that block's
+// backward (a loss on a hidden state: distillation's feature loss).
+struct BlockGrad {
+  int block = 0;  // chunk-local index
+  Tensor dx;      // (N, T, D) like the block's x_out
+};
+
 // Gradients flowing out of / into a stage's backward.
 struct StageGrads {
   Tensor dout;    // last stage: dL/d model output (N, C_out, H, W)
   Tensor dx, dc;  // on entry dL/d(x, c) of this stage's outputs; on return, of its inputs
                   // (updated in place). On the last stage they are output buffers only.
   Tensor dimages; // first stage, optional: dL/d images
+  std::vector<BlockGrad> block_grads;  // optional: extra dL/d x_out of blocks of this chunk
 };
 
 class DiTStage {

@@ -54,11 +54,14 @@ void MetricsWriter::write(const LogRow& r) {
   std::fprintf(f_,
                "{\"step\": %lld, \"loss\": %s, \"mse\": %s, \"%s\": %s, \"grad_norm\": %s, \"lr\": %s, "
                "\"images_per_s\": %s, \"tflops\": %s, \"mfu\": %s, \"peak_mem_bytes\": %llu, "
-               "\"elapsed_s\": %s, \"loss_scale\": %s, \"skipped_steps\": %lld}\n",
+               "\"elapsed_s\": %s, \"loss_scale\": %s, \"skipped_steps\": %lld%s}\n",
                static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), r.vb_name, num(r.vb).c_str(),
                num(r.grad_norm).c_str(), num(r.lr).c_str(), num(r.images_per_s).c_str(),
                num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
-               num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps));
+               num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps),
+               r.distilled ? (", \"target\": " + num(r.target) + ", \"kd\": " + num(r.kd) + ", \"feature\": " +
+                              num(r.feature)).c_str()
+                           : "");
   flush_or_fail();
 }
 
@@ -92,6 +95,10 @@ void ConsoleLog::step(const LogRow& r) {
                 static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.vb_name, r.vb,
                 r.grad_norm, r.lr, r.images_per_s, r.tflops, 100 * r.mfu,
                 format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str(), format_duration(r.eta_s).c_str());
+  if (r.distilled) {
+    const std::size_t used = std::strlen(text);
+    std::snprintf(text + used, sizeof text - used, "  target %.4f kd %.4f feature %.4f", r.target, r.kd, r.feature);
+  }
   if (r.loss_scale != 1 || r.skipped_steps > 0) {
     const std::size_t used = std::strlen(text);
     std::snprintf(text + used, sizeof text - used, "  scale %g (%lld skipped)", r.loss_scale,

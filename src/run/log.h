@@ -16,6 +16,9 @@ struct LogRow {
   // The loss's second term, named in the log and the metrics file as what it is: "vb" (DDPM's
   // learned-variance bound) or "cos" (the flow objective's cosine term).
   const char* vb_name = "vb";
+  // Distillation: loss is output_weight x kd + target_weight x target + feature_weight x feature.
+  bool distilled = false;
+  double target = 0, kd = 0, feature = 0;
   double images_per_s = 0, tflops = 0, mfu = 0;
   std::uint64_t peak_mem_bytes = 0;
   double elapsed_s = 0, eta_s = 0;

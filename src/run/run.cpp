@@ -195,10 +195,17 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.mse = st.mse;
   r.vb = st.vb;
   r.vb_name = cfg_.diffusion.objective == diffusion::Objective::Flow ? "cos" : "vb";
+  r.distilled = st.distilled;
+  r.target = st.target;
+  r.kd = st.kd;
+  r.feature = st.feature;
   r.grad_norm = st.grad_norm;
   r.lr = st.lr;
   r.images_per_s = double(setup_.train.global_batch) / step_s;
-  r.tflops = 3.0 * setup_.model.forward_flops() * r.images_per_s / 1e12;
+  // The student's forward and backward, and the teacher's forward when distilling.
+  const double teacher_flops =
+      setup_.train.distill.enabled() ? setup_.train.distill.teacher_model.forward_flops() : 0.0;
+  r.tflops = (3.0 * setup_.model.forward_flops() + teacher_flops) * r.images_per_s / 1e12;
   r.mfu = r.tflops / peak_tflops;
   r.peak_mem_bytes = static_cast<std::uint64_t>(ctx_.world->all_reduce_max(double(peak_rss_bytes())));
   r.elapsed_s = now_s() - t0_;

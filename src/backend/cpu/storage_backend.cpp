@@ -377,4 +377,21 @@ void CpuStorageBackend::diffusion_loss(const Tensor& out, const Tensor& x0, cons
   w.commit();
 }
 
+void CpuStorageBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0,
+                                            const Tensor& noise, const Tensor& t, const Tensor& coefs,
+                                            const math::LossKind& kind, float grad_scale, const Tensor& dout,
+                                            const Tensor& terms) {
+  Widened w;
+  fp32_.distill_output_loss(w.in(out), w.in(tout), w.in(x0), w.in(noise), t, w.in(coefs), kind, grad_scale,
+                            w.out(dout), w.out(terms));
+  w.commit();
+}
+
+void CpuStorageBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
+                                        const Tensor& dfs, const Tensor& terms) {
+  Widened w;
+  fp32_.feature_distill(w.in(fs), w.in(ft), sigma, grad_scale, w.out(dfs), w.out(terms));
+  w.commit();
+}
+
 }  // namespace dit

@@ -3,6 +3,7 @@
 // AdamW + EMA over a flat shard.
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/philox.h"
@@ -131,6 +132,79 @@ void CpuBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tenso
     else
       epsilon_loss_row(o + i * per_out, a + i * p, e + i * p, c, p, kind, grad_scale * inv, g + i * per_out,
                        tr + 3 * i);
+  }
+}
+
+void CpuBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
+                                     const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
+                                     float grad_scale, const Tensor& dout, const Tensor& terms) {
+  const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
+  const std::int64_t per_out = kind.out_factor() * p, per_t = n > 0 ? tout.numel() / n : 0;
+  const bool learn_sigma = kind.learn_sigma();
+  DIT_CHECK(out.numel() == n * per_out && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
+                (per_t == p || per_t == 2 * p) && tout.numel() == n * per_t && (!learn_sigma || per_t == 2 * p) &&
+                terms.numel() == 2 * n,
+            "distill_output_loss: out ", out.shape.str(), ", teacher out ", tout.shape.str(), ", x0 ",
+            x0.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(),
+            " do not fit (learned variance: ", learn_sigma, ")");
+  const float *o = f32(out, "kd out"), *to = f32(tout, "kd teacher out"), *a = f32(x0, "kd x0"),
+              *e = f32(noise, "kd noise");
+  float *g = f32_out(dout, "kd dout"), *tr = f32_out(terms, "kd terms");
+  const LossRows rows = learn_sigma ? loss_rows(t, coefs, n) : LossRows{};
+  const double g_scale = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
+  const double vb_scale = 1.0 / std::numbers::ln2;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* c = learn_sigma ? rows.row(i) : nullptr;
+    const float *s = o + i * per_out, *te = to + i * per_t;
+    float* gi = g + i * per_out;
+    double sq = 0, vb = 0;
+    for (std::int64_t j = 0; j < p; ++j) {
+      const math::KdElement k = math::kd_element(s[j], learn_sigma ? s[p + j] : 0.0, te[j],
+                                                 learn_sigma ? te[p + j] : 0.0, a[i * p + j], e[i * p + j], c,
+                                                 learn_sigma);
+      sq += k.sq;
+      vb += k.vb;
+      gi[j] = static_cast<float>(gi[j] + g_scale * k.d_s);
+      if (learn_sigma) gi[p + j] = static_cast<float>(gi[p + j] + g_scale * k.d_sv * vb_scale);
+    }
+    tr[2 * i] = static_cast<float>(sq / static_cast<double>(p));
+    tr[2 * i + 1] = static_cast<float>(learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0);
+  }
+}
+
+void CpuBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
+                                 const Tensor& dfs, const Tensor& terms) {
+  const std::int64_t n = fs.shape.rank > 0 ? fs.dim(0) : 0, m = n > 0 ? fs.numel() / n : 0;
+  DIT_CHECK(ft.shape == fs.shape && dfs.numel() == fs.numel() && terms.numel() == n && m > 1,
+            "feature_distill: student ", fs.shape.str(), ", teacher ", ft.shape.str(), ", dfs ", dfs.shape.str(),
+            ", terms ", terms.shape.str(), " do not fit");
+  const float *s = f32(fs, "feature kd student"), *te = f32(ft, "feature kd teacher");
+  float *g = f32_out(dfs, "feature kd dfs"), *tr = f32_out(terms, "feature kd terms");
+  const double g_scale = static_cast<double>(grad_scale) / (static_cast<double>(m) * static_cast<double>(n));
+  // Whether |x - mean| < sigma * std of the sample's values (two passes in double: torch.var_mean).
+  const auto keep = [sigma](const float* x, std::int64_t count) {
+    double sum = 0, sq = 0;
+    for (std::int64_t j = 0; j < count; ++j) sum += x[j];
+    const double mean = sum / static_cast<double>(count);
+    for (std::int64_t j = 0; j < count; ++j) sq += (x[j] - mean) * (x[j] - mean);
+    const double bound = sigma * std::sqrt(sq / static_cast<double>(count - 1));
+    return std::pair<double, double>{mean, bound};
+  };
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float *si = s + i * m, *ti = te + i * m;
+    const auto [ms, bs] = keep(si, m);
+    const auto [mt, bt] = keep(ti, m);
+    double loss = 0;
+    for (std::int64_t j = 0; j < m; ++j) {
+      const double ks = sigma <= 0 || std::abs(si[j] - ms) < bs ? 1.0 : 0.0;
+      const double kt = sigma <= 0 || std::abs(ti[j] - mt) < bt ? 1.0 : 0.0;
+      const double d = ks * si[j] - kt * ti[j];
+      loss += d * d;
+      g[i * m + j] = static_cast<float>(g_scale * 2.0 * ks * d);
+    }
+    tr[i] = static_cast<float>(tr[i] + loss / static_cast<double>(m));
   }
 }
 

@@ -101,6 +101,73 @@ __global__ void velocity_loss_kernel(const T* out, const float* x0, const float*
   terms[3 * i + 2] = static_cast<float>(c);
 }
 
+// Output distillation: one block per sample (math::kd_element per element, then the sums).
+template <typename T>
+__global__ void distill_output_kernel(const T* out, const T* tout, const float* x0, const float* noise,
+                                      const std::int32_t* t, const float* coefs, i64 steps, i64 p, i64 per_t,
+                                      bool learn_sigma, double grad_inv, T* dout, float* terms, int* fault) {
+  const i64 i = blockIdx.x, per_out = (learn_sigma ? 2 : 1) * p;
+  const float* c = learn_sigma ? loss_row(coefs, t, i, steps, fault) : nullptr;
+  if (learn_sigma && !c) return;
+  const T *s = out + i * per_out, *te = tout + i * per_t;
+  T* g = dout + i * per_out;
+  double sq = 0, vb = 0;
+  for (i64 j = threadIdx.x; j < p; j += blockDim.x) {
+    const math::KdElement k = math::kd_element(to_f32(s[j]), learn_sigma ? to_f32(s[p + j]) : 0.f, to_f32(te[j]),
+                                               learn_sigma ? to_f32(te[p + j]) : 0.f, x0[i * p + j],
+                                               noise[i * p + j], c, learn_sigma);
+    sq += k.sq;
+    vb += k.vb;
+    g[j] = from_f32<T>(static_cast<float>(to_f32(g[j]) + grad_inv * k.d_s));
+    if (learn_sigma) g[p + j] = from_f32<T>(static_cast<float>(to_f32(g[p + j]) + grad_inv * k.d_sv / kLn2));
+  }
+  const double total_sq = cuda::block_sum(sq), total_vb = cuda::block_sum(vb);
+  if (threadIdx.x != 0) return;
+  terms[2 * i] = static_cast<float>(total_sq / static_cast<double>(p));
+  terms[2 * i + 1] = static_cast<float>(learn_sigma ? total_vb / static_cast<double>(p) / kLn2 : 0.0);
+}
+
+// The sum over the block, on every thread.
+__device__ double block_sum_all(double v) {
+  __shared__ double total;
+  const double t = cuda::block_sum(v);
+  if (threadIdx.x == 0) total = t;
+  __syncthreads();
+  const double out = total;
+  __syncthreads();
+  return out;
+}
+
+// Masked feature distillation: one block per sample; the two samples' means and unbiased
+// deviations in two passes, then the loss and the gradient.
+template <typename T>
+__global__ void feature_distill_kernel(const T* fs, const T* ft, i64 m, double sigma, double grad_inv, T* dfs,
+                                       float* terms) {
+  const i64 i = blockIdx.x;
+  const T *s = fs + i * m, *te = ft + i * m;
+  double ss = 0, st = 0;
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) ss += to_f32(s[j]), st += to_f32(te[j]);
+  const double mean_s = block_sum_all(ss) / static_cast<double>(m), mean_t = block_sum_all(st) / static_cast<double>(m);
+  double vs = 0, vt = 0;
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+    const double a = to_f32(s[j]) - mean_s, b = to_f32(te[j]) - mean_t;
+    vs += a * a, vt += b * b;
+  }
+  const double bound_s = sigma * sqrt(block_sum_all(vs) / static_cast<double>(m - 1));
+  const double bound_t = sigma * sqrt(block_sum_all(vt) / static_cast<double>(m - 1));
+  double loss = 0;
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+    const double a = to_f32(s[j]), b = to_f32(te[j]);
+    const double ks = sigma <= 0 || fabs(a - mean_s) < bound_s ? 1.0 : 0.0;
+    const double kt = sigma <= 0 || fabs(b - mean_t) < bound_t ? 1.0 : 0.0;
+    const double d = ks * a - kt * b;
+    loss += d * d;
+    dfs[i * m + j] = from_f32<T>(static_cast<float>(grad_inv * 2.0 * ks * d));
+  }
+  const double total = cuda::block_sum(loss);
+  if (threadIdx.x == 0) terms[i] += static_cast<float>(total / static_cast<double>(m));
+}
+
 template <typename G, typename P>
 struct AdamWEma {
   float* master;
@@ -214,6 +281,55 @@ void CudaBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tens
           out.as<T>(), x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(),
           coefs.dim(0), p, kind, grad_inv, dout.as<T>(), terms.as<float>(), fault_dev_);
     }
+    DIT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void CudaBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
+                                      const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
+                                      float grad_scale, const Tensor& dout, const Tensor& terms) {
+  const i64 n = x0.dim(0), p = x0.numel() / std::max<i64>(n, 1), per_t = n > 0 ? tout.numel() / n : 0;
+  const bool learn_sigma = kind.learn_sigma();
+  DIT_CHECK(out.numel() == n * kind.out_factor() * p && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
+                (per_t == p || per_t == 2 * p) && tout.numel() == n * per_t && (!learn_sigma || per_t == 2 * p) &&
+                terms.numel() == 2 * n,
+            "distill_output_loss: out ", out.shape.str(), ", teacher out ", tout.shape.str(), ", x0 ",
+            x0.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(), " do not fit");
+  cuda::same_dtype(out, dout, "distill_output_loss out and dout");
+  cuda::same_dtype(out, tout, "distill_output_loss out and teacher out");
+  cuda::check_f32(x0, "kd x0");
+  cuda::check_f32(noise, "kd noise");
+  cuda::check_f32(terms, "kd terms");
+  for (const Tensor* x : {&out, &tout, &dout}) cuda::check_on_device(*x, "distill_output_loss");
+  if (learn_sigma) check_table(t, coefs, n);
+  if (n == 0) return;
+  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
+  cuda::dispatch_float(out.dtype, "distill_output_loss out", [&](auto tag) {
+    using T = decltype(tag);
+    distill_output_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+        out.as<T>(), tout.as<T>(), x0.as<float>(), noise.as<float>(),
+        learn_sigma ? t.as<std::int32_t>() : nullptr, learn_sigma ? coefs.as<float>() : nullptr,
+        learn_sigma ? coefs.dim(0) : 0, p, per_t, learn_sigma, grad_inv, dout.as<T>(), terms.as<float>(),
+        fault_dev_);
+    DIT_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void CudaBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
+                                  const Tensor& dfs, const Tensor& terms) {
+  const i64 n = fs.shape.rank > 0 ? fs.dim(0) : 0, m = n > 0 ? fs.numel() / n : 0;
+  DIT_CHECK(ft.shape == fs.shape && dfs.numel() == fs.numel() && terms.numel() == n && m > 1,
+            "feature_distill: student ", fs.shape.str(), ", teacher ", ft.shape.str(), ", dfs ", dfs.shape.str(),
+            ", terms ", terms.shape.str(), " do not fit");
+  cuda::same_dtype(fs, ft, "feature_distill student and teacher");
+  cuda::same_dtype(fs, dfs, "feature_distill student and dfs");
+  cuda::check_f32(terms, "feature kd terms");
+  for (const Tensor* x : {&fs, &ft, &dfs}) cuda::check_on_device(*x, "feature_distill");
+  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(m) * static_cast<double>(n));
+  cuda::dispatch_float(fs.dtype, "feature_distill", [&](auto tag) {
+    using T = decltype(tag);
+    feature_distill_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
+        fs.as<T>(), ft.as<T>(), m, sigma, grad_inv, dfs.as<T>(), terms.as<float>());
     DIT_CUDA_LAUNCH_CHECK();
   });
 }

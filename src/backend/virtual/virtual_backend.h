@@ -99,6 +99,9 @@ class VirtualBackend final : public Backend {
   void q_sample(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void diffusion_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const math::LossKind&,
                       float, const Tensor&, const Tensor&) override {}
+  void distill_output_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const math::LossKind&, float, const Tensor&, const Tensor&) override {}
+  void feature_distill(const Tensor&, const Tensor&, double, float, const Tensor&, const Tensor&) override {}
 
  private:
   DType dtype_;

@@ -1,0 +1,101 @@
+// Knowledge distillation from a teacher DiT (TinyFusion's masked KD, Fang et al. 2025): the teacher
+// runs forward only, on the student's layout, beside every pipeline stage, and the step's loss is
+//   output_weight x KD(out, teacher out) + target_weight x the recipe's loss
+//   + feature_weight(step) x the mean over feature pairs of the masked feature loss,
+// with KD = MSE of the predictions plus, when both learn the variance, the VB term of the student
+// against the teacher's posterior (Backend::distill_output_loss), and the feature loss between the
+// output of student block i and teacher block j, each with its values farther than mask_sigma
+// standard deviations from the sample's mean zeroed (Backend::feature_distill).
+//
+// Placement. The teacher is tp-sharded as the student (its heads and MLP split by the same tp) and
+// split into model chunks aligned with the student's: chunk c holds every teacher block paired with
+// a student block of chunk c, its boundaries otherwise as balanced as the pairs allow
+// (teacher_chunks). A stage sends the teacher's (x, c) with the student's. Its weights live in
+// their own ParamSet: never in the optimizer, the EMA or a checkpoint. Its forward keeps nothing
+// past its use: each microbatch's teacher activations live in one arena, rewound after the
+// feature losses are taken and its outputs copied out.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/dit_pipeline.h"
+#include "io/config.h"
+#include "layers/dit_config.h"
+
+namespace dit {
+
+// The feature pairs: student block `student` learns teacher block `teacher`'s output.
+struct FeaturePair {
+  int student = 0, teacher = 0;
+  bool operator==(const FeaturePair&) const = default;
+};
+
+struct DistillSettings {
+  std::string teacher;  // the teacher's weights file; "" = no distillation
+  DiTConfig teacher_model;
+  double output_weight = 0.9, target_weight = 0.1, feature_weight = 0.01;
+  FeatureDecay feature_decay = FeatureDecay::Linear;
+  double mask_sigma = 2.0;
+  std::vector<FeaturePair> pairs;  // resolved (never empty when feature_weight > 0)
+  bool enabled() const { return !teacher.empty(); }
+  // feature_weight at `step` of `steps`: linear to 0 at the last step (TinyFusion's per-epoch
+  // 1 - epoch / (epochs - 1), per step), or constant.
+  double feature_weight_at(std::int64_t step, std::int64_t steps) const;
+};
+
+// The default pairs. Without kept layers: student block i with teacher block
+// floor((i + 1) T / S) - 1 (TinyFusion's 2i + 1 when T = 2S). With `kept` (the teacher block each
+// student block was pruned from, as `dit_mp prune` records it): student block i with the teacher
+// block whose output feeds the teacher's next kept block, kept[i + 1] - 1 (the last: T - 1).
+std::vector<FeaturePair> default_feature_pairs(int student_depth, int teacher_depth, const std::vector<int>& kept = {});
+
+// The distillation settings of a run configuration with the teacher's model, checked: the teacher
+// shares the student's data shape, classes and objective; a student that learns the variance
+// has a teacher that does; pairs lie inside both depths, one per student block, and pair
+// models of equal width. Every message names the [distill] key. `kept`: see default_feature_pairs.
+DistillSettings distill_settings(const RunConfig& cfg, const DiTConfig& teacher, diffusion::Objective teacher_objective,
+                                 const std::vector<int>& kept = {});
+
+// The teacher's model chunks beside the student's (in model order): chunk c has every teacher
+// block paired with a student block of chunk c. Throws naming parallel.pp_layers when no split of
+// the teacher can (pairs crossing a stage boundary in opposite order), with a student split that
+// would serve when one exists.
+std::vector<StageLayout> teacher_chunks(const DiTConfig& teacher, const std::vector<StageLayout>& student,
+                                        const std::vector<FeaturePair>& pairs);
+
+// One rank's teacher: its chunks of the teacher, its weights, and the feature losses of the pairs
+// that live on this stage.
+class TeacherStage final : public StageCompanion {
+ public:
+  // chunks: this rank's teacher chunks, in the schedule's numbering (as the student's); student:
+  // the student's stage (for its block numbering and options).
+  TeacherStage(Backend& be, const DiTConfig& teacher, std::vector<StageLayout> chunks, Comm& tp,
+               const DiTStage& student, const DistillSettings& settings);
+  // Reads the teacher's weights (every rank, keeping its slice): errors name the file.
+  void load(const std::string& path);
+  // This step's gradient scale of the feature losses (the loss seed x feature_weight / pairs) and
+  // where their per-sample values add: (microbatches x micro_batch) fp32.
+  void begin_step(float feature_grad_scale, const Tensor& feature_terms) {
+    grad_scale_ = feature_grad_scale;
+    terms_ = feature_terms;
+  }
+  const DiTStage& model() const { return *model_; }
+
+  std::vector<Tensor> forward_inputs(int mb, int chunk, std::int64_t n, Arena& arena) override;
+  Output forward(int mb, int chunk, const StageInputs& in, const std::vector<Tensor>& inputs,
+                 const StageActs& student_acts, Arena& arena, Arena& scratch) override;
+
+ private:
+  Backend* be_;
+  Comm* tp_;
+  const DiTStage* student_;
+  DistillSettings settings_;
+  std::unique_ptr<DiTStage> model_;
+  Arena acts_;  // one microbatch's teacher activations, rewound after each forward
+  float grad_scale_ = 0;
+  Tensor terms_;
+};
+
+}  // namespace dit
