@@ -52,6 +52,7 @@ void resolve_teacher(const PruneOptions& opt, PruneJob& job) {
   job.recipe.diffusion_steps = read_weights_diffusion_steps(job.teacher);
   job.recipe.objective.objective = read_weights_objective(job.teacher);
   const int teacher = job.model.depth;
+  DIT_CHECK(teacher >= 2, job.teacher, " holds a model of 1 block: there is no block to prune");
   DIT_CHECK(opt.depth >= 1 && opt.depth < teacher, "--depth ", opt.depth, ": expected 1 to ", teacher - 1,
             " (fewer blocks than the teacher's ", teacher, ")");
   job.depth = opt.depth;

@@ -51,4 +51,18 @@ cmp "$SCRATCH/loss.h5" "$SCRATCH/loss8.h5" || fail "8 ranks pruned another file 
 # Another seed draws another calibration batch: other scores.
 prune cos_seed4 --method score --score cos --calibration 32 --seed 4
 [[ "$(grep '^block' "$SCRATCH/cos.txt")" != "$(grep '^block' "$SCRATCH/cos_seed4.txt")" ]] || fail "seed 4 scored as seed 3"
+# A flow model (logit-normal timesteps in training, the cosine term): the loss score uses the run's
+# recipe, the pruned file keeps the objective and samples with a flow sampler.
+"$DIT_MP" --tp 1 --pp 1 --steps 3 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/flow" "${TINY[@]}" \
+  --set model.depth=3 --objective flow --sampler euler --timestep-sampling logit_normal \
+  --set model.learn_sigma=false --set diffusion.cosine_loss=true > "$SCRATCH/flow_train.txt" 2>&1 ||
+  { cat "$SCRATCH/flow_train.txt"; fail "training the flow model failed"; }
+"$DIT_MP" prune --run "$SCRATCH/flow" --depth 1 --method score --score loss --calibration 8 \
+  --out "$SCRATCH/flow1.h5" > "$SCRATCH/flow1.txt" 2>&1 || { cat "$SCRATCH/flow1.txt"; fail "prune the flow model"; }
+cat "$SCRATCH/flow1.txt"
+[[ $(attr "$SCRATCH/flow1.h5" kept_layers) == 2 ]] || fail "flow: depth 1 keeps the last block"
+[[ $(attr "$SCRATCH/flow1.h5" objective) == flow ]] || fail "flow: the objective was not kept"
+"$DIT_MP" sample --weights "$SCRATCH/flow1.h5" --classes 0 --per-class 1 --steps 2 --out "$SCRATCH/flow1_grid.png" \
+  > "$SCRATCH/flow1_sample.txt" 2>&1 || { cat "$SCRATCH/flow1_sample.txt"; fail "sample the pruned flow model"; }
+grep -q "sampling: euler" "$SCRATCH/flow1_sample.txt" || fail "the pruned flow model did not sample with euler"
 echo "prune: ok"

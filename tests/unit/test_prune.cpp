@@ -138,6 +138,14 @@ TEST(Prune, AnIdentityBlockScoresAsTheOneToDrop) {
     EXPECT_EQ(score_blocks(*be, model, cal, recipe, BlockScore::Loss).score, loss.score);
     const Calibration other = draw_calibration(data, cfg, recipe, 20, 6);
     EXPECT_NE(score_blocks(*be, model, other, recipe, BlockScore::Cos).score, cos.score);
+    // A forward that keeps only each block's output (as dit_mp prune runs it) scores the same.
+    StageOptions full;
+    full.recompute = Recompute::Full;
+    DiTStage lean(*be, cfg, StageLayout::whole(cfg), tp, 1, full);
+    for (std::size_t i = 0; i < lean.params().size(); ++i)
+      lean.params().set_global(static_cast<int>(i), tensors.at(lean.params().specs()[i].name));
+    EXPECT_EQ(score_blocks(*be, lean, cal, recipe, BlockScore::Cos).score, cos.score);
+    EXPECT_EQ(score_blocks(*be, lean, cal, recipe, BlockScore::Loss).score, loss.score);
   }
 }
 
