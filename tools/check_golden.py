@@ -205,6 +205,22 @@ def check_sample(f, c, model):
         c.compare("sample/cfg/out", cfg_out)
 
 
+def check_prune(f, c, model):
+    """/prune/bi_score (optional): per block, mean cosine similarity of its output and input on
+    /forward's inputs, recomputed with a forward hook on every block."""
+    if "prune" not in f:
+        return
+    sims = {}
+    hooks = [b.register_forward_hook(
+        lambda m, i, o, k=k: sims.__setitem__(k, torch.nn.functional.cosine_similarity(o, i[0], dim=-1).mean()))
+        for k, b in enumerate(model.blocks)]
+    with torch.no_grad():
+        model(c.ref("forward/x"), c.ref("forward/t"), c.ref("forward/y"))
+    for h in hooks:
+        h.remove()
+    c.compare("prune/bi_score", torch.stack([sims[k] for k in range(len(model.blocks))]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file")
@@ -225,6 +241,7 @@ def main():
         check_loss(f, c, model)
         check_adamw_ema(f, c, model)
         check_sample(f, c, model)
+        check_prune(f, c, model)
         all_ds = set()
         f.visititems(lambda n, o: all_ds.add(n) if isinstance(o, h5py.Dataset) else None)
         for n in sorted(all_ds - c.covered):

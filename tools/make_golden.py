@@ -45,6 +45,8 @@ def parse_args():
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--ema-decay", type=float, default=0.9)
     ap.add_argument("--weights-from", help="a .pt state dict to use instead of perturbed random weights")
+    ap.add_argument("--prune", action="store_true",
+                    help="also write /prune/bi_score: each block's input/output cosine similarity")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     checks = [
@@ -160,6 +162,23 @@ def sample_group(model, a, gen):
     return g, cfg, guided
 
 
+def prune_group(model, fwd):
+    """Depth pruning's block importance on the forward group's own inputs, as the TinyFusion
+    reference (prune_by_score.py compute_BI_score) hooks it: per block, the mean over samples and
+    tokens of cosine_similarity(output, input, dim=-1)."""
+    scores = []
+
+    def hook(module, inputs, outputs):
+        scores.append(torch.nn.functional.cosine_similarity(outputs, inputs[0], dim=-1).mean())
+
+    hooks = [b.register_forward_hook(hook) for b in model.blocks]
+    with torch.no_grad():
+        model(fwd["x"], fwd["t"], fwd["y"])
+    for h in hooks:
+        h.remove()
+    return {"bi_score": torch.stack(scores)}
+
+
 def write_group(f, path, tensors):
     grp = f.require_group(path)
     for name, v in tensors.items():
@@ -201,6 +220,7 @@ def main():
     loss, loss_grads, schedule = loss_group(model, a, gen)
     after, ema = adamw_ema(model, a, weights, loss_grads)
     smp, cfg, guided = sample_group(model, a, gen)
+    prune = prune_group(model, fwd) if a.prune else None
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with h5py.File(a.out, "w") as f:
@@ -223,6 +243,8 @@ def main():
         g = write_group(f, "sample/cfg", cfg)
         g.attrs["scale"] = np.float64(a.cfg_scale)
         g.attrs["guided_channels"] = np.int64(guided)
+        if prune is not None:
+            write_group(f, "prune", prune)
     print(f"wrote {a.out} ({os.path.getsize(a.out) / 1e6:.2f} MB)")
 
 

@@ -18,6 +18,7 @@
 #include "app/data_cmd.h"
 #include "app/evaluate_cmd.h"
 #include "app/plan_cmd.h"
+#include "app/prune_cmd.h"
 #include "app/sample_cmd.h"
 #include "app/train_cmd.h"
 #include "app/verify_cmd.h"
@@ -28,7 +29,7 @@
 
 namespace {
 
-const char* const kSubcommands[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "help"};
+const char* const kSubcommands[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "prune", "help"};
 
 // The command line trains: `train` given, or no subcommand (train is the default).
 bool trains(int argc, char** argv) {
@@ -65,7 +66,7 @@ int run(int argc, char** argv) {
   const std::vector<std::function<int()>> commands = {
       dit::add_train_command(app),        dit::add_sample_command(app), dit::add_evaluate_command(app),
       dit::add_verify_command(app),       dit::add_prepare_data_command(app), dit::add_plan_command(app),
-      dit::add_inspect_command(app),
+      dit::add_inspect_command(app),      dit::add_prune_command(app),
   };
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   dit::fit_threads_to_cores();

@@ -15,6 +15,7 @@
 #include "parallel/world.h"
 #include "engine/dit_pipeline.h"
 #include "engine/global_tensors.h"
+#include "engine/prune.h"
 #include "backend/backend.h"
 #include "diffusion/losses.h"
 #include "diffusion/sampling.h"
@@ -192,10 +193,38 @@ void verify_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, const
            g.read("/sample/cfg/out", image_shape(cfg, n2, cfg.out_channels())));
 }
 
+// Depth pruning's block scores (engine/prune.h: each block's input/output cosine similarity) on
+// /forward's inputs, with the whole model on world rank 0 alone (pruning runs on one rank).
+void verify_prune(Backend& be, ParallelContext& ctx, const GoldenFile& g, Report& rep) {
+  const DiTConfig& cfg = g.config();
+  std::vector<double> bi;
+  if (ctx.world_rank == 0) {
+    SelfComm tp;
+    DiTStage model(be, cfg, StageLayout::whole(cfg), tp);
+    g.load_params(model.params(), "/weights");
+    const std::int64_t n = g.h5().shape("/forward/x")[0], per = image_shape(cfg, 1, cfg.in_channels).numel();
+    const auto x = g.read_f32("/forward/x", image_shape(cfg, n, cfg.in_channels));
+    const auto t = g.read_f32("/forward/t", {n});
+    const auto y = g.read_labels("/forward/y", n);
+    bi = block_similarity(be, model, n, n, [&](std::int64_t f, std::int64_t k, StageInputs& in, Arena& arena) {
+      upload_stage_inputs(be, cfg, k, {x.data() + f * per, t.data() + f, y.data() + f}, in, arena);
+    });
+  }
+  const std::vector<double> want = g.read("/prune/bi_score", {cfg.depth});
+  rep.full("prune/bi_score", bi, want);
+  // The scores sit near 1, where the rule above sees little of them: 1 - cos as well.
+  auto distance = [](std::vector<double> v) {
+    for (double& c : v) c = 1 - c;
+    return v;
+  };
+  rep.full("prune/bi_score (as 1 - cos)", bi.empty() ? bi : distance(bi), distance(want));
+}
+
 }  // namespace
 
 const std::vector<std::string>& verify_group_names() {
-  static const std::vector<std::string> names = {"forward", "schedule", "loss", "timesteps", "adamw", "ema", "sample"};
+  static const std::vector<std::string> names = {"forward", "schedule", "loss",  "timesteps",
+                                                 "adamw",   "ema",      "sample", "prune"};
   return names;
 }
 
@@ -213,8 +242,11 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   GoldenFile golden(opt.golden);
   for (const auto& name : groups_to_run(opt, golden)) {
     DIT_CHECK(std::find(verify_group_names().begin(), verify_group_names().end(), name) != verify_group_names().end(),
-              "unknown verify group '", name, "': expected some of forward, schedule, loss, timesteps, adamw, ema, sample");
+              "unknown verify group '", name, "': expected some of forward, schedule, loss, timesteps, adamw, ema, sample, "
+              "prune");
     DIT_CHECK(golden.has_group(name), golden.path(), ": group /", name, " is missing");
+    DIT_CHECK(name != "prune" || golden.has_group("forward"), golden.path(),
+              ": group /prune is scored on /forward's inputs, and /forward is missing");
   }
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
@@ -273,6 +305,7 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   if (wants("timesteps")) verify_timesteps(golden, rep);
   if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, ctx, golden, opt, wants("adamw"), wants("ema"), rep);
   if (wants("sample")) (flow ? verify_flow_sample : verify_sample)(*be, ctx, golden, opt, rep);
+  if (wants("prune")) verify_prune(*be, ctx, golden, rep);
 
   char header[512];
   std::snprintf(header, sizeof header,
@@ -302,7 +335,7 @@ std::function<int()> add_verify_command(CLI::App& app) {
       "verify", "Check the model against a golden file of float64 numbers from the official DiT, at any layout");
   cmd->add_option("--golden", v.golden, "Golden HDF5 file")->required();
   cmd->add_option("--groups", f->groups,
-                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample (default: all the file holds)");
+                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample,prune (default: all the file holds)");
   cmd->add_option("--backend", v.backend, "Compute backend: cpu or cuda")->capture_default_str();
   cmd->add_option("--precision", v.precision, "fp32 (tolerance 1e-4) or bf16/fp16 storage (tolerance 2e-2)")
       ->capture_default_str();

@@ -61,13 +61,21 @@ namespace {
 // The weights file's groups and tensors; throws on the first failure.
 void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cfg,
                        const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
-                       diffusion::Objective objective) {
+                       diffusion::Objective objective, const WeightsProvenance& provenance) {
   {
     const h5::Handle c = h5::write_model_config(file, cfg, where);
     h5::write_attr_ints(c.get(), "diffusion_steps", {diffusion_steps}, h5::AttrShape::Scalar, where);
     // Only flow models carry it: a DDPM weights file stays what it was (absent = ddpm).
     if (objective != diffusion::Objective::Ddpm)
       h5::write_attr_string(c.get(), "objective", name_of(diffusion::kObjectiveNames, objective), where);
+    if (!provenance.empty()) {
+      DIT_CHECK(int(provenance.kept_layers.size()) == cfg.depth, where, ": provenance of ",
+                provenance.kept_layers.size(), " kept layers for a model of depth ", cfg.depth);
+      h5::write_attr_ints(c.get(), "kept_layers", {provenance.kept_layers.begin(), provenance.kept_layers.end()},
+                          h5::AttrShape::List, where);
+      h5::write_attr_ints(c.get(), "teacher_depth", {provenance.teacher_depth}, h5::AttrShape::Scalar, where);
+      h5::write_attr_string(c.get(), "pruned_by", provenance.pruned_by, where);
+    }
     const h5::Handle w = h5::create_group(file, "/weights", where);
     std::map<std::string, Shape> shapes;
     for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) shapes[s.name] = s.global;
@@ -79,9 +87,9 @@ void fill_weights_file(hid_t file, const std::string& where, const DiTConfig& cf
 
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps,
-                  diffusion::Objective objective) {
+                  diffusion::Objective objective, const WeightsProvenance& provenance) {
   write_sealed_file(path, "weights", [&](hid_t file, const std::string& where) {
-    fill_weights_file(file, where, cfg, tensors, diffusion_steps, objective);
+    fill_weights_file(file, where, cfg, tensors, diffusion_steps, objective, provenance);
   });
 }
 
@@ -117,15 +125,26 @@ diffusion::Objective read_weights_objective(const std::string& path) {
   return *o;
 }
 
-std::vector<int> read_kept_layers(const std::string& path) {
-  const DiTConfig cfg = read_weights_config(path);
+WeightsProvenance read_weights_provenance(const std::string& path) {
+  const DiTConfig cfg = read_weights_config(path);  // sealed
   const h5::File f = h5::File::open_read(path);
-  if (!f.has_attr("/config", "kept_layers")) return {};
-  std::vector<int> out;
-  for (const std::int64_t v : h5::read_attr_ints(f, "/config", "kept_layers", static_cast<std::size_t>(cfg.depth)))
-    out.push_back(static_cast<int>(v));
-  return out;
+  WeightsProvenance p;
+  if (!f.has_attr("/config", "kept_layers")) return p;
+  const std::string c = "/config";
+  const std::int64_t teacher = h5::read_attr_int(f, c, "teacher_depth");
+  DIT_CHECK(teacher > cfg.depth && teacher < (std::int64_t(1) << 31), path, ": /config teacher_depth = ", teacher,
+            ": expected more than the model's depth ", cfg.depth);
+  p.teacher_depth = static_cast<int>(teacher);
+  for (const std::int64_t k : h5::read_attr_ints(f, c, "kept_layers", static_cast<std::size_t>(cfg.depth))) {
+    DIT_CHECK(k >= 0 && k < teacher && (p.kept_layers.empty() || k > p.kept_layers.back()), path,
+              ": /config kept_layers holds ", k, ": expected ascending teacher blocks in [0, ", teacher, ")");
+    p.kept_layers.push_back(static_cast<int>(k));
+  }
+  p.pruned_by = f.has_attr(c, "pruned_by") ? f.attr_string(c, "pruned_by") : "";
+  return p;
 }
+
+std::vector<int> read_kept_layers(const std::string& path) { return read_weights_provenance(path).kept_layers; }
 
 // "[3, 5]": the index of flat element `i` of a tensor of shape `s`.
 std::string index_text(const Shape& s, std::int64_t i) {

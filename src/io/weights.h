@@ -21,12 +21,24 @@ class File;
 
 namespace dit {
 
+// Where a model made from another one came from (`dit_mp prune`): /config attributes
+// `kept_layers` (int list, the teacher's index of each block, in order), `teacher_depth` (int) and
+// `pruned_by` ("index", "score:cos", "score:loss"). A trained model has none (empty()).
+struct WeightsProvenance {
+  std::vector<int> kept_layers;
+  int teacher_depth = 0;
+  std::string pruned_by;
+  bool empty() const { return kept_layers.empty(); }
+};
+
 // Writes atomically (io/atomic_file.h): complete or not at all. `diffusion_steps` (the training schedule's
 // length) and, for a flow model, `objective = "flow"` (a string attr; absent = ddpm) go to /config
-// so that sampling uses the schedule and the integrators the model was trained for.
+// so that sampling uses the schedule and the integrators the model was trained for; a non-empty
+// provenance goes there too (its kept_layers must hold cfg.depth teacher blocks).
 void save_weights(const std::string& path, const DiTConfig& cfg,
                   const std::map<std::string, std::vector<float>>& tensors, int diffusion_steps = 1000,
-                  diffusion::Objective objective = diffusion::Objective::Ddpm);
+                  diffusion::Objective objective = diffusion::Objective::Ddpm,
+                  const WeightsProvenance& provenance = {});
 // The model config stored in a weights (or golden) file.
 DiTConfig read_weights_config(const std::string& path);
 // The training schedule's length stored in a weights file (1000 when absent: files from before).
@@ -34,8 +46,10 @@ int read_weights_diffusion_steps(const std::string& path);
 // The objective stored in a weights or golden file (ddpm when absent: files from before); an
 // unknown name is refused naming the file.
 diffusion::Objective read_weights_objective(const std::string& path);
-// The teacher block each block of a pruned model came from (/config kept_layers, written by
-// `dit_mp prune`); empty when the file records none.
+// The provenance stored in a weights file (empty when absent: a trained model, files from before),
+// checked: one teacher block per student block, ascending, each below teacher_depth.
+WeightsProvenance read_weights_provenance(const std::string& path);
+// Its kept_layers: the teacher's block index of each block (empty when the file records none).
 std::vector<int> read_kept_layers(const std::string& path);
 // Loads every parameter of `ps` from `/weights/<name>`: shapes checked, checksums verified (a tensor
 // without one is refused), and every value finite; errors name the file and the tensor.

@@ -1,0 +1,197 @@
+// `dit_mp prune` (see prune_cmd.h).
+#include "app/prune_cmd.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "app/sample_cmd.h"
+#include "engine/prune.h"
+#include "io/atomic_file.h"
+#include "io/config.h"
+#include "io/h5_dataset.h"
+#include "io/weights.h"
+#include "parallel/comm.h"
+#include "parallel/world.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kMaxCalibration = 65536;
+
+// What to prune, resolved and checked on every rank.
+struct PruneJob {
+  std::string teacher, out, data_path;
+  DiTConfig model;
+  int depth = 0;
+  PruneMethod method = PruneMethod::Index;
+  BlockScore score = BlockScore::Cos;
+  std::vector<int> keep;  // index: model order
+  ScoreRecipe recipe;
+  double latent_scale = 0;
+  std::int64_t calibration = 0;
+  std::uint64_t seed = 0;
+  std::shared_ptr<Dataset> data;  // score only
+};
+
+std::string pruned_by(const PruneJob& job) {
+  if (job.method == PruneMethod::Index) return "index";
+  return std::string("score:") + name_of(kBlockScoreNames, job.score);
+}
+
+// The teacher's file and model, the student's depth, and --out.
+void resolve_teacher(const PruneOptions& opt, PruneJob& job) {
+  DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "give exactly one of --run DIR or --weights FILE");
+  job.teacher = opt.run_dir.empty() ? opt.weights : (fs::path(opt.run_dir) / "ema.h5").string();
+  DIT_CHECK(fs::exists(job.teacher), job.teacher, " does not exist",
+            opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
+  job.model = read_weights_config(job.teacher);
+  job.recipe.diffusion_steps = read_weights_diffusion_steps(job.teacher);
+  job.recipe.objective.objective = read_weights_objective(job.teacher);
+  const int teacher = job.model.depth;
+  DIT_CHECK(teacher >= 2, job.teacher, " holds a model of 1 block: there is no block to prune");
+  DIT_CHECK(opt.depth >= 1 && opt.depth < teacher, "--depth ", opt.depth, ": expected 1 to ", teacher - 1,
+            " (fewer blocks than the teacher's ", teacher, ")");
+  job.depth = opt.depth;
+  job.out = opt.out;
+  DIT_CHECK(!job.out.empty() && !fs::is_directory(job.out), "--out ", job.out,
+            " is a folder: give the pruned weights file's name, e.g. ", (fs::path(job.out) / "pruned.h5").string());
+  DIT_CHECK(!fs::exists(job.out) || !fs::equivalent(job.out, job.teacher), "--out ", job.out,
+            " is the teacher's weights file: give the pruned model a file of its own");
+  check_writable_target(job.out, "--out");
+}
+
+// --method score: the score, the calibration batch's size and its dataset, and the recipe's loss.
+void resolve_score(const PruneOptions& opt, PruneJob& job) {
+  const auto score = value_of(kBlockScoreNames, opt.score);
+  DIT_CHECK(score.has_value(), "--score '", opt.score, "': expected one of ", names_of(kBlockScoreNames));
+  job.score = *score;
+  DIT_CHECK(opt.calibration >= 1 && opt.calibration <= kMaxCalibration, "--calibration ", opt.calibration,
+            ": expected 1 to ", kMaxCalibration, " images");
+  job.calibration = opt.calibration;
+  job.seed = opt.seed;
+  RunConfig cfg;
+  const fs::path config = fs::path(opt.run_dir) / "config.toml";
+  if (!opt.run_dir.empty() && fs::is_regular_file(config)) cfg = RunConfig::from_file(config.string());
+  // The run's loss terms, when the run trained the objective its weights say.
+  if (cfg.diffusion.objective == job.recipe.objective.objective) job.recipe.objective = cfg.diffusion.train_objective();
+  job.data_path = opt.data.empty() ? cfg.data.path : opt.data;
+  DIT_CHECK(fs::is_regular_file(job.data_path), "the calibration dataset ", job.data_path, " does not exist",
+            opt.data.empty() ? ": give one with --data FILE (dit_mp prepare-data makes one)" : "");
+  job.data = open_dataset(job.data_path, cfg.data.latent_scale);
+  const SampleShape s = job.data->shape();
+  const DiTConfig& m = job.model;
+  DIT_CHECK(s.channels == m.in_channels && s.height == m.input_size && s.width == m.input_size, job.data_path,
+            " holds ", s.channels, "x", s.height, "x", s.width, " samples but the model takes ", m.in_channels, "x",
+            m.input_size, "x", m.input_size);
+  DIT_CHECK(job.data->num_classes() <= m.num_classes, job.data_path, " has ", job.data->num_classes(),
+            " classes but the model ", m.num_classes);
+}
+
+PruneJob resolve_job(const PruneOptions& opt) {
+  PruneJob job;
+  resolve_teacher(opt, job);
+  const auto method = value_of(kPruneMethodNames, opt.method);
+  DIT_CHECK(method.has_value(), "--method '", opt.method, "': expected one of ", names_of(kPruneMethodNames));
+  job.method = *method;
+  if (job.method == PruneMethod::Index) {
+    DIT_CHECK(opt.keep_given, "--method index needs --keep i,j,... (the ", job.depth, " teacher blocks to keep)");
+    DIT_CHECK(!opt.score_given, "--score applies to --method score; --method index keeps the --keep blocks");
+    job.keep = checked_keep(parse_ints(opt.keep, "--keep"), job.model.depth, job.depth);
+  } else {
+    DIT_CHECK(!opt.keep_given, "--keep applies to --method index; --method score chooses the blocks itself");
+    resolve_score(opt, job);
+  }
+  return job;
+}
+
+// Scores every block on world rank 0's CPU backend and returns the blocks kept.
+std::vector<int> keep_by_score(const PruneJob& job) {
+  std::unique_ptr<Backend> be = make_backend("cpu");
+  SelfComm tp;
+  StageOptions options;
+  options.recompute = Recompute::Full;  // a forward keeps only each block's output
+  DiTStage teacher(*be, job.model, StageLayout::whole(job.model), tp, 1, options);
+  load_weights(job.teacher, teacher.params());
+  const Calibration cal = draw_calibration(*job.data, job.model, job.recipe, job.calibration, job.seed);
+  const BlockScores s = score_blocks(*be, teacher, cal, job.recipe, job.score);
+  if (job.score == BlockScore::Loss) std::printf("full model: loss %.6g\n", s.full_loss);
+  for (int b = 0; b < job.model.depth; ++b)
+    std::printf(job.score == BlockScore::Cos ? "block %2d: cos %.9f%s\n" : "block %2d: loss increase %.6g%s\n", b,
+                s.score[b], b + 1 == job.model.depth ? " (the last block: kept)" : "");
+  return keep_by_scores(s.score, job.depth, job.score);
+}
+
+std::string list_text(const std::vector<int>& v) {
+  std::string s;
+  for (int k : v) s += (s.empty() ? "" : ",") + std::to_string(k);
+  return s;
+}
+
+void prune_on_this_rank(const PruneJob& job) {
+  std::printf("prune: %s (depth %d) to depth %d by %s", job.teacher.c_str(), job.model.depth, job.depth,
+              pruned_by(job).c_str());
+  if (job.method == PruneMethod::Score)
+    std::printf(" on %lld calibration images of %s (seed %llu)", static_cast<long long>(job.calibration),
+                job.data_path.c_str(), static_cast<unsigned long long>(job.seed));
+  std::printf("\n");
+  std::fflush(stdout);
+  const std::vector<int> keep = job.method == PruneMethod::Index ? job.keep : keep_by_score(job);
+  std::vector<int> dropped;
+  for (int b = 0, j = 0; b < job.model.depth; ++b)
+    if (j < int(keep.size()) && keep[j] == b) ++j;
+    else dropped.push_back(b);
+  std::printf("kept blocks: %s (dropped %s)\n", list_text(keep).c_str(), list_text(dropped).c_str());
+  write_pruned_weights(job.teacher, job.out, keep, pruned_by(job));
+  std::printf("wrote %s\n", job.out.c_str());
+}
+
+}  // namespace
+
+int run_prune(const PruneOptions& opt) {
+  PruneJob job;
+  collective_check([&] { job = resolve_job(opt); });
+  // The work is one rank's; its failure reaches every rank as one message.
+  collective_check([&] {
+    if (world_rank() == 0) prune_on_this_rank(job);
+  });
+  return 0;
+}
+
+std::function<int()> add_prune_command(CLI::App& app) {
+  auto opt = std::make_shared<PruneOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "prune",
+      "A smaller DiT from trained weights by depth pruning (TinyFusion): keep --depth of the teacher's blocks, "
+      "given (--method index --keep i,j,...) or chosen by a block score on a calibration batch (--method score). "
+      "The scores see what the model sees in training: x_t = q_sample(x0, t, noise) (ddpm) or the flow path "
+      "t x0 + (1 - t) noise, at timesteps drawn uniformly (the TinyFusion reference feeds the clean x0).");
+  cmd->add_option("--run", opt->run_dir, "A training run folder (its ema.h5; its config.toml names the dataset)");
+  cmd->add_option("--weights", opt->weights, "A weights HDF5 file");
+  cmd->add_option("--depth", opt->depth, "Blocks of the pruned model (below the teacher's)")->required();
+  cmd->add_option("--method", opt->method, "index (the --keep blocks) or score (the --score of each block)")
+      ->required();
+  CLI::Option* keep = cmd->add_option("--keep", opt->keep, "index: the teacher blocks kept, e.g. 0,2,5");
+  CLI::Option* score = cmd->add_option(
+      "--score", opt->score,
+      "score: cos (mean cosine similarity of a block's input and output; the most similar go) or loss (the rise "
+      "of the training loss when the block alone is skipped; the least rise goes). The last block always stays");
+  score->capture_default_str();
+  cmd->add_option("--calibration", opt->calibration, "score: calibration images from the dataset")
+      ->capture_default_str();
+  cmd->add_option("--data", opt->data, "score: the calibration dataset (default: the run's data.path, or the demo's)");
+  cmd->add_option("--seed", opt->seed, "score: seed of the calibration images, timesteps and noise")
+      ->capture_default_str();
+  cmd->add_option("--out", opt->out, "The pruned weights file")->required();
+  return [cmd, opt, keep, score] {
+    if (!*cmd) return -1;
+    opt->keep_given = keep->count() > 0;
+    opt->score_given = score->count() > 0;
+    return run_prune(*opt);
+  };
+}
+
+}  // namespace dit
