@@ -180,6 +180,7 @@ TeacherStage::TeacherStage(Backend& be, const DiTConfig& teacher, std::vector<St
   opt.recompute = Recompute::Full;  // forward only: a block keeps its output and nothing else
   opt.sequence_parallel = student.options().sequence_parallel;
   opt.placement = student.options().placement;
+  opt.gradients = Gradients::None;
   model_ = std::make_unique<DiTStage>(be, teacher, std::move(chunks), tp, 1, opt);
 }
 

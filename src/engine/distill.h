@@ -82,6 +82,8 @@ class TeacherStage final : public StageCompanion {
     terms_ = feature_terms;
   }
   const DiTStage& model() const { return *model_; }
+  // What the teacher holds on this rank: its weights and the peak of its activation arena.
+  std::size_t bytes() const { return model_->params().flat_values().bytes() + acts_.peak_bytes(); }
 
   std::vector<Tensor> forward_inputs(int mb, int chunk, std::int64_t n, Arena& arena) override;
   Output forward(int mb, int chunk, const StageInputs& in, const std::vector<Tensor>& inputs,

@@ -103,6 +103,7 @@ MemoryAccount Trainer::memory() const {
   m.activations = executor_->peak_activation_bytes();
   m.messages = executor_->peak_message_bytes();
   m.workspace = workspace_peak_ + be_->workspace_bytes();  // the stage's scratch + the backend's (attention)
+  m.teacher = teacher_ ? teacher_->bytes() : 0;
   return m;
 }
 

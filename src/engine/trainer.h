@@ -45,8 +45,9 @@ struct MemoryAccount {
   std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
   std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation) and the
                                 // backend's own workspace (the composed attention's score tiles)
+  std::size_t teacher = 0;      // distillation: the teacher's weights and its activation arena's peak
   std::size_t total() const {
-    return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace;
+    return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace + teacher;
   }
 };
 

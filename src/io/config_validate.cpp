@@ -221,8 +221,8 @@ void validate_distill(const DistillSection& d) {
   require(d.output_weight + d.target_weight + d.feature_weight > 0, "distill.output_weight", d.output_weight,
           "a weight > 0 for at least one of distill.output_weight, target_weight and feature_weight");
   require(d.mask_sigma >= 0, "distill.mask_sigma", d.mask_sigma, "a number of standard deviations >= 0 (0: no mask)");
-  require(d.student_layers.size() == d.teacher_layers.size(), "distill.student_layers", int_list(d.student_layers),
-          "as many entries as distill.teacher_layers = " + int_list(d.teacher_layers) + " (they pair up)");
+  DIT_CHECK(d.student_layers.size() == d.teacher_layers.size(), "distill.student_layers = ", int_list(d.student_layers),
+            ": expected as many entries as distill.teacher_layers = ", int_list(d.teacher_layers), " (they pair up)");
 }
 
 // The [sample] rules, shared by training and by `sample` / `evaluate`, whose flags set the same

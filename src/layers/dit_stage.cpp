@@ -52,7 +52,7 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
   DIT_CHECK(!options.sequence_parallel || (tp.size() > 1 && cfg.num_patches() % tp.size() == 0),
             "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),
             " tokens per image (tp = ", tp.size(), ")");
-  params_ = std::make_unique<ParamSet>(be, declare(cfg, chunks), tp.size(), tp.rank(), pad_multiple);
+  params_ = std::make_unique<ParamSet>(be, declare(cfg, chunks), tp.size(), tp.rank(), pad_multiple, options.gradients);
   for (const StageLayout& layout : chunks) {
     Chunk& c = chunks_.emplace_back();
     c.layout = layout;

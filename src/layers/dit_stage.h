@@ -32,6 +32,7 @@ struct StageOptions {
   bool sequence_parallel = false;
   // Which model chunks a rank's chunks are (pipeline_schedule.h): ZB-V's V, or interleaved.
   ChunkPlacement placement = ChunkPlacement::Interleaved;
+  Gradients gradients = Gradients::Kept;  // None: forward only (no gradient buffers)
   // The block's Recompute mode for its index within the stage.
   Recompute mode_of(int i) const {
     return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks

@@ -78,7 +78,7 @@ void ParamSpec::initialize(std::uint64_t seed, std::vector<float>& g) const {
 }
 
 ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
-                   std::int64_t pad_multiple)
+                   std::int64_t pad_multiple, Gradients gradients)
     : backend_(&backend), specs_(std::move(specs)), tp_(tp), tp_rank_(tp_rank) {
   // Each tensor starts on a multiple of kAlign elements (256 bytes in fp32, 128 in 16 bits), so
   // GEMM libraries may use their aligned, vectorized kernels on every weight; the gaps stay zero.
@@ -91,7 +91,7 @@ ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int t
   DIT_CHECK(pad_multiple > 0, "parameter padding multiple must be positive");
   padded_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(backend.compute_dtype()));
-  grads_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(kGradDType));
+  if (gradients == Gradients::Kept) grads_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(kGradDType));
   backend.fill(flat_values(), 0.f);
   zero_grads();
 }
@@ -113,12 +113,18 @@ Tensor ParamSet::value(int i) const {
   return values_.tensor(specs_[i].local(tp_), dt, offsets_[i] * dtype_size(dt));
 }
 Tensor ParamSet::grad(int i) const {
+  DIT_CHECK(grads_.bytes() > 0 || padded_ == 0, "parameter '", specs_[i].name, "': a forward-only model has no gradients");
   return grads_.tensor(specs_[i].local(tp_), kGradDType, offsets_[i] * dtype_size(kGradDType));
 }
 Tensor ParamSet::flat_values() const { return values_.tensor({padded_}, backend_->compute_dtype()); }
-Tensor ParamSet::flat_grads() const { return grads_.tensor({padded_}, kGradDType); }
+Tensor ParamSet::flat_grads() const {
+  DIT_CHECK(grads_.bytes() > 0 || padded_ == 0, "a forward-only model has no gradients");
+  return grads_.tensor({padded_}, kGradDType);
+}
 
-void ParamSet::zero_grads() { backend_->fill(flat_grads(), 0.f); }
+void ParamSet::zero_grads() {
+  if (grads_.bytes() > 0) backend_->fill(flat_grads(), 0.f);
+}
 
 void ParamSet::initialize(std::uint64_t seed) {
   if (backend_->device() == Device::Virtual) return;  // the planner's buffers hold no values

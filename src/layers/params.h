@@ -41,12 +41,15 @@ struct ParamSpec {
 // fp32 buffer whatever that dtype (Megatron's main_grad): weight-gradient GEMMs of 16-bit inputs
 // accumulate into fp32 across microbatches, and the data-parallel reduction sums fp32, so a 16-bit
 // run never rounds a running gradient sum to 16 bits and every communication path adds alike.
+// Whether a ParamSet holds gradients: a model that only runs forward (distillation's teacher) has none.
+enum class Gradients : std::uint8_t { Kept, None };
+
 class ParamSet {
  public:
   static constexpr DType kGradDType = DType::F32;
   // The flat buffers hold numel() elements padded with zeros up to a multiple of pad_multiple.
   ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int tp_rank,
-           std::int64_t pad_multiple = 1);
+           std::int64_t pad_multiple = 1, Gradients gradients = Gradients::Kept);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::size_t size() const { return specs_.size(); }
