@@ -174,6 +174,38 @@ def distill_group(gen, n, c, hw, tokens, width, learn_sigma, repo, output_weight
     return g, attrs
 
 
+def recompute(grp, repo):
+    """The reference on a file's stored /distill inputs: {dataset name: tensor} of its outputs."""
+    pkg, _ = reference_modules(repo)
+    ref = lambda k: torch.from_numpy(np.asarray(grp[k][()]))  # noqa: E731
+    pairs = list(zip(ref("student_layers").tolist(), ref("teacher_layers").tolist()))
+    learn_sigma = bool(grp.attrs["learn_sigma"])
+    inp = {k: ref(k) for k in ("x_start", "noise", "t", "out", "tout")}
+    inp["fs"] = [ref(f"fs/{k}") for k in range(len(pairs))]
+    inp["ft"] = [ref(f"ft/{k}") for k in range(len(pairs))]
+    terms, grad_out, grad_fs = run_reference(
+        pkg, inp, pairs, int(grp.attrs["teacher_depth"]), learn_sigma,
+        float(grp.attrs["output_weight"]), float(grp.attrs["feature_weight"]))
+    got = {k: terms[k] for k in ("loss", "kd_loss", "gt", "feat_loss", "mse", "vb_kd", "vb")
+           if k in terms}
+    got["grad_out"] = grad_out
+    for k, g in enumerate(grad_fs):
+        got[f"grad_fs/{k}"] = g
+    return got
+
+
+def masked_feature(fs, ft, sigma):
+    """The masked feature loss per sample and d mean_N(loss) / d fs, written out directly (an
+    implementation independent of the reference's, for tools/check_golden.py)."""
+    def keep(x):
+        var, mean = torch.var_mean(x, dim=[1, 2], keepdim=True)
+        return ((x - mean).abs() < sigma * var.sqrt()).to(x.dtype)
+    ks, kt = keep(fs), keep(ft)
+    diff = ks * fs - kt * ft
+    m = fs[0].numel()
+    return (diff ** 2).mean(dim=[1, 2]), 2 * ks * diff / (m * fs.shape[0])
+
+
 def write_distill(f, tensors, attrs):
     grp = f.require_group("distill")
     for name, v in tensors.items():
