@@ -109,7 +109,8 @@ void verify_distill(Backend& be, ParallelContext& ctx, const GoldenFile& g, Repo
       return x;
     };
     auto load = [&](const std::string& name, Shape s, DType to) { return put(g.read_f32(name, s), s, to); };
-    const Tensor x0 = load("/distill/x_start", d.image, DType::F32), noise = load("/distill/noise", d.image, DType::F32);
+    const Tensor x0 = load("/distill/x_start", d.image, DType::F32);
+    const Tensor noise = load("/distill/noise", d.image, DType::F32);
     const Tensor out = load("/distill/out", d.out, dt), tout = load("/distill/tout", d.out, dt);
     const Tensor ti = arena.tensor({n}, DType::I32);
     be.copy(ti, Tensor{const_cast<std::int32_t*>(t.data()), DType::I32, {n}, Device::Host});
@@ -125,7 +126,8 @@ void verify_distill(Backend& be, ParallelContext& ctx, const GoldenFile& g, Repo
     const float feature_scale = static_cast<float>(d.feature_weight / static_cast<double>(pairs));
     for (std::int64_t k = 0; k < pairs; ++k) {
       const Shape s = d.features[k];
-      const Tensor fs = load("/distill/fs/" + std::to_string(k), s, dt), ft = load("/distill/ft/" + std::to_string(k), s, dt);
+      const std::string pair = std::to_string(k);
+      const Tensor fs = load("/distill/fs/" + pair, s, dt), ft = load("/distill/ft/" + pair, s, dt);
       const Tensor dfs = arena.tensor(s, dt);
       be.feature_distill(fs, ft, d.mask_sigma, feature_scale, dfs, feat_terms);
       grad_fs[k] = host_copy(be, dfs);
