@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_dit  # noqa: E402
 
 INT_DATASETS = {"forward/y", "loss/t", "loss/y", "sample/t", "sample/y", "sample/cfg/y",
-                "sample/timestep_map"}  # min-SNR files add loss/weight, loss/mse_raw (float64)
+                "sample/timestep_map", "distill/t", "distill/student_layers",
+                "distill/teacher_layers"}  # min-SNR files add loss/weight, loss/mse_raw (float64)
 CONFIG_INT = ["input_size", "patch_size", "in_channels", "hidden_size", "depth", "num_heads",
               "num_classes", "out_channels", "num_patches", "frequency_embedding_size"]
 CONFIG_FLOAT = ["mlp_ratio", "class_dropout_prob", "layernorm_eps"]
@@ -34,7 +35,7 @@ class Checker:
         self.covered.add(name)
         return torch.from_numpy(np.asarray(self.f[name][()]))
 
-    def compare(self, name, got):
+    def compare(self, name, got, label=None):
         ref = self.ref(name).to(torch.float64)
         got = torch.as_tensor(got).detach().to(torch.float64)
         if tuple(got.shape) != tuple(ref.shape):
@@ -44,7 +45,7 @@ class Checker:
         err = (got - ref).norm().item() / (norm if norm > 0 else 1.0)
         if norm == 0:
             self.problems.append(f"{name}: reference is all zero (no signal)")
-        self.rows.append((name, err))
+        self.rows.append((label or name, err))
 
     def problem(self, msg):
         self.problems.append(msg)
@@ -66,11 +67,15 @@ def check_schema(f, c):
     if "learn_sigma" in cfg and not isinstance(cfg["learn_sigma"], (bool, np.bool_)):
         c.problem(f"/config learn_sigma is {type(cfg['learn_sigma']).__name__}, not bool")
     for grp, keys in {"adamw": ["lr", "beta1", "beta2", "eps", "weight_decay"],
-                      "ema": ["decay"], "sample": ["respacing"], "sample/cfg": ["scale"]}.items():
+                      "ema": ["decay"], "sample": ["respacing"], "sample/cfg": ["scale"],
+                      "distill": ["output_weight", "feature_weight", "mask_sigma", "learn_sigma",
+                                  "diffusion_steps", "teacher_depth"]}.items():
+        if grp not in f and (grp == "distill" or "weights" not in f):
+            continue  # optional /distill; a /config + /distill file has no DiT groups
         for k in keys:
             if k not in f[grp].attrs:
                 c.problem(f"/{grp} attr {k} missing")
-    if h5py.check_string_dtype(f.attrs.get_id("trainable").dtype) is None:
+    if "weights" in f and h5py.check_string_dtype(f.attrs.get_id("trainable").dtype) is None:
         c.problem("/ attr trainable is not an array of strings")
 
 
@@ -221,12 +226,38 @@ def check_prune(f, c, model):
     c.compare("prune/bi_score", torch.stack([sims[k] for k in range(len(model.blocks))]))
 
 
+def check_distill(f, c, repo):
+    """/distill (optional): TinyFusion's KD terms and gradients, recomputed by running the
+    reference (tools/distill_golden.py) again on the stored inputs, and the masked feature loss and
+    its gradient also written out directly."""
+    if "distill" not in f:
+        return
+    import distill_golden  # noqa: E402
+    g = f["distill"]
+    pairs = int(g["student_layers"].shape[0])
+    for k in ("x_start", "noise", "t", "out", "tout", "student_layers", "teacher_layers"):
+        c.ref(f"distill/{k}")
+    for name, v in distill_golden.recompute(g, repo).items():
+        c.compare(f"distill/{name}", v)
+    total = 0
+    sigma = float(g.attrs["mask_sigma"])
+    for k in range(pairs):
+        loss, grad = distill_golden.masked_feature(c.ref(f"distill/fs/{k}"), c.ref(f"distill/ft/{k}"),
+                                                   sigma)
+        total = total + loss
+        c.compare(f"distill/grad_fs/{k}", grad * float(g.attrs["feature_weight"]) / pairs,
+                  f"distill/grad_fs/{k} (written out)")
+    c.compare("distill/feat_loss", total / pairs, "distill/feat_loss (written out)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file")
     ap.add_argument("--tol", type=float, default=1e-12,
                     help="max relative L2 error per tensor (float64 vs float64)")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    ap.add_argument("--tinyfusion", default="/work/.mirror/VainF+TinyFusion/repo",
+                    help="TinyFusion checkout or git directory (for a file with /distill)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with h5py.File(args.file, "r") as f:
@@ -236,12 +267,14 @@ def main():
             return 2
         c = Checker(f, args.tol)
         check_schema(f, c)
-        model = build_model(f, c)
-        check_forward(f, c, model)
-        check_loss(f, c, model)
-        check_adamw_ema(f, c, model)
-        check_sample(f, c, model)
-        check_prune(f, c, model)
+        if "weights" in f:  # else a /config + /distill file (tools/distill_golden.py)
+            model = build_model(f, c)
+            check_forward(f, c, model)
+            check_loss(f, c, model)
+            check_adamw_ema(f, c, model)
+            check_sample(f, c, model)
+            check_prune(f, c, model)
+        check_distill(f, c, args.tinyfusion)
         all_ds = set()
         f.visititems(lambda n, o: all_ds.add(n) if isinstance(o, h5py.Dataset) else None)
         for n in sorted(all_ds - c.covered):

@@ -47,6 +47,11 @@ def parse_args():
     ap.add_argument("--weights-from", help="a .pt state dict to use instead of perturbed random weights")
     ap.add_argument("--prune", action="store_true",
                     help="also write /prune/bi_score: each block's input/output cosine similarity")
+    ap.add_argument("--distill", action="store_true",
+                    help="also write /distill: TinyFusion's KD loss terms and gradients "
+                         "(tools/distill_golden.py, on the model's data shape, tokens and width)")
+    ap.add_argument("--tinyfusion", default="/work/.mirror/VainF+TinyFusion/repo",
+                    help="with --distill: a TinyFusion checkout or git directory")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     checks = [
@@ -221,6 +226,12 @@ def main():
     after, ema = adamw_ema(model, a, weights, loss_grads)
     smp, cfg, guided = sample_group(model, a, gen)
     prune = prune_group(model, fwd) if a.prune else None
+    distill = None
+    if a.distill:
+        import distill_golden  # noqa: E402  (imports TinyFusion's diffusion package)
+        distill = distill_golden.distill_group(
+            gen, a.batch, a.in_channels, a.input_size, model.x_embedder.num_patches, a.hidden_size,
+            a.learn_sigma, a.tinyfusion)
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with h5py.File(a.out, "w") as f:
@@ -245,6 +256,8 @@ def main():
         g.attrs["guided_channels"] = np.int64(guided)
         if prune is not None:
             write_group(f, "prune", prune)
+        if distill is not None:
+            distill_golden.write_distill(f, *distill)
     print(f"wrote {a.out} ({os.path.getsize(a.out) / 1e6:.2f} MB)")
 
 

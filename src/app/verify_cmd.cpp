@@ -223,8 +223,8 @@ void verify_prune(Backend& be, ParallelContext& ctx, const GoldenFile& g, Report
 }  // namespace
 
 const std::vector<std::string>& verify_group_names() {
-  static const std::vector<std::string> names = {"forward", "schedule", "loss",  "timesteps",
-                                                 "adamw",   "ema",      "sample", "prune"};
+  static const std::vector<std::string> names = {"forward", "schedule", "loss",  "timesteps", "adamw",
+                                                 "ema",     "sample",   "prune", "distill"};
   return names;
 }
 
@@ -243,10 +243,11 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   for (const auto& name : groups_to_run(opt, golden)) {
     DIT_CHECK(std::find(verify_group_names().begin(), verify_group_names().end(), name) != verify_group_names().end(),
               "unknown verify group '", name, "': expected some of forward, schedule, loss, timesteps, adamw, ema, sample, "
-              "prune");
+              "prune, distill");
     DIT_CHECK(golden.has_group(name), golden.path(), ": group /", name, " is missing");
     DIT_CHECK(name != "prune" || golden.has_group("forward"), golden.path(),
               ": group /prune is scored on /forward's inputs, and /forward is missing");
+    if (name == "distill") check_distill_group(golden);
   }
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
@@ -306,6 +307,7 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   if (wants("adamw") || wants("ema")) verify_adamw_ema(*be, ctx, golden, opt, wants("adamw"), wants("ema"), rep);
   if (wants("sample")) (flow ? verify_flow_sample : verify_sample)(*be, ctx, golden, opt, rep);
   if (wants("prune")) verify_prune(*be, ctx, golden, rep);
+  if (wants("distill")) verify_distill(*be, ctx, golden, rep);
 
   char header[512];
   std::snprintf(header, sizeof header,
@@ -335,7 +337,8 @@ std::function<int()> add_verify_command(CLI::App& app) {
       "verify", "Check the model against a golden file of float64 numbers from the official DiT, at any layout");
   cmd->add_option("--golden", v.golden, "Golden HDF5 file")->required();
   cmd->add_option("--groups", f->groups,
-                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample,prune (default: all the file holds)");
+                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample,prune,distill (default: all the file "
+                  "holds)");
   cmd->add_option("--backend", v.backend, "Compute backend: cpu or cuda")->capture_default_str();
   cmd->add_option("--precision", v.precision, "fp32 (tolerance 1e-4) or bf16/fp16 storage (tolerance 2e-2)")
       ->capture_default_str();

@@ -148,4 +148,11 @@ void verify_flow_loss(Backend& be, ParallelContext& ctx, const GoldenFile& g, co
 void verify_timesteps(const GoldenFile& g, Report& rep);
 void verify_flow_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep);
 
+// The /distill group (verify_distill.cpp): knowledge distillation's loss terms and gradients
+// (Backend::diffusion_loss, distill_output_loss, feature_distill, as training calls them) on world
+// rank 0. check_distill_group reads and checks every dataset and attribute the group needs
+// (errors name them), alike on every rank.
+void check_distill_group(const GoldenFile& g);
+void verify_distill(Backend& be, ParallelContext& ctx, const GoldenFile& g, Report& rep);
+
 }  // namespace dit::verify
