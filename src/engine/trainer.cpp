@@ -33,7 +33,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   if (train_.distill.enabled()) {
     teacher_ = std::make_unique<TeacherStage>(be, train_.distill.teacher_model, setup.teacher_stage_chunks(ctx.coord.pp),
                                               *ctx.tp, *model_, train_.distill);
-    teacher_->load(train_.distill.teacher);
+    if (be.device() != Device::Virtual) teacher_->load(train_.distill.teacher);  // the planner's buffers hold no values
   }
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,

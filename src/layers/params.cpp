@@ -113,7 +113,8 @@ Tensor ParamSet::value(int i) const {
   return values_.tensor(specs_[i].local(tp_), dt, offsets_[i] * dtype_size(dt));
 }
 Tensor ParamSet::grad(int i) const {
-  DIT_CHECK(grads_.bytes() > 0 || padded_ == 0, "parameter '", specs_[i].name, "': a forward-only model has no gradients");
+  if (grads_.bytes() == 0 && padded_ > 0)  // forward only: no gradient (a null view; a backward would fail on it)
+    return Tensor{nullptr, kGradDType, specs_[i].local(tp_), backend_->device()};
   return grads_.tensor(specs_[i].local(tp_), kGradDType, offsets_[i] * dtype_size(kGradDType));
 }
 Tensor ParamSet::flat_values() const { return values_.tensor({padded_}, backend_->compute_dtype()); }

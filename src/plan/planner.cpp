@@ -154,9 +154,9 @@ LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
   cfg.parallel.tp = layout.tp;
   cfg.parallel.pp = layout.pp;
   cfg.validate_layout();
-  TrainConfig tc = train_config(cfg);
-  tc.steps = 1;
-  const TrainSetup setup = TrainSetup::make(cfg.model.dit, tc, layout);
+  TrainSetup setup = TrainSetup::make(cfg, layout);  // with a teacher when [distill] names one
+  setup.train.steps = 1;
+  const TrainConfig& tc = setup.train;
   const DiTConfig& model = setup.model;
   BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
                     tc.global_batch);

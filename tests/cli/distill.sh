@@ -46,6 +46,26 @@ same("one_d4", "pp2v2")
 print("layout-invariant: 1 rank = tp2 pp2 dp2 sp, pp2 v2 within 1e-5")
 PY
 [[ $? -eq 0 ]] || fail "distilled losses differ across layouts"
+# The plan counts the teacher (its weights and activation arena) as the run measured it.
+for case in "one 1 1 1" "tp2pp2dp2 2 2 2"; do
+  set -- $case
+  "$DIT_MP" plan --data "$SCRATCH/fm_test.h5" "${TINY[@]}" --set distill.teacher=\""$T"\" --set distill.feature_decay=\"none\" \
+    --set distill.feature_weight=0.5 --tp "$2" --pp "$3" --dp "$4" \
+    $([[ $1 == tp2pp2dp2 ]] && echo --set parallel.sequence_parallel=true --set train.recompute=\"selective\") \
+    --json "$SCRATCH/$1/plan.json" > "$SCRATCH/plan_$1.txt" 2>&1 || { cat "$SCRATCH/plan_$1.txt"; fail "plan $1 failed"; }
+  grep -q "the distillation teacher holds" "$SCRATCH/plan_$1.txt" || fail "plan $1 names no teacher"
+  python3 - "$SCRATCH/$1" <<'PY' || fail "plan differs from the run with a teacher: $1"
+import json, sys
+acct = json.load(open(f"{sys.argv[1]}/accounting.json"))
+plan = json.load(open(f"{sys.argv[1]}/plan.json"))
+for r in acct:
+    st = plan["stages"][r["pp"]]
+    for k in ("teacher_bytes", "total_bytes", "activation_bytes", "param_bytes"):
+        assert int(r[k]) == int(st[k]), (r["rank"], k, r[k], st[k])
+    assert int(r["teacher_bytes"]) > 0, r
+print(f"plan = run with a teacher: {len(acct)} ranks")
+PY
+done
 # Resume: stopped at step 2 and resumed, steps 3-4 match the uninterrupted run bit for bit.
 student 1 "$SCRATCH/part" 2 --tp 1 --pp 1
 cp -r "$SCRATCH/part" "$SCRATCH/resumed"
