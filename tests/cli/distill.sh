@@ -46,6 +46,29 @@ same("one_d4", "pp2v2")
 print("layout-invariant: 1 rank = tp2 pp2 dp2 sp, pp2 v2 within 1e-5")
 PY
 [[ $? -eq 0 ]] || fail "distilled losses differ across layouts"
+# Each [distill] key changes what it governs (2 steps at 1 rank against the same baseline).
+student 1 "$SCRATCH/nomask" 2 --tp 1 --pp 1 --set distill.mask_sigma=0
+student 1 "$SCRATCH/decay" 2 --tp 1 --pp 1 --set distill.feature_decay=\"linear\"
+student 1 "$SCRATCH/weights" 2 --tp 1 --pp 1 --set distill.output_weight=0.5 --set distill.target_weight=0.7
+student 1 "$SCRATCH/pairs" 2 --tp 1 --pp 1 --set distill.student_layers=[1] --set distill.teacher_layers=[2]
+python3 - "$SCRATCH" <<'PY' || fail "a [distill] key does not change what it governs"
+import json, sys
+d = sys.argv[1]
+def rows(name):
+    return {r["step"]: r for r in map(json.loads, open(f"{d}/{name}/metrics.jsonl")) if "loss" in r}
+one, nomask, decay, w, pairs = (rows(n) for n in ("one", "nomask", "decay", "weights", "pairs"))
+assert nomask[1]["feature"] != one[1]["feature"], ("mask_sigma = 0 changes nothing", nomask[1], one[1])
+assert nomask[1]["kd"] == one[1]["kd"] and nomask[1]["target"] == one[1]["target"]
+# linear decay over 2 steps: the full weight at step 1, none at step 2
+assert decay[1]["loss"] == one[1]["loss"], (decay[1], one[1])
+want = 0.9 * decay[2]["kd"] + 0.1 * decay[2]["target"]
+assert abs(decay[2]["loss"] - want) <= 1e-6 * want, (decay[2], want)
+r = w[1]
+want = 0.5 * r["kd"] + 0.7 * r["target"] + 0.5 * r["feature"]
+assert abs(r["loss"] - want) <= 1e-6 * want and r["kd"] == one[1]["kd"], (r, want)
+assert pairs[1]["feature"] != one[1]["feature"], (pairs[1], one[1])
+print("mask_sigma, feature_decay, output/target_weight and the pairs each change their terms")
+PY
 # The plan counts the teacher (its weights and activation arena) as the run measured it.
 for case in "one 1 1 1" "tp2pp2dp2 2 2 2"; do
   set -- $case
