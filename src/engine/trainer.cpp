@@ -211,12 +211,41 @@ void Trainer::output_loss(int mb, const Tensor& out, const Tensor& dout, float s
   teacher_out_.erase(t);
 }
 
+DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, float seed) {
+  Backend& be = *be_;
+  const BatchPlan& plan = batches_->plan();
+  const std::int64_t n = plan.micro_batch;
+  const DType dt = be.compute_dtype();
+  DiTPipelineHooks hooks;
+  hooks.make_inputs = [this, &be, n, dt](int mb, StageInputs& in, Arena& arena) {
+    const Microbatch& b = microbatch(mb);
+    const DeviceBatch& d = device_batch(mb, arena);
+    in.images = arena.tensor(d.x0.shape, dt);
+    be.q_sample(d.x0, d.noise, d.t, d.coefs, in.images);
+    const std::vector<float> t = model_times(b);
+    upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
+  };
+  hooks.on_output = [this, terms, seed, dt](int mb, const Tensor& out, Arena& arena) {
+    Tensor dout = arena.tensor(out.shape, dt);
+    output_loss(mb, out, dout, seed, terms, arena);
+    return dout;
+  };
+  if (teacher_) {  // the teacher's outputs wait for their microbatch's loss; its feature losses add up per step
+    const DistillSettings& ds = train_.distill;
+    const Tensor features = feature_terms_.tensor({plan.microbatches * n}, DType::F32);
+    be.fill(features, 0.f);
+    const double pairs = std::max<std::size_t>(ds.pairs.size(), 1);
+    teacher_->begin_step(static_cast<float>(seed * ds.feature_weight_at(step_, train_.steps) / pairs), features);
+    hooks.on_companion_output = [this](int mb, const Tensor& t) { teacher_out_[mb] = t; };
+  }
+  return hooks;
+}
+
 StepStats Trainer::step() {
   Backend& be = *be_;
   const double t_start = now_s();
   const BatchPlan& plan = batches_->plan();
   const std::int64_t n = plan.micro_batch;
-  const DType dt = be.compute_dtype();
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
                       dp0 = ctx_->dp->stats().bytes, syncs0 = be.host_syncs();
   // The watchdog names the step in its message; this process's first step builds plans and
@@ -233,31 +262,9 @@ StepStats Trainer::step() {
   model_->params().zero_grads();
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
-  DiTPipelineHooks hooks;
-  hooks.make_inputs = [&](int mb, StageInputs& in, Arena& arena) {
-    const Microbatch& b = microbatch(mb);
-    const DeviceBatch& d = device_batch(mb, arena);
-    in.images = arena.tensor(d.x0.shape, dt);
-    be.q_sample(d.x0, d.noise, d.t, d.coefs, in.images);
-    const std::vector<float> t = model_times(b);
-    upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
-  };
   // d(mean over a microbatch) scaled to the step's mean over its microbatches (and, through the
   // ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
-  const float seed = static_cast<float>(scaler_.scale() / plan.microbatches);
-  hooks.on_output = [&](int mb, const Tensor& out, Arena& arena) {
-    Tensor dout = arena.tensor(out.shape, dt);
-    output_loss(mb, out, dout, seed, terms, arena);
-    return dout;
-  };
-  if (teacher_) {
-    const DistillSettings& ds = train_.distill;
-    const Tensor features = feature_terms_.tensor({plan.microbatches * n}, DType::F32);
-    be.fill(features, 0.f);
-    const double pairs = std::max<std::size_t>(ds.pairs.size(), 1);
-    teacher_->begin_step(static_cast<float>(seed * ds.feature_weight_at(step_, train_.steps) / pairs), features);
-    hooks.on_companion_output = [&](int mb, const Tensor& t) { teacher_out_[mb] = t; };
-  }
+  const DiTPipelineHooks hooks = step_hooks(terms, static_cast<float>(scaler_.scale() / plan.microbatches));
   DiTPipelineStage stage(be, *model_, n, hooks, teacher_.get());
   const PipelineTiming timing = executor_->run(
       make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),

@@ -104,6 +104,9 @@ class Trainer {
   void upload(const Tensor& dst, const void* host, DType host_dtype);
   std::vector<float> model_times(const Microbatch& b) const;
   void gather_losses(const Tensor& terms, StepStats& st);
+  // The pipeline hooks of one step: inputs on the first stage, the loss (seed: its gradient's
+  // scale) into `terms` on the last, the teacher's outputs when distilling.
+  DiTPipelineHooks step_hooks(const Tensor& terms, float seed);
   // Writes dout: the recipe's loss (times distill.target_weight and the output KD when distilling).
   void output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms, Arena& arena);
 
