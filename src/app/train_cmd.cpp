@@ -11,6 +11,7 @@
 #include "engine/train_setup.h"
 #include "eval/quality.h"
 #include "io/prepare.h"
+#include "io/sealed_h5.h"
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
 #include "plan/memory_fit.h"
@@ -165,11 +166,27 @@ void prepare_training_data(const RunConfig& cfg) {
 
 }  // namespace
 
-int run_train(const RunConfig& cfg, TrainMode mode) {
+// A distilled run records its teacher's checksum (the file's seal) in its config; a given one must match.
+void record_teacher_checksum(RunConfig& cfg) {
+  if (cfg.distill.teacher.empty()) return;
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x",
+                h5::verified_crc32(cfg.distill.teacher, "re-import it with tools/dit_checkpoint.py import"));
+  DIT_CHECK(cfg.distill.teacher_crc32.empty() || cfg.distill.teacher_crc32 == crc, "distill.teacher_crc32 = ",
+            cfg.distill.teacher_crc32, ": the teacher ", cfg.distill.teacher, " has CRC-32 ", crc,
+            ": another file than the one given; name that teacher, or leave distill.teacher_crc32 unset");
+  cfg.distill.teacher_crc32 = crc;
+}
+
+int run_train(const RunConfig& given, TrainMode mode) {
   install_stop_handlers();
   RunLock lock;  // rank 0 holds the run folder's lock until this function returns
   TrainSetup setup;
-  collective_check([&] { setup = check_train_inputs(cfg, mode, lock); });
+  RunConfig cfg = given;
+  collective_check([&] {
+    setup = check_train_inputs(cfg, mode, lock);
+    record_teacher_checksum(cfg);
+  });
   if (mode == TrainMode::DryRun) return dry_run(cfg, setup.layout);
   prepare_training_data(cfg);
   // The plan of each stage, which the first step is checked against (and --layout auto ranked by).

@@ -85,7 +85,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"target_weight", &c.distill.target_weight}, {"feature_weight", &c.distill.feature_weight},
         {"feature_decay", choice(&c.distill.feature_decay, kFeatureDecayNames)},
         {"student_layers", &c.distill.student_layers}, {"teacher_layers", &c.distill.teacher_layers},
-        {"mask_sigma", &c.distill.mask_sigma}}},
+        {"mask_sigma", &c.distill.mask_sigma}, {"teacher_crc32", &c.distill.teacher_crc32}}},
       {"run",
        {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}, {"checkpoint_dir", &c.run.checkpoint_dir},
         {"resume", &c.run.resume}, {"init_from", &c.run.init_from}}},

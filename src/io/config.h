@@ -140,6 +140,9 @@ struct DistillSection {
   FeatureDecay feature_decay = FeatureDecay::Linear;  // linear: to 0 at the last step
   std::vector<int> student_layers, teacher_layers;    // the feature pairs; empty = the defaults
   double mask_sigma = 2.0;      // zero values farther than this many std from the mean; 0 = no mask
+  // The teacher file's CRC-32 (8 hex digits, its seal's), recorded in the run's config.toml when it
+  // starts; given (or recorded by the checkpoint a run resumes), another file is refused.
+  std::string teacher_crc32;
   bool operator==(const DistillSection&) const = default;
 };
 

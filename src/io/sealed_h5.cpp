@@ -80,7 +80,9 @@ void seal_image(std::string& bytes, const std::string& where) {
   bytes.replace(0, kSealBytes, seal_header(bytes.size() - kSealBytes, static_cast<unsigned>(c)));
 }
 
-void verify_seal(const std::string& path, const std::string& remedy) {
+void verify_seal(const std::string& path, const std::string& remedy) { static_cast<void>(verified_crc32(path, remedy)); }
+
+std::uint32_t verified_crc32(const std::string& path, const std::string& remedy) {
   Fd f{::open(path.c_str(), O_RDONLY)};
   DIT_CHECK(f.fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   char header[kSealBytes + 1] = {0};
@@ -99,6 +101,7 @@ void verify_seal(const std::string& path, const std::string& remedy) {
   DIT_CHECK(size == want_size, path, ": ", size + kSealBytes, " bytes, but its seal records ", want_size + kSealBytes,
             ": the file is truncated or damaged");
   DIT_CHECK(crc == want_crc, path, ": its contents do not match the CRC-32 in its seal: the file is damaged");
+  return crc;
 }
 
 }  // namespace dit::h5

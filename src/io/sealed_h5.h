@@ -10,6 +10,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
 
 namespace dit::h5 {
@@ -27,5 +28,7 @@ void seal_image(std::string& bytes, const std::string& where);
 // Throws one line naming `path` unless it carries a seal that matches its contents. `remedy`
 // says how to get a sealed file (e.g. "re-create it with dit_mp prepare-data").
 void verify_seal(const std::string& path, const std::string& remedy);
+// The same, returning the CRC-32 the seal records (of everything after the user block).
+std::uint32_t verified_crc32(const std::string& path, const std::string& remedy);
 
 }  // namespace dit::h5

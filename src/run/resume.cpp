@@ -51,6 +51,24 @@ void check_same_objective(const CheckpointMeta& meta, const RunConfig& cfg) {
             "\"; resume it with that objective, or start a new run from its weights (run.init_from)");
 }
 
+// A resumed distillation learns from the teacher it started with: the checkpoint's config records
+// its CRC-32 (train_cmd records it at the start), which the teacher named now must have.
+void check_same_teacher(const CheckpointMeta& meta, const RunConfig& cfg) {
+  DistillSection saved;
+  try {
+    saved = RunConfig::from_toml(meta.config_toml, meta.dir + " config_toml").distill;
+  } catch (const Error&) {
+  }
+  if (saved.teacher.empty() || saved.teacher_crc32.empty()) return;
+  DIT_CHECK(!cfg.distill.teacher.empty(), "the checkpoint ", meta.dir, " was distilled from the teacher ", saved.teacher,
+            " (CRC-32 ", saved.teacher_crc32, "); resume it with distill.teacher set, or start a new run from its "
+            "weights (run.init_from)");
+  DIT_CHECK(cfg.distill.teacher_crc32 == saved.teacher_crc32, "distill.teacher = ", cfg.distill.teacher,
+            " (CRC-32 ", cfg.distill.teacher_crc32, "): the checkpoint ", meta.dir, " was distilled from ",
+            saved.teacher, " (CRC-32 ", saved.teacher_crc32, "); resume it with that teacher, or start a new run "
+            "from its weights (run.init_from)");
+}
+
 }  // namespace
 
 // --resume continues a run from a checkpoint (any layout wrote it); --init-from starts a new run
@@ -95,7 +113,10 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
       std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
     }
   }
-  if (resume) collective_check([&] { check_same_objective(meta, cfg); });
+  if (resume) collective_check([&] {
+    check_same_objective(meta, cfg);
+    check_same_teacher(meta, cfg);
+  });
   LossScaleState scaling;
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);

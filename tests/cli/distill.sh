@@ -94,6 +94,15 @@ student 1 "$SCRATCH/part" 2 --tp 1 --pp 1
 cp -r "$SCRATCH/part" "$SCRATCH/resumed"
 student 1 "$SCRATCH/resumed" 4 --tp 1 --pp 1 --resume auto
 compare_resumed_losses "$SCRATCH/one" "$SCRATCH/resumed" 1 || fail "a resumed distillation differs"
+grep -q "teacher_crc32 = \"[0-9a-f]\{8\}\"" "$SCRATCH/one/config.toml" || fail "the run did not record its teacher's checksum"
+# Another teacher file (the teacher's raw weights, not its EMA) is refused on resume, naming both.
+cp -r "$SCRATCH/part" "$SCRATCH/other_teacher"
+if $MPIRUN -n 1 "$DIT_MP" --steps 4 --run-dir "$SCRATCH/other_teacher" "${S[@]}" --tp 1 --pp 1 --resume auto \
+     --set distill.teacher=\""$SCRATCH/teacher/model.h5"\" > "$SCRATCH/other_teacher.log" 2>&1; then
+  fail "a resume with another teacher was accepted"
+fi
+grep -q "was distilled from .*ema.h5 (CRC-32 [0-9a-f]\{8\}); resume it with that teacher" "$SCRATCH/other_teacher.log" ||
+  { cat "$SCRATCH/other_teacher.log"; fail "the changed teacher's message"; }
 [[ "$(sha256sum "$T")" == "$sum_before" ]] || fail "the teacher's file changed"
 if h5ls -r "$SCRATCH/one/ckpt/$(cat "$SCRATCH/one/ckpt/latest")/index.h5" | grep -q "teacher"; then
   fail "a checkpoint holds teacher tensors"
