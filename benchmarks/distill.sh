@@ -53,8 +53,8 @@ s, f = r["samples"], r["floor"]
 img_s = sum(x["images_per_s"] for x in rows) / len(rows) if rows else float("nan")
 # Sampling speed: the 1000 evaluation samples over the sampling time evaluate reports.
 log = open(f"{run}.eval.log").read()
-m = re.findall(r"sampling 1000 images: step (\d+)/(\d+)\s+(\d+)s elapsed", log)
-sample_s = float(m[-1][2]) if m else float("nan")
+m = re.findall(r"sampling 1000 images: step \d+/\d+\s+(?:(\d+)h)?(?:(\d+)m)?(\d+)s elapsed", log)
+sample_s = 3600 * int(m[-1][0] or 0) + 60 * int(m[-1][1] or 0) + int(m[-1][2]) if m else float("nan")
 print(f"{name}\t{minutes:.1f}\t{img_s:.1f}\t{(t1 - t0) / 60:.1f}\t{100 * s['class_accuracy']:.1f}\t{s['fid']:.2f}\t"
       f"{f['fid']:.2f}\t{s['fid'] / f['fid']:.1f}\t{s['precision']:.3f}\t{s['recall']:.3f}\t"
       f"{1000 / sample_s if sample_s > 0 else float('nan'):.1f}\t{sys.argv[6]}")
@@ -74,14 +74,14 @@ for row in "${rows[@]}"; do
       judge teacher "$OUT/teacher" "$m" "depth $DEPTH, $TEACHER_STEPS steps" ;;
     prune)
       "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method index --keep "$every_second" \
-        --out "$OUT/index.h5" > "$OUT/prune_index.log"
-      "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method score --out "$OUT/cos.h5" > "$OUT/prune_cos.log"
-      "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method score --score loss --out "$OUT/loss.h5" \
+        --out "$OUT/pruned_index.h5" > "$OUT/prune_index.log"
+      "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method score --out "$OUT/pruned_cos.h5" > "$OUT/prune_cos.log"
+      "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method score --score loss --out "$OUT/pruned_loss.h5" \
         > "$OUT/prune_loss.log"
       grep -h "kept blocks" "$OUT"/prune_*.log ;;
     *_finetune | *_kd | *_masked)
       method=${row%_*} recovery=${row#*_}
-      sets=(--init-from "$OUT/$method.h5" --set model.depth="$HALF")
+      sets=(--init-from "$OUT/pruned_$method.h5" --set model.depth="$HALF")
       case $recovery in
         kd) sets+=(--set distill.teacher=\""$OUT/teacher/ema.h5"\" --set distill.feature_weight=0) ;;
         masked) sets+=(--set distill.teacher=\""$OUT/teacher/ema.h5"\") ;;
