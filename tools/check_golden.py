@@ -267,7 +267,7 @@ def main():
             return 2
         c = Checker(f, args.tol)
         check_schema(f, c)
-        if "weights" in f:  # else a /config + /distill file (tools/distill_golden.py)
+        if "weights" in f:  # else a /config + /distill file (tools/make_distill_golden.py)
             model = build_model(f, c)
             check_forward(f, c, model)
             check_loss(f, c, model)

@@ -16,9 +16,8 @@ paired, `.target_layer`; `teacher(x_t, t, cfg_drop_ids=..., **kw)` returns the t
 `teacher.blocks[j].feature` its hidden state. mean_N(loss) is backpropagated for d/d out and d/d
 each student feature. The reference's modules import only numpy and torch: nothing is shimmed.
 
-Standalone (a /config + /distill file; the config only names the data shape):
-  /usr/bin/python3 tools/distill_golden.py --learn-sigma --out tests/data/distill_sigma_golden.h5
-make_golden.py --distill adds the same group to a full golden file.
+A library: tools/make_distill_golden.py writes a /config + /distill file (the config only names
+the data shape); make_golden.py --distill adds the same group to a full golden file.
 """
 
 import argparse
@@ -214,46 +213,3 @@ def write_distill(f, tensors, attrs):
         grp.create_dataset(name, data=arr, track_times=False)
     for k, v in attrs.items():
         grp.attrs[k] = v
-
-
-def main():
-    import make_golden  # noqa: E402  (the /config writer)
-
-    ap = argparse.ArgumentParser(description="Write a /config + /distill golden file")
-    ap.add_argument("--learn-sigma", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--input-size", type=int, default=4)
-    ap.add_argument("--patch-size", type=int, default=2)
-    ap.add_argument("--in-channels", type=int, default=3)
-    ap.add_argument("--hidden-size", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--output-weight", type=float, default=0.9)
-    ap.add_argument("--feature-weight", type=float, default=0.3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tinyfusion", default=DEFAULT_REPO, help="TinyFusion checkout or git dir")
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    if a.batch < 2:
-        ap.error("--batch must be >= 2 (t = 0 and t = 1 are both in the batch)")
-    torch.set_num_threads(1)
-    gen = torch.Generator().manual_seed(a.seed)
-    cfg = argparse.Namespace(input_size=a.input_size, patch_size=a.patch_size,
-                             in_channels=a.in_channels, hidden_size=a.hidden_size, depth=3,
-                             num_heads=2, mlp_ratio=2.0, num_classes=3, learn_sigma=a.learn_sigma,
-                             class_dropout_prob=0.1, seed=a.seed)
-    torch.manual_seed(a.seed)
-    model = make_golden.perturbed_model(cfg, gen)
-    tokens = model.x_embedder.num_patches
-    g, attrs = distill_group(gen, a.batch, a.in_channels, a.input_size, tokens, a.hidden_size,
-                             a.learn_sigma, a.tinyfusion, a.output_weight, a.feature_weight)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with h5py.File(a.out, "w") as f:
-        make_golden.write_config(f, cfg, model)
-        f["config"].attrs["source"] = (f"tools/distill_golden.py --seed {a.seed}: the data shape "
-                                       f"only (the file holds /distill)")
-        write_distill(f, g, attrs)
-    print(f"wrote {a.out} ({os.path.getsize(a.out) / 1e3:.1f} kB); "
-          f"feat_loss {g['feat_loss'].tolist()}, loss {g['loss'].tolist()}")
-
-
-if __name__ == "__main__":
-    main()
