@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "app/prune_learned.h"
 #include "app/sample_cmd.h"
 #include "engine/prune.h"
 #include "io/atomic_file.h"
@@ -35,10 +36,12 @@ struct PruneJob {
   std::int64_t calibration = 0;
   std::uint64_t seed = 0;
   std::shared_ptr<Dataset> data;  // score only
+  LearnedPrune learned;           // learned only
 };
 
 std::string pruned_by(const PruneJob& job) {
   if (job.method == PruneMethod::Index) return "index";
+  if (job.method == PruneMethod::Learned) return "learned:" + groups_text(job.learned.setup.train.gates.groups);
   return std::string("score:") + name_of(kBlockScoreNames, job.score);
 }
 
@@ -97,13 +100,19 @@ PruneJob resolve_job(const PruneOptions& opt) {
   const auto method = value_of(kPruneMethodNames, opt.method);
   DIT_CHECK(method.has_value(), "--method '", opt.method, "': expected one of ", names_of(kPruneMethodNames));
   job.method = *method;
+  DIT_CHECK(job.method == PruneMethod::Learned || !opt.learned_given, "--groups, --steps, --lr, --gate-lr, --tau, "
+            "--scaling, --tp, --pp, --log-every and --set apply to --method learned");
+  DIT_CHECK(job.method == PruneMethod::Index || !opt.keep_given, "--keep applies to --method index; --method ",
+            opt.method, " chooses the blocks itself");
+  DIT_CHECK(job.method == PruneMethod::Score || !opt.score_given, "--score applies to --method score");
   if (job.method == PruneMethod::Index) {
     DIT_CHECK(opt.keep_given, "--method index needs --keep i,j,... (the ", job.depth, " teacher blocks to keep)");
-    DIT_CHECK(!opt.score_given, "--score applies to --method score; --method index keeps the --keep blocks");
     job.keep = checked_keep(parse_ints(opt.keep, "--keep"), job.model.depth, job.depth);
-  } else {
-    DIT_CHECK(!opt.keep_given, "--keep applies to --method index; --method score chooses the blocks itself");
+  } else if (job.method == PruneMethod::Score) {
     resolve_score(opt, job);
+  } else {
+    job.learned = resolve_learned(opt, job.teacher, job.model, job.recipe.objective.objective,
+                                  job.recipe.diffusion_steps, job.depth);
   }
   return job;
 }
@@ -131,15 +140,21 @@ std::string list_text(const std::vector<int>& v) {
   return s;
 }
 
-void prune_on_this_rank(const PruneJob& job) {
+void say_what(const PruneJob& job) {
   std::printf("prune: %s (depth %d) to depth %d by %s", job.teacher.c_str(), job.model.depth, job.depth,
               pruned_by(job).c_str());
   if (job.method == PruneMethod::Score)
     std::printf(" on %lld calibration images of %s (seed %llu)", static_cast<long long>(job.calibration),
                 job.data_path.c_str(), static_cast<unsigned long long>(job.seed));
+  if (job.method == PruneMethod::Learned)
+    std::printf(" on %s (seed %llu)", job.learned.cfg.data.path.c_str(),
+                static_cast<unsigned long long>(job.learned.cfg.train.seed));
   std::printf("\n");
   std::fflush(stdout);
-  const std::vector<int> keep = job.method == PruneMethod::Index ? job.keep : keep_by_score(job);
+}
+
+// Writes the pruned file of the blocks `keep` (rank 0).
+void write_student(const PruneJob& job, const std::vector<int>& keep) {
   std::vector<int> dropped;
   for (int b = 0, j = 0; b < job.model.depth; ++b)
     if (j < int(keep.size()) && keep[j] == b) ++j;
@@ -154,9 +169,15 @@ void prune_on_this_rank(const PruneJob& job) {
 int run_prune(const PruneOptions& opt) {
   PruneJob job;
   collective_check([&] { job = resolve_job(opt); });
-  // The work is one rank's; its failure reaches every rank as one message.
+  if (world_rank() == 0) say_what(job);
+  std::vector<int> keep = job.keep;
+  // Learning is every rank's (its collectives agree on failures as training does); the rest is
+  // one rank's, and its failure reaches every rank as one message.
+  if (job.method == PruneMethod::Learned) keep = learn_kept_blocks(job.learned);
   collective_check([&] {
-    if (world_rank() == 0) prune_on_this_rank(job);
+    if (world_rank() != 0) return;
+    if (job.method == PruneMethod::Score) keep = keep_by_score(job);
+    write_student(job, keep);
   });
   return 0;
 }
@@ -166,13 +187,17 @@ std::function<int()> add_prune_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "prune",
       "A smaller DiT from trained weights by depth pruning (TinyFusion): keep --depth of the teacher's blocks, "
-      "given (--method index --keep i,j,...) or chosen by a block score on a calibration batch (--method score). "
+      "given (--method index --keep i,j,...), chosen by a block score on a calibration batch (--method score), or "
+      "learned (--method learned: the teacher trains for --steps with each block's residual gated by a choice drawn "
+      "per sample and group by Gumbel-softmax from learnable logits; the EMA logits decide, and the file keeps the "
+      "teacher's original weights of the chosen blocks; runs under mpirun at --tp x --pp). "
       "The scores see what the model sees in training: x_t = q_sample(x0, t, noise) (ddpm) or the flow path "
       "t x0 + (1 - t) noise, at timesteps drawn uniformly (the TinyFusion reference feeds the clean x0).");
   cmd->add_option("--run", opt->run_dir, "A training run folder (its ema.h5; its config.toml names the dataset)");
   cmd->add_option("--weights", opt->weights, "A weights HDF5 file");
   cmd->add_option("--depth", opt->depth, "Blocks of the pruned model (below the teacher's)")->required();
-  cmd->add_option("--method", opt->method, "index (the --keep blocks) or score (the --score of each block)")
+  cmd->add_option("--method", opt->method,
+                  "index (the --keep blocks), score (the --score of each block) or learned (gated training)")
       ->required();
   CLI::Option* keep = cmd->add_option("--keep", opt->keep, "index: the teacher blocks kept, e.g. 0,2,5");
   CLI::Option* score = cmd->add_option(
@@ -183,13 +208,36 @@ std::function<int()> add_prune_command(CLI::App& app) {
   cmd->add_option("--calibration", opt->calibration, "score: calibration images from the dataset")
       ->capture_default_str();
   cmd->add_option("--data", opt->data, "score: the calibration dataset (default: the run's data.path, or the demo's)");
-  cmd->add_option("--seed", opt->seed, "score: seed of the calibration images, timesteps and noise")
+  cmd->add_option("--seed", opt->seed, "score: seed of the calibration images, timesteps and noise (learned: --set train.seed=N)")
       ->capture_default_str();
   cmd->add_option("--out", opt->out, "The pruned weights file")->required();
-  return [cmd, opt, keep, score] {
+  std::vector<CLI::Option*> learned = {
+      cmd->add_option("--groups", opt->groups,
+                      "learned: groups of M blocks keeping N each, tiling the teacher's depth, e.g. 4:2,4:2 (default: "
+                      "2 of every 2r blocks, r = teacher depth / --depth, or 1 of every r)"),
+      cmd->add_option("--steps", opt->steps, "learned: training steps of the gates")->capture_default_str(),
+      cmd->add_option("--lr", opt->lr, "learned: learning rate of the weights (full updates; 0: logits only)")
+          ->capture_default_str(),
+      cmd->add_option("--gate-lr", opt->gate_lr, "learned: learning rate of the logits (default 10 x --lr)"),
+      cmd->add_option("--tau", opt->tau, "learned: Gumbel-softmax temperature START,END, linear over the steps")
+          ->delimiter(',')
+          ->expected(2)
+          ->capture_default_str(),
+      cmd->add_option("--scaling", opt->scaling, "learned: logit scale START,END, linear over the steps")
+          ->delimiter(',')
+          ->expected(2)
+          ->capture_default_str(),
+      cmd->add_option("--tp", opt->tp, "learned: tensor-parallel size (dp: the ranks left)")->capture_default_str(),
+      cmd->add_option("--pp", opt->pp, "learned: pipeline stages")->capture_default_str(),
+      cmd->add_option("--log-every", opt->log_every, "learned: steps between progress lines (default: about 20 lines)"),
+      cmd->add_option("--set", opt->sets,
+                      "learned: KEY=VALUE of the learning run's config (the run's config.toml, or the demo's), "
+                      "e.g. train.global_batch=64; repeatable")};
+  return [cmd, opt, keep, score, learned] {
     if (!*cmd) return -1;
     opt->keep_given = keep->count() > 0;
     opt->score_given = score->count() > 0;
+    for (CLI::Option* o : learned) opt->learned_given = opt->learned_given || o->count() > 0;
     return run_prune(*opt);
   };
 }

@@ -25,6 +25,7 @@ enum class RngPurpose : std::uint32_t {
   LabelDrop = 4,   // classifier-free-guidance label dropout
   Sampler = 5,     // sampling-time noise; index = sample index, step = sampler step
   DataOrder = 6,   // per-epoch dataset permutation; step = epoch
+  Gate = 7,        // learned pruning's Gumbel noise; index = stream position (engine/layer_gates.h)
   Test = 100,
 };
 

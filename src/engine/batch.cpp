@@ -61,7 +61,7 @@ Microbatch BatchSource::get(std::int64_t step, int dp_rank, int mb) const {
   const std::int64_t per = data_->shape().numel();
   Microbatch b;
   b.n = plan_.micro_batch;
-  b.first = step * plan_.global_batch + (std::int64_t(dp_rank) * plan_.microbatches + mb) * plan_.micro_batch;
+  b.first = plan_.first_position(step, dp_rank, mb);
   b.x_start.resize(static_cast<std::size_t>(b.n * per));
   for (std::int64_t i = 0; i < b.n; ++i) {
     const std::int64_t pos = b.first + i;

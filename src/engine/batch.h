@@ -23,6 +23,10 @@ struct BatchPlan {
   int micro_batch = 0;
   int microbatches = 1;
   static BatchPlan make(std::int64_t global_batch, int dp, int micro_batch);  // validates
+  // The training stream position of the first sample of microbatch `mb` of dp rank `dp_rank` at `step`.
+  std::int64_t first_position(std::int64_t step, int dp_rank, int mb) const {
+    return step * global_batch + (std::int64_t(dp_rank) * microbatches + mb) * micro_batch;
+  }
 };
 
 // The host part of a microbatch. Sample i sits at position first + i of the training stream; its

@@ -99,6 +99,7 @@ std::vector<Tensor> DiTPipelineStage::forward(int mb, int chunk, const std::vect
     in.x = inputs.at(0);
     in.c = inputs.at(1);
   }
+  if (hooks_.block_gates) in.gates = hooks_.block_gates(mb, chunk);
   StageActs& a = acts_[{chunk, mb}] = stage_->forward(in, arena, scratch_, chunk);
   StageCompanion::Output side;
   if (companion_) {

@@ -53,6 +53,9 @@ struct DiTPipelineHooks {
   std::function<Tensor(int mb, const Tensor& out, Arena& arena)> on_output;
   // Last stage, with a companion: sees the companion's output before on_output sees the model's.
   std::function<void(int mb, const Tensor& companion_out)> on_companion_output;
+  // Optional: the block gates of a microbatch's forward through a chunk (learned pruning), one per
+  // block of the chunk; their dmask tensors get dL/dm in the backward.
+  std::function<std::vector<BlockGate>(int mb, int chunk)> block_gates;
   // First stage, optional: receives dL/d images.
   std::function<void(int mb, const Tensor& dimages)> on_input_grad;
 };

@@ -20,10 +20,10 @@
 
 namespace dit {
 
-// How the kept blocks are chosen (more methods, e.g. learned masks, join this enum).
-enum class PruneMethod : std::uint8_t { Index, Score };
-inline constexpr Named<PruneMethod> kPruneMethodNames[] = {{PruneMethod::Index, "index"},
-                                                           {PruneMethod::Score, "score"}};
+// How the kept blocks are chosen: given, by a block score, or learned (engine/layer_gates.h).
+enum class PruneMethod : std::uint8_t { Index, Score, Learned };
+inline constexpr Named<PruneMethod> kPruneMethodNames[] = {
+    {PruneMethod::Index, "index"}, {PruneMethod::Score, "score"}, {PruneMethod::Learned, "learned"}};
 // The block-importance score of PruneMethod::Score.
 //   cos   mean over samples and tokens of cos(x_in, x_out) over the hidden dim; drop the highest.
 //   loss  the training loss with the block skipped (identity) minus the full model's; drop the lowest.

@@ -61,6 +61,12 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
               t.num_patches(), ") to be the student's (", model.num_patches(), ")");
     s.teacher_chunks = dit::teacher_chunks(t, s.chunks, train.distill.pairs);
   }
+  if (train.gates.enabled()) {
+    DIT_CHECK(!train.distill.enabled(), "learned pruning trains without distill.teacher");
+    const GateGroup& last = train.gates.groups.back();
+    DIT_CHECK(last.first + last.size == model.depth, "learned pruning: the groups cover ", last.first + last.size,
+              " blocks of a model of depth ", model.depth);
+  }
   s.batch = BatchPlan::make(train.global_batch, layout.dp, train.micro_batch);
   check_virtual_stages(train.schedule, layout.pp, s.batch.microbatches, train.virtual_stages);
   return s;

@@ -9,6 +9,7 @@
 #include "engine/batch.h"
 #include "engine/dit_pipeline.h"
 #include "engine/distill.h"
+#include "engine/layer_gates.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/pipeline_schedule.h"
@@ -39,6 +40,7 @@ struct TrainConfig {
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
   DistillSettings distill;              // [distill]: a teacher, or none
+  GateSettings gates;                   // learned pruning's block gates (dit_mp prune --method learned), or none
 };
 
 struct TrainSetup {

@@ -47,6 +47,10 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   const BatchPlan& plan = batches_->plan();
   const std::size_t samples = static_cast<std::size_t>(plan.microbatches) * plan.micro_batch;
   terms_ = Buffer(be, samples * 3 * sizeof(float));
+  if (train_.gates.enabled()) {
+    gates_ = std::make_unique<LayerGates>(train_.gates, train_.seed);
+    gate_grads_ = Buffer(be, samples * static_cast<std::size_t>(cfg_.depth) * sizeof(float));
+  }
   if (teacher_) {
     kd_terms_ = Buffer(be, samples * 2 * sizeof(float));
     feature_terms_ = Buffer(be, samples * sizeof(float));
@@ -230,6 +234,11 @@ DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, float seed) {
     output_loss(mb, out, dout, seed, terms, arena);
     return dout;
   };
+  if (gates_) {
+    gates_->begin_step(step_, train_.steps);
+    be.fill(gate_grads_.tensor({static_cast<std::int64_t>(cfg_.depth) * plan.microbatches * n}, DType::F32), 0.f);
+    hooks.block_gates = [this](int mb, int chunk) { return block_gates(mb, chunk); };
+  }
   if (teacher_) {  // the teacher's outputs wait for their microbatch's loss; its feature losses add up per step
     const DistillSettings& ds = train_.distill;
     const Tensor features = feature_terms_.tensor({plan.microbatches * n}, DType::F32);
@@ -239,6 +248,36 @@ DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, float seed) {
     hooks.on_companion_output = [this](int mb, const Tensor& t) { teacher_out_[mb] = t; };
   }
   return hooks;
+}
+
+std::vector<BlockGate> Trainer::block_gates(int mb, int chunk) {
+  const BatchPlan& plan = batches_->plan();
+  const std::int64_t n = plan.micro_batch;
+  gates_->sample(mb, plan.first_position(step_, ctx_->coord.dp, mb), n);
+  const Tensor grads = gate_grads_.tensor({static_cast<std::int64_t>(cfg_.depth) * plan.microbatches, n}, DType::F32);
+  std::vector<BlockGate> out;
+  const StageLayout& l = model_->layout(chunk);
+  for (int b = l.first_block; b < l.end_block; ++b)
+    out.push_back({gates_->mask(mb, b), grads.rows(std::int64_t(b) * plan.microbatches + mb, 1).view({n})});
+  return out;
+}
+
+// dL/dm of this rank's blocks and samples, in the backward's scale (the loss scale, and the mean
+// over this dp replica's batch): one download; each tp group adds its share once (every tp rank
+// holds all tokens' sum without sequence parallelism, a part of it with).
+void Trainer::update_gates(double loss_scale) {
+  const BatchPlan& plan = batches_->plan();
+  const std::int64_t n = plan.micro_batch, rows = std::int64_t(cfg_.depth) * plan.microbatches;
+  std::vector<float> dm(static_cast<std::size_t>(rows * n));
+  be_->copy(Tensor{dm.data(), DType::F32, {rows, n}, Device::Host}, gate_grads_.tensor({rows, n}, DType::F32));
+  const bool counts = train_.stage.sequence_parallel || ctx_->tp->rank() == 0;
+  std::vector<float> block_major(static_cast<std::size_t>(cfg_.depth * n));
+  for (int mb = 0; mb < plan.microbatches; ++mb) {
+    for (int b = 0; b < cfg_.depth; ++b)
+      std::copy_n(dm.data() + (std::int64_t(b) * plan.microbatches + mb) * n, n, block_major.data() + b * n);
+    gates_->backward(mb, block_major.data(), counts ? 1.0 : 0.0);
+  }
+  gates_->update(*ctx_->world, loss_scale * plan.dp);
 }
 
 StepStats Trainer::step() {
@@ -284,6 +323,7 @@ StepStats Trainer::step() {
   st.skipped = !r.applied;
   st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
+  if (gates_ && r.applied) update_gates(st.loss_scale);
   gather_losses(terms, st);
 
   StepAccounting& a = st.acct;

@@ -87,6 +87,8 @@ class Trainer {
   // fp16 dynamic loss scaling (off for fp32 and bf16: scale 1, nothing skipped).
   const LossScaler& loss_scaler() const { return scaler_; }
   DiTStage& model() { return *model_; }
+  // Learned pruning's gates (TrainConfig::gates), or null.
+  const LayerGates* gates() const { return gates_.get(); }
   ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }
   const BatchPlan& plan() const { return batches_->plan(); }
@@ -109,6 +111,10 @@ class Trainer {
   DiTPipelineHooks step_hooks(const Tensor& terms, float seed);
   // Writes dout: the recipe's loss (times distill.target_weight and the output KD when distilling).
   void output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms, Arena& arena);
+  // Learned pruning: the gates of microbatch mb through this rank's chunk; after the step's
+  // backward, their logits' update from the step's dL/dm.
+  std::vector<BlockGate> block_gates(int mb, int chunk);
+  void update_gates(double loss_scale);
 
   Backend* be_;
   ParallelContext* ctx_;
@@ -129,6 +135,8 @@ class Trainer {
   Buffer coefs_;  // (T, math::kNumLossCoefs) fp32: the schedule as the loss kernels read it
   Buffer terms_;  // (microbatches x micro_batch, 3) fp32: this step's per-sample loss terms
   Buffer kd_terms_, feature_terms_;  // distillation: (.., 2) output KD terms, (..) feature losses summed over pairs
+  std::unique_ptr<LayerGates> gates_;  // learned pruning's; null otherwise
+  Buffer gate_grads_;  // (depth x microbatches, micro_batch) fp32: this step's dL/dm, block-major
   std::map<int, Tensor> teacher_out_;  // distillation: the teacher's output, by microbatch, until its loss
 };
 

@@ -74,6 +74,54 @@ std::int64_t DiTStage::local_tokens() const {
   return cfg_.num_patches() / (options_.sequence_parallel ? tp_->size() : 1);
 }
 
+namespace {
+
+// Row n of a (N, ...) tensor.
+Tensor sample_row(const Tensor& t, std::int64_t n) { return t.view({t.dim(0), t.numel() / t.dim(0)}).rows(n, 1); }
+
+}  // namespace
+
+// x_out = m block(x) + (1 - m) x per sample; block(x) is kept for the gradient of m. A hard mask
+// takes either tensor's row unchanged.
+void DiTStage::gate_block(const float* mask, BlockActs& b, std::vector<Tensor>& ungated, Arena& saved) const {
+  Backend& be = *be_;
+  const Tensor out = b.x_out;
+  const Tensor gated = saved.tensor(out.shape, out.dtype);
+  for (std::int64_t n = 0; n < out.dim(0); ++n) {
+    const float m = mask[n];
+    const Tensor dst = sample_row(gated, n);
+    be.copy(dst, sample_row(m == 0.f ? b.x_in : out, n));
+    if (m == 0.f || m == 1.f) continue;
+    be.scale(dst, m);
+    be.axpy(1.f - m, sample_row(b.x_in, n), dst);
+  }
+  ungated.push_back(out);
+  b.x_out = gated;
+}
+
+// dL/dm = sum (dL/dx_out)(block(x) - x) into gate.dmask; dx becomes m dL/dx_out (the block's
+// share); returns (1 - m) dL/dx_out (the skip's), or nothing when every sample keeps the block.
+Tensor DiTStage::gate_backward(const BlockGate& gate, const Tensor& x_in, const Tensor& ungated, const Tensor& dx,
+                               Arena& scratch) const {
+  Backend& be = *be_;
+  const std::int64_t n = dx.dim(0), per = dx.numel() / n;
+  const Tensor delta = scratch.tensor(dx.shape, dx.dtype);
+  be.copy(delta, ungated);
+  be.axpy(-1.f, x_in, delta);
+  be.row_dot(dx.view({n, per}), delta.view({n, per}), gate.dmask);
+  bool all_kept = true;
+  for (std::int64_t i = 0; i < n; ++i) all_kept = all_kept && gate.mask[i] == 1.f;
+  if (all_kept) return {};
+  const Tensor skip = scratch.tensor(dx.shape, dx.dtype);
+  be.copy(skip, dx);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float m = gate.mask[i];
+    if (m != 1.f) be.scale(sample_row(dx, i), m);
+    if (m != 0.f) be.scale(sample_row(skip, i), 1.f - m);
+  }
+  return skip;
+}
+
 StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch, int chunk) const {
   Backend& be = *be_;
   const Chunk& ch = chunks_.at(chunk);
@@ -97,11 +145,15 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   a.silu_c = saved.tensor(a.c.shape, dt);
   be.silu_fwd(a.c, a.silu_c);
   Tensor x = a.x_in;
+  DIT_CHECK(in.gates.empty() || in.gates.size() == ch.blocks.size(), "stage forward: ", in.gates.size(),
+            " block gates for ", ch.blocks.size(), " blocks");
+  a.gates = in.gates;
   for (std::size_t i = 0; i < ch.blocks.size(); ++i) {
     const Arena::Mark m = scratch.mark();
     a.blocks.push_back(ch.blocks[i].forward(be, x, a.silu_c, saved, scratch,
                                             options_.mode_of(static_cast<int>(i))));
     scratch.rewind(m);
+    if (!a.gates.empty()) gate_block(a.gates[i].mask, a.blocks.back(), a.ungated, saved);
     x = a.blocks.back().x_out;
   }
   if (ch.final) {
@@ -145,7 +197,10 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
     const Arena::Mark m = scratch.mark();
     for (const BlockGrad& bg : g.block_grads)
       if (bg.block == static_cast<int>(i)) be.axpy(1.f, bg.dx, g.dx);
+    Tensor skip;  // gated: (1 - m) dL/dx_out, the gradient that bypasses the block
+    if (!a.gates.empty()) skip = gate_backward(a.gates[i], a.blocks[i].x_in, a.ungated[i], g.dx, scratch);
     ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch, w);
+    if (skip.data) be.axpy(1.f, skip, g.dx);
     scratch.rewind(m);
   }
   tp_->all_reduce_sum(dsilu);

@@ -44,10 +44,18 @@ struct StageOptions {
 // virtual stages: some chunk) has.
 void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages);
 
+// A gate on one block's residual (learned pruning, engine/layer_gates.h): per sample n,
+// x_out = m_n block(x) + (1 - m_n) x, and the backward writes dL/dm_n.
+struct BlockGate {
+  const float* mask = nullptr;  // host: the microbatch's N values (0 or 1 when hard; any in [0, 1])
+  Tensor dmask;                 // (N) fp32: gets dL/dm (under sequence parallelism, this rank's tokens' share)
+};
+
 // Inputs of one microbatch: images/t/ids on the first stage, (x, c) from the previous otherwise.
 struct StageInputs {
   Tensor images, t, ids;
   Tensor x, c;
+  std::vector<BlockGate> gates;  // empty, or one per block of the chunk
 };
 
 // Everything one microbatch keeps between its forward and its backward on this stage.
@@ -57,6 +65,8 @@ struct StageActs {
   FinalActs final;
   Tensor x_in, c;  // (N, T, D), (N, D) as they entered the blocks
   Tensor silu_c;   // (N, D)
+  std::vector<BlockGate> gates;  // as the inputs gave them
+  std::vector<Tensor> ungated;   // gated blocks: block(x) before the gate (x_out is the gated stream)
   Tensor x_out() const { return blocks.empty() ? x_in : blocks.back().x_out; }
 };
 
@@ -109,6 +119,9 @@ class DiTStage {
                 const WeightSink& w = {}) const;
 
  private:
+  void gate_block(const float* mask, BlockActs& b, std::vector<Tensor>& ungated, Arena& saved) const;
+  Tensor gate_backward(const BlockGate& gate, const Tensor& x_in, const Tensor& ungated, const Tensor& dx,
+                       Arena& scratch) const;
   struct Chunk {
     StageLayout layout;
     std::unique_ptr<Embedders> embed;

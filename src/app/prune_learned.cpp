@@ -1,0 +1,171 @@
+// `dit_mp prune --method learned` (see prune_learned.h).
+#include "app/prune_learned.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "app/prune_cmd.h"
+#include "core/clock.h"
+#include "core/resources.h"
+#include "engine/rank_backend.h"
+#include "engine/trainer.h"
+#include "io/h5_dataset.h"
+#include "parallel/backend_comms.h"
+#include "parallel/world.h"
+#include "run/resume.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kMaxSteps = 100000000;
+
+// The learning run's configuration: the teacher's model and objective on the run's recipe and
+// data (the demo's without --run), at a constant learning rate, then --tp/--pp and --set.
+RunConfig learning_config(const PruneOptions& opt, const DiTConfig& model, diffusion::Objective objective,
+                          int diffusion_steps) {
+  RunConfig cfg = RunConfig::demo();
+  const fs::path config = fs::path(opt.run_dir) / "config.toml";
+  if (!opt.run_dir.empty() && fs::is_regular_file(config)) cfg = RunConfig::from_file(config.string());
+  if (cfg.diffusion.objective != objective) cfg.diffusion = DiffusionSection{};
+  cfg.diffusion.objective = objective;
+  cfg.diffusion.steps = diffusion_steps;
+  cfg.model.preset.clear();
+  cfg.model.dit = model;
+  cfg.distill = DistillSection{};
+  cfg.run = RunSection{};
+  cfg.parallel.layout = LayoutMode::Fixed;
+  cfg.parallel.pp_layers.clear();
+  cfg.parallel.tp = opt.tp;
+  cfg.parallel.pp = opt.pp;
+  cfg.train.steps = opt.steps;
+  cfg.train.lr = opt.lr;
+  cfg.train.warmup = 0;
+  cfg.train.lr_schedule = LrSchedule::Constant;
+  cfg.train.eval_every = 0;
+  if (!opt.data.empty()) cfg.data.path = opt.data;
+  for (const std::string& s : opt.sets) cfg.set(s, "--set " + s);
+  cfg.validate();
+  return cfg;
+}
+
+GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int depth) {
+  GateSettings g;
+  if (opt.groups.empty()) {
+    g.groups = default_gate_groups(model.depth, depth);
+    DIT_CHECK(!g.groups.empty(), "--method learned: depth ", depth, " does not divide the teacher's ", model.depth,
+              " blocks; give --groups M:N,... (groups of M blocks keeping N, tiling the depth)");
+  } else {
+    g.groups = parse_gate_groups(opt.groups, model.depth, depth);
+  }
+  DIT_CHECK(opt.tau.size() == 2 && opt.tau[0] > 0 && opt.tau[1] > 0 && std::isfinite(opt.tau[0]) &&
+                std::isfinite(opt.tau[1]),
+            "--tau: expected START,END, two positive temperatures (e.g. 4,0.1)");
+  DIT_CHECK(opt.scaling.size() == 2 && opt.scaling[0] > 0 && opt.scaling[1] > 0 && std::isfinite(opt.scaling[0]) &&
+                std::isfinite(opt.scaling[1]),
+            "--scaling: expected START,END, two positive logit scales (e.g. 100,100)");
+  g.tau_start = opt.tau[0], g.tau_end = opt.tau[1];
+  g.scaling_start = opt.scaling[0], g.scaling_end = opt.scaling[1];
+  g.lr = opt.gate_lr > 0 ? opt.gate_lr : 10 * opt.lr;
+  DIT_CHECK(g.lr > 0 && std::isfinite(g.lr), "--gate-lr ", opt.gate_lr,
+            ": expected a positive learning rate of the logits (default 10 x --lr; give one when --lr is 0)");
+  return g;
+}
+
+std::string list_of(const std::vector<int>& v) {
+  std::string s;
+  for (int k : v) s += (s.empty() ? "" : ",") + std::to_string(k);
+  return s;
+}
+
+std::string confidences(const std::vector<double>& c) {
+  std::string s;
+  char buf[16];
+  for (double p : c) {
+    std::snprintf(buf, sizeof buf, "%s%.2f", s.empty() ? "" : " ", p);
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+LearnedPrune resolve_learned(const PruneOptions& opt, const std::string& teacher, const DiTConfig& model,
+                             diffusion::Objective objective, int diffusion_steps, int depth) {
+  DIT_CHECK(opt.steps >= 1 && opt.steps <= kMaxSteps, "--steps ", opt.steps, ": expected 1 to ", kMaxSteps,
+            " training steps of the gates");
+  DIT_CHECK(opt.lr >= 0 && std::isfinite(opt.lr), "--lr ", opt.lr,
+            ": expected a learning rate >= 0 of the weights (0: the logits alone train)");
+  DIT_CHECK(opt.log_every >= 0, "--log-every ", opt.log_every, ": expected 0 (about 20 lines) or a step count");
+  LearnedPrune job;
+  job.teacher = teacher;
+  job.cfg = learning_config(opt, model, objective, diffusion_steps);
+  DIT_CHECK(fs::is_regular_file(job.cfg.data.path), "the training dataset ", job.cfg.data.path, " does not exist",
+            opt.data.empty() ? ": give one with --data FILE (dit_mp prepare-data makes one)" : "");
+  TrainConfig t = train_config(job.cfg);
+  t.gates = gate_settings(opt, model, depth);
+  t.gates.beta1 = t.adamw.beta1, t.gates.beta2 = t.adamw.beta2, t.gates.eps = t.adamw.eps;
+  job.setup = TrainSetup::make(job.cfg.model.dit, t, layout_for_world(job.cfg.parallel.tp, job.cfg.parallel.pp));
+  job.log_every = opt.log_every > 0 ? opt.log_every : static_cast<int>(std::max<std::int64_t>(1, opt.steps / 20));
+  return job;
+}
+
+std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
+  const RunConfig& cfg = job.cfg;
+  std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
+  ParallelContext ctx = make_mpi_context(job.setup.layout);
+  ctx.watch->timeout_s = cfg.parallel.timeout_s;
+  attach_backend_comms(ctx, *be);
+  std::unique_ptr<Dataset> data;
+  collective_check([&] { data = open_dataset(cfg.data.path, cfg.data.latent_scale); });
+  Trainer trainer(*be, ctx, job.setup, *data);
+  ConsoleLog console;
+  RunConfig init = cfg;
+  init.run.init_from = job.teacher;
+  start_from_checkpoint(init, "", job.setup.model, ctx, trainer, console);
+  const LayerGates& gates = *trainer.gates();
+  const bool talk = ctx.world_rank == 0;
+  const std::int64_t steps = job.setup.train.steps;
+  if (talk)
+    std::printf("learning which blocks to keep: groups %s, %lld steps at %s (%d images a step), lr %g, logits' lr "
+                "%g, tau %g -> %g, scaling %g -> %g\n",
+                groups_text(gates.settings().groups).c_str(), static_cast<long long>(steps),
+                job.setup.layout.str().c_str(), static_cast<int>(job.setup.batch.global_batch),
+                job.setup.train.adamw.lr, gates.settings().lr, gates.settings().tau_start, gates.settings().tau_end,
+                gates.settings().scaling_start, gates.settings().scaling_end);
+  std::vector<int> shown = gates.decision();
+  if (talk) std::printf("initial decision: %s\n", list_of(shown).c_str());
+  std::fflush(stdout);
+  const double t0 = now_s();
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const StepStats st = trainer.step();
+    DIT_CHECK(std::isfinite(st.loss), "--method learned: the loss is not finite at step ", s + 1,
+              " (lower --lr or --gate-lr)");
+    const std::vector<int> now = gates.decision();
+    const bool changed = now != shown;
+    if (talk && (changed || (s + 1) % job.log_every == 0 || s + 1 == steps)) {
+      const double took = now_s() - t0, eta = took / double(s + 1) * double(steps - s - 1);
+      std::printf("step %lld/%lld  loss %.5f  tau %.3f  kept %s  confidence %s  %s elapsed, ETA %s%s\n",
+                  static_cast<long long>(s + 1), static_cast<long long>(steps), st.loss,
+                  gates.settings().tau_at(s, steps), list_of(now).c_str(), confidences(gates.confidence()).c_str(),
+                  format_duration(took).c_str(), format_duration(eta).c_str(), changed ? "  (decision changed)" : "");
+      std::fflush(stdout);
+    }
+    shown = now;
+  }
+  if (talk) {
+    std::string text;
+    char buf[32];
+    for (double v : gates.ema_logits()) {
+      std::snprintf(buf, sizeof buf, "%s%.9g", text.empty() ? "" : " ", v);
+      text += buf;
+    }
+    std::printf("logits (EMA), group by group: %s\n", text.c_str());
+  }
+  return shown;
+}
+
+}  // namespace dit
