@@ -42,7 +42,7 @@ RunConfig learning_config(const PruneOptions& opt, const DiTConfig& model, diffu
   cfg.parallel.tp = opt.tp;
   cfg.parallel.pp = opt.pp;
   cfg.train.steps = opt.steps;
-  cfg.train.lr = opt.lr;
+  cfg.train.lr = opt.lr > 0 ? opt.lr : 1e-4;  // a run's lr is positive; --lr 0 is set on the Trainer's below
   cfg.train.warmup = 0;
   cfg.train.lr_schedule = LrSchedule::Constant;
   cfg.train.eval_every = 0;
@@ -106,6 +106,7 @@ LearnedPrune resolve_learned(const PruneOptions& opt, const std::string& teacher
   DIT_CHECK(fs::is_regular_file(job.cfg.data.path), "the training dataset ", job.cfg.data.path, " does not exist",
             opt.data.empty() ? ": give one with --data FILE (dit_mp prepare-data makes one)" : "");
   TrainConfig t = train_config(job.cfg);
+  t.adamw.lr = opt.lr;  // 0: the weights stay (AdamW with lr 0 moves nothing)
   t.gates = gate_settings(opt, model, depth);
   t.gates.beta1 = t.adamw.beta1, t.gates.beta2 = t.adamw.beta2, t.gates.eps = t.adamw.eps;
   job.setup = TrainSetup::make(job.cfg.model.dit, t, layout_for_world(job.cfg.parallel.tp, job.cfg.parallel.pp));

@@ -58,9 +58,14 @@ SampleSection resolve_settings(const SampleOptions& opt, const SampleSource& src
   return cfg.sample;
 }
 
-// The grid and the raw samples beside it are two files: neither a folder nor the same name.
-void check_outputs(const std::string& out, const DiTConfig& model) {
+// The grid and the raw samples beside it are two files: neither a folder nor the same name, and
+// neither the weights being sampled (weights.h5 with --out weights.png would overwrite them).
+void check_outputs(const std::string& out, const DiTConfig& model, const std::string& weights) {
   const fs::path png(out), raw = fs::path(out).replace_extension(".h5");
+  for (const fs::path& p : {png, raw})
+    DIT_CHECK(!fs::exists(p) || !fs::equivalent(p, weights), "--out ", out, ": its ",
+              p == png ? "grid" : "raw samples", " would go to ", p.string(),
+              ", the weights being sampled; choose another --out");
   DIT_CHECK(!out.empty() && !fs::is_directory(png), "--out ", out, " is a folder: give the grid's file name, e.g. ",
             (png / "samples.png").string());
   DIT_CHECK(!fs::is_directory(raw), "--out ", out, ": its raw samples go to ", raw.string(),
@@ -90,7 +95,7 @@ SampleSource resolve_source(const SampleOptions& requested) {
             model.num_heads, " heads");
   const SampleSection& s = src.sample = resolve_settings(opt, src);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
-  check_outputs(opt.out, model);
+  check_outputs(opt.out, model, src.weights);
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
   std::string why;

@@ -30,6 +30,13 @@ std::vector<std::vector<int>> combinations(int size, int keep) {
 // Choices per group are capped: a group's logits are one row, and C(M, N) grows fast.
 constexpr std::size_t kMaxChoices = 4096;
 
+// C(size, keep), or more than kMaxChoices (without enumerating them).
+std::size_t choice_count(int size, int keep) {
+  double c = 1;
+  for (int i = 1; i <= keep; ++i) c = c * (size - keep + i) / i;
+  return c > double(kMaxChoices) ? kMaxChoices + 1 : static_cast<std::size_t>(std::llround(c));
+}
+
 std::size_t argmax(const std::vector<double>& v) {
   return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
@@ -75,7 +82,7 @@ std::vector<GateGroup> parse_gate_groups(const std::string& text, int teacher_de
             teacher_depth, " blocks; they must tile its depth exactly");
   DIT_CHECK(kept == depth, "--groups ", text, " keeps ", kept, " blocks but --depth is ", depth);
   for (const GateGroup& g : groups)
-    DIT_CHECK(combinations(g.size, g.keep).size() <= kMaxChoices, "--groups ", text, ": a group of ", g.size,
+    DIT_CHECK(choice_count(g.size, g.keep) <= kMaxChoices, "--groups ", text, ": a group of ", g.size,
               " keeping ", g.keep, " has more than ", kMaxChoices, " choices; use smaller groups");
   return groups;
 }
