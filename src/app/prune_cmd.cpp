@@ -100,8 +100,8 @@ PruneJob resolve_job(const PruneOptions& opt) {
   const auto method = value_of(kPruneMethodNames, opt.method);
   DIT_CHECK(method.has_value(), "--method '", opt.method, "': expected one of ", names_of(kPruneMethodNames));
   job.method = *method;
-  DIT_CHECK(job.method == PruneMethod::Learned || !opt.learned_given, "--groups, --steps, --lr, --gate-lr, --tau, "
-            "--scaling, --tp, --pp, --log-every and --set apply to --method learned");
+  DIT_CHECK(job.method == PruneMethod::Learned || !opt.learned_given, "--groups, --steps, --lr, --gate-lr, --gate-ema, "
+            "--tau, --scaling, --tp, --pp, --log-every and --set apply to --method learned");
   DIT_CHECK(job.method == PruneMethod::Index || !opt.keep_given, "--keep applies to --method index; --method ",
             opt.method, " chooses the blocks itself");
   DIT_CHECK(job.method == PruneMethod::Score || !opt.score_given, "--score applies to --method score");
@@ -219,6 +219,10 @@ std::function<int()> add_prune_command(CLI::App& app) {
       cmd->add_option("--lr", opt->lr, "learned: learning rate of the weights (full updates; 0: logits only)")
           ->capture_default_str(),
       cmd->add_option("--gate-lr", opt->gate_lr, "learned: learning rate of the logits (default 10 x --lr)"),
+      cmd->add_option("--gate-ema", opt->gate_ema,
+                      "learned: EMA decay of the logits, whose argmax decides (0: the last logits; a run much "
+                      "shorter than 1 / (1 - decay) steps decides on little)")
+          ->capture_default_str(),
       cmd->add_option("--tau", opt->tau, "learned: Gumbel-softmax temperature START,END, linear over the steps")
           ->delimiter(',')
           ->expected(2)

@@ -72,6 +72,9 @@ GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int 
   g.lr = opt.gate_lr > 0 ? opt.gate_lr : 10 * opt.lr;
   DIT_CHECK(g.lr > 0 && std::isfinite(g.lr), "--gate-lr ", opt.gate_lr,
             ": expected a positive learning rate of the logits (default 10 x --lr; give one when --lr is 0)");
+  DIT_CHECK(opt.gate_ema >= 0 && opt.gate_ema < 1, "--gate-ema ", opt.gate_ema,
+            ": expected an EMA decay in [0, 1) (0: the last logits decide)");
+  g.ema_decay = opt.gate_ema;
   return g;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/global_tensors.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_format.h"
 #include "io/weights.h"
 #include "parallel/world.h"
 
@@ -86,7 +87,12 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
   const double t0 = now_s();
   StageState state;
   const DiTStage& stage = trainer.model();
-  const bool weights_file = !resume && fs::is_regular_file(path) && fs::path(path).filename() != "index.h5";
+  // A file is a weights file unless it is a checkpoint's index (index.h5 beside its COMPLETE
+  // marker): a weights file that happens to be named index.h5 is still weights.
+  const fs::path p(path);
+  const bool checkpoint_index =
+      p.filename() == ckpt::kIndexFile && fs::exists(p.parent_path() / ckpt::kCompleteFile);
+  const bool weights_file = !resume && fs::is_regular_file(path) && !checkpoint_index;
   CheckpointMeta meta;
   if (weights_file) {
     // Read in fp32 on the host, whatever the training precision, so the fp32 master weights get

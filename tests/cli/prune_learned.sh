@@ -58,6 +58,12 @@ if "$DIT_MP" sample --weights "$SCRATCH/one.h5" --classes 0 --per-class 1 --step
   > "$SCRATCH/over.txt" 2>&1; then fail "sampling over the weights file was not refused"; fi
 grep -q "the weights being sampled; choose another --out" "$SCRATCH/over.txt" || { cat "$SCRATCH/over.txt"; fail "message"; }
 cmp "$SCRATCH/one.h5" "$SCRATCH/one_copy.h5" || fail "the weights file changed"
+# A weights file named index.h5 (no checkpoint's COMPLETE beside it) starts a run as weights.
+mkdir "$SCRATCH/w" && cp "$SCRATCH/one.h5" "$SCRATCH/w/index.h5"
+"$DIT_MP" --tp 1 --pp 1 --steps 1 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/student" "${TINY[@]}" \
+  --init-from "$SCRATCH/w/index.h5" > "$SCRATCH/student.txt" 2>&1 ||
+  { cat "$SCRATCH/student.txt"; fail "--init-from a weights file named index.h5"; }
+grep -q "initialized from $SCRATCH/w/index.h5" "$SCRATCH/student.txt" || fail "not initialized from the weights"
 # Any layout learns the same logits: the gates' noise is keyed by sample, the gradient reduced once.
 learn grid 8 --groups 2:1,2:1 --lr 1e-3 --tp 2 --pp 2
 grep -q "at tp 2 pp 2 dp 2" "$SCRATCH/grid.txt" || fail "tp 2 pp 2 dp 2 was not the layout"
