@@ -42,6 +42,24 @@ fail() {
   exit 1
 }
 
+attr() {  # attr FILE NAME: the value(s) of a weights file's /config@NAME as h5dump prints them
+  h5dump -a "/config/$2" "$1" | sed -n '/DATA {/,/}/p' | grep -o '(0).*' | sed 's/(0): //; s/ //g; s/"//g'
+}
+
+# expect_teacher_blocks STUDENT TEACHER KEPT: the pruned STUDENT's block j is the TEACHER's block
+# KEPT[j] (a comma list), bit for bit, and its final layer is the teacher's.
+expect_teacher_blocks() {
+  local j=0 k t
+  for k in ${3//,/ }; do
+    for t in attn.qkv.weight mlp.fc2.bias adaLN_modulation.1.weight; do
+      h5diff "$1" "$2" "/weights/blocks.$j.$t" "/weights/blocks.$k.$t" > /dev/null ||
+        fail "$1: blocks.$j.$t is not the teacher's blocks.$k.$t"
+    done
+    j=$((j + 1))
+  done
+  h5diff "$1" "$2" /weights/final_layer.linear.weight > /dev/null || fail "$1: the final layer is not the teacher's"
+}
+
 # compare_resumed_losses FULL RESUMED SAME(0|1): a run resumed at step 2 logged steps 1-4, and its
 # losses at steps 3 and 4 equal the uninterrupted run's (SAME=1: bit for bit; 0: within 1e-5).
 compare_resumed_losses() {

@@ -6,9 +6,6 @@ source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 "$DIT_MP" --tp 1 --pp 1 --steps 3 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/run" "${TINY[@]}" \
   --set model.depth=4 > "$SCRATCH/train.txt" 2>&1 || { cat "$SCRATCH/train.txt"; fail "training failed"; }
-attr() {  # attr FILE NAME: the value(s) of /config@NAME as h5dump prints them
-  h5dump -a "/config/$2" "$1" | sed -n '/DATA {/,/}/p' | grep -o '(0).*' | sed 's/(0): //; s/ //g; s/"//g'
-}
 prune() {  # prune NAME ARGS...: prune the run into $SCRATCH/NAME.h5, the log in $SCRATCH/NAME.txt
   local name=$1
   shift
@@ -26,14 +23,7 @@ prune index --method index --keep 3,0
 [[ $(attr "$SCRATCH/index.h5" kept_layers) == "0,3" ]] || fail "index: kept_layers $(attr "$SCRATCH/index.h5" kept_layers)"
 [[ $(attr "$SCRATCH/index.h5" pruned_by) == index ]] || fail "index: pruned_by"
 grep -q "kept blocks: 0,3 (dropped 1,2)" "$SCRATCH/index.txt" || fail "index: no kept blocks line"
-for pair in "0 0" "1 3"; do
-  set -- $pair
-  for t in attn.qkv.weight mlp.fc2.bias adaLN_modulation.1.weight; do
-    h5diff "$SCRATCH/index.h5" "$SCRATCH/run/ema.h5" "/weights/blocks.$1.$t" "/weights/blocks.$2.$t" > /dev/null ||
-      fail "index: blocks.$1.$t is not the teacher's blocks.$2.$t"
-  done
-done
-h5diff "$SCRATCH/index.h5" "$SCRATCH/run/ema.h5" /weights/final_layer.linear.weight > /dev/null || fail "index: final layer"
+expect_teacher_blocks "$SCRATCH/index.h5" "$SCRATCH/run/ema.h5" 0,3
 # By score: every block's score printed, the last block kept, the kept blocks recorded.
 for score in cos loss; do
   prune "$score" --method score --score "$score" --calibration 32 --seed 3

@@ -17,6 +17,7 @@
 #include "io/weights.h"
 #include "io_test_util.h"
 #include "parallel/comm.h"
+#include "random_weights.h"
 #include "tiny_model.h"
 
 namespace dit {
@@ -164,17 +165,6 @@ TEST(LayerGates, AdamStepOnTheReducedGradientAndTheEmaDecides) {
 
 // ---- gated blocks in the stage --------------------------------------------------------------
 
-std::map<std::string, std::vector<float>> random_tensors(const DiTConfig& cfg, std::uint64_t seed) {
-  std::map<std::string, std::vector<float>> out;
-  std::uint64_t index = 0;
-  for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) {
-    Philox rng(seed, RngPurpose::Test, 0, index++);
-    std::vector<float> v(static_cast<std::size_t>(s.global.numel()));
-    for (float& x : v) x = 0.2f * rng.normal();
-    out[s.name] = std::move(v);
-  }
-  return out;
-}
 
 struct Pass {
   std::vector<float> out;
@@ -228,7 +218,7 @@ class GatedStage : public ::testing::Test {
  protected:
   void SetUp() override {
     cfg_ = tiny_dit(2, 3, 2, 5);
-    tensors_ = random_tensors(cfg_, 3);
+    tensors_ = random_tensors(cfg_, 3, 0.2f);
     save_weights(dir_ / "teacher.h5", cfg_, tensors_, 1000, diffusion::Objective::Ddpm);
     full_ = std::make_unique<DiTStage>(*be_, cfg_, StageLayout::whole(cfg_), tp_);
     load_weights(dir_ / "teacher.h5", full_->params());

@@ -12,6 +12,7 @@
 #include "io/weights.h"
 #include "io_test_util.h"
 #include "parallel/comm.h"
+#include "random_weights.h"
 #include "tiny_model.h"
 
 namespace dit {
@@ -19,18 +20,6 @@ namespace {
 
 using io_test::Scratch;
 
-// Every tensor of the whole model, drawn from Philox (distinct values in every tensor).
-std::map<std::string, std::vector<float>> random_tensors(const DiTConfig& cfg, std::uint64_t seed) {
-  std::map<std::string, std::vector<float>> out;
-  std::uint64_t index = 0;
-  for (const ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) {
-    Philox rng(seed, RngPurpose::Test, 0, index++);
-    std::vector<float> v(static_cast<std::size_t>(s.global.numel()));
-    for (float& x : v) x = 0.1f * rng.normal();
-    out[s.name] = std::move(v);
-  }
-  return out;
-}
 
 std::string swap_block(const std::string& name, int from, int to) {
   const std::string p = "blocks." + std::to_string(from) + ".";
