@@ -3,11 +3,15 @@
 // scores see a block that does nothing as the most droppable, by either score.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <thread>
 
 #include "core/philox.h"
 #include "engine/prune.h"
 #include "io/h5.h"
+#include "io/sealed_h5.h"
 #include "io/model_config_h5.h"
 #include "io/weights.h"
 #include "io_test_util.h"
@@ -136,6 +140,33 @@ TEST(Prune, AnIdentityBlockScoresAsTheOneToDrop) {
     EXPECT_EQ(score_blocks(*be, lean, cal, recipe, BlockScore::Cos).score, cos.score);
     EXPECT_EQ(score_blocks(*be, lean, cal, recipe, BlockScore::Loss).score, loss.score);
   }
+}
+
+}  // namespace
+}  // namespace dit
+
+namespace dit {
+namespace {
+
+// The seal's check is remembered per unchanged file (a run checks its teacher once per layout it
+// considers): a file changed in place after a remembered check is checked again and caught.
+TEST(Seal, AFileDamagedAfterARememberedCheckIsCaught) {
+  Scratch dir("seal");
+  const DiTConfig cfg = tiny_dit(2, 1, 2, 3);
+  save_weights(dir / "w.h5", cfg, random_tensors(cfg, 2), 1000, diffusion::Objective::Ddpm);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));  // old enough to be remembered
+  const std::uint32_t crc = h5::verified_crc32(dir / "w.h5", "");
+  EXPECT_EQ(h5::verified_crc32(dir / "w.h5", ""), crc);
+  {
+    std::fstream f(dir / "w.h5", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2000);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x40);
+    f.seekp(2000);
+    f.write(&c, 1);
+  }
+  EXPECT_THROW(h5::verified_crc32(dir / "w.h5", ""), Error);
 }
 
 }  // namespace
