@@ -207,8 +207,11 @@ std::function<int()> add_prune_command(CLI::App& app) {
   score->capture_default_str();
   cmd->add_option("--calibration", opt->calibration, "score: calibration images from the dataset")
       ->capture_default_str();
-  cmd->add_option("--data", opt->data, "score: the calibration dataset (default: the run's data.path, or the demo's)");
-  cmd->add_option("--seed", opt->seed, "score: seed of the calibration images, timesteps and noise (learned: --set train.seed=N)")
+  cmd->add_option("--data", opt->data,
+                  "score: the calibration dataset; learned: the training dataset (default: the run's data.path, "
+                  "or the demo's)");
+  cmd->add_option("--seed", opt->seed,
+                  "score: seed of the calibration images, timesteps and noise (learned: --set train.seed=N)")
       ->capture_default_str();
   cmd->add_option("--out", opt->out, "The pruned weights file")->required();
   std::vector<CLI::Option*> learned = {

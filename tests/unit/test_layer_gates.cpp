@@ -95,7 +95,6 @@ TEST(LayerGates, HardChoiceAndStraightThroughGradientMatchTheReference) {
   const std::vector<double> got = gates.gradient();
 
   std::vector<double> want;
-  int offset = 0;
   for (std::size_t g = 0; g < s.groups.size(); ++g) {
     const GateGroup& gr = s.groups[g];
     const auto opts = choices(gr.size, gr.keep);
@@ -115,7 +114,8 @@ TEST(LayerGates, HardChoiceAndStraightThroughGradientMatchTheReference) {
       const std::size_t pick = std::max_element(y.begin(), y.end()) - y.begin();
       for (int b = 0; b < gr.size; ++b) {
         const bool kept = std::find(opts[pick].begin(), opts[pick].end(), b) != opts[pick].end();
-        EXPECT_EQ(gates.mask(0, gr.first + b)[i], kept ? 1.f : 0.f) << "group " << g << " block " << b << " sample " << i;
+        EXPECT_EQ(gates.mask(0, gr.first + b)[i], kept ? 1.f : 0.f)
+            << "group " << g << " block " << b << " sample " << i;
       }
       // f(l) = sum_c y_c(l) sum_{j in c} dm_j: its derivative is the straight-through gradient.
       const auto f = [&](const std::vector<double>& l) {
@@ -133,11 +133,13 @@ TEST(LayerGates, HardChoiceAndStraightThroughGradientMatchTheReference) {
       }
     }
     want.insert(want.end(), grad.begin(), grad.end());
-    offset += gr.size;
   }
   ASSERT_EQ(got.size(), want.size());
   double err = 0, norm = 0;
-  for (std::size_t k = 0; k < got.size(); ++k) err += (got[k] - want[k]) * (got[k] - want[k]), norm += want[k] * want[k];
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    err += (got[k] - want[k]) * (got[k] - want[k]);
+    norm += want[k] * want[k];
+  }
   EXPECT_LT(std::sqrt(err / norm), 1e-6) << "relative L2 error of dL/dlogits";
 }
 
@@ -261,7 +263,8 @@ TEST_F(GatedStage, AShutGateIsTheModelWithoutTheBlock) {
     if (name.rfind("blocks.1.", 0) == 0) name = "blocks.2." + name.substr(9);  // pruned block 1 is block 2
     EXPECT_TRUE(same_bits(b.grad_host(int(i)), a.grad_host(a.index(name)))) << name;
   }
-  for (const float v : a.grad_host(a.index("blocks.1.mlp.fc1.weight"))) ASSERT_EQ(v, 0.f);  // a shut block learns nothing
+  // A shut block learns nothing.
+  for (const float v : a.grad_host(a.index("blocks.1.mlp.fc1.weight"))) ASSERT_EQ(v, 0.f);
   // Per sample: sample 1 alone shut equals the pruned model on that sample only.
   const Pass mixed = run(*be_, *full_, n_, cot_, {{1, 1, 1}, {1, 0, 1}, {1, 1, 1}});
   const Pass open = run(*be_, *full_, n_, cot_);
