@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `dit_mp prune --method learned` end to end: a tiny depth-4 model trained a few steps learns which
-# 2 blocks to keep (groups 2:1,2:1). The logits it ends with are the same within 1e-5 at 1 rank,
-# at tp 2 pp 2 dp 2, and there with sequence parallelism; the file keeps the teacher's ORIGINAL
-# blocks (the learning run's weights trained, the file's did not), records its provenance and
-# samples; --lr 0 trains the logits alone; a LightningDiT flow teacher prunes the same way.
+# 2 blocks to keep (groups 2:1,2:1). The logits it ends with are the same within 1e-5 at 1 rank, at
+# tp 2 pp 2 dp 2, there with sequence parallelism, with full recomputation under zb-h1 and under
+# interleaved 1F1B; the file keeps the teacher's ORIGINAL blocks (the learning run's weights
+# trained, the file's did not), records its provenance and samples; --lr 0 trains the logits alone;
+# a LightningDiT flow teacher prunes the same way.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 "$DIT_MP" --tp 1 --pp 1 --steps 3 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/run" "${TINY[@]}" \
@@ -60,6 +61,10 @@ close "$(logits "$SCRATCH/grid.txt")" "$base" || fail "tp 2 pp 2 dp 2 learned ot
 cmp "$SCRATCH/one.h5" "$SCRATCH/grid.h5" || fail "tp 2 pp 2 dp 2 wrote another file"
 learn sp 8 --groups 2:1,2:1 --lr 1e-3 --tp 2 --pp 2 --set parallel.sequence_parallel=true
 close "$(logits "$SCRATCH/sp.txt")" "$base" || fail "sequence parallelism learned other logits"
+learn zb 4 --groups 2:1,2:1 --lr 1e-3 --tp 2 --pp 2 --set train.recompute=\"full\" --set parallel.schedule=\"zb-h1\"
+close "$(logits "$SCRATCH/zb.txt")" "$base" || fail "full recomputation under zb-h1 learned other logits"
+learn interleaved 2 --groups 2:1,2:1 --lr 1e-3 --pp 2 --set parallel.virtual_stages=2
+close "$(logits "$SCRATCH/interleaved.txt")" "$base" || fail "interleaved 1F1B learned other logits"
 # The default groups keep 2 of every 4 blocks; --lr 0 trains the logits alone (the weights stay).
 learn frozen 2 --lr 0
 grep -q "groups 4:2, 4 steps at tp 1 pp 1 dp 2 (16 images a step), lr 0," "$SCRATCH/frozen.txt" ||
