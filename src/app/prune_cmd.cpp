@@ -134,12 +134,6 @@ std::vector<int> keep_by_score(const PruneJob& job) {
   return keep_by_scores(s.score, job.depth, job.score);
 }
 
-std::string list_text(const std::vector<int>& v) {
-  std::string s;
-  for (int k : v) s += (s.empty() ? "" : ",") + std::to_string(k);
-  return s;
-}
-
 void say_what(const PruneJob& job) {
   std::printf("prune: %s (depth %d) to depth %d by %s", job.teacher.c_str(), job.model.depth, job.depth,
               pruned_by(job).c_str());
@@ -159,7 +153,7 @@ void write_student(const PruneJob& job, const std::vector<int>& keep) {
   for (int b = 0, j = 0; b < job.model.depth; ++b)
     if (j < int(keep.size()) && keep[j] == b) ++j;
     else dropped.push_back(b);
-  std::printf("kept blocks: %s (dropped %s)\n", list_text(keep).c_str(), list_text(dropped).c_str());
+  std::printf("kept blocks: %s (dropped %s)\n", blocks_text(keep).c_str(), blocks_text(dropped).c_str());
   write_pruned_weights(job.teacher, job.out, keep, pruned_by(job));
   std::printf("wrote %s\n", job.out.c_str());
 }

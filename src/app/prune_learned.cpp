@@ -8,6 +8,7 @@
 #include "app/prune_cmd.h"
 #include "core/clock.h"
 #include "core/resources.h"
+#include "engine/prune.h"
 #include "engine/rank_backend.h"
 #include "engine/trainer.h"
 #include "io/h5_dataset.h"
@@ -78,18 +79,13 @@ GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int 
   return g;
 }
 
-std::string list_of(const std::vector<int>& v) {
+// The values spaced, each printed by `format` (a printf conversion of one double).
+std::string spaced(const std::vector<double>& values, const char* format) {
   std::string s;
-  for (int k : v) s += (s.empty() ? "" : ",") + std::to_string(k);
-  return s;
-}
-
-std::string confidences(const std::vector<double>& c) {
-  std::string s;
-  char buf[16];
-  for (double p : c) {
-    std::snprintf(buf, sizeof buf, "%s%.2f", s.empty() ? "" : " ", p);
-    s += buf;
+  char buf[32];
+  for (double v : values) {
+    std::snprintf(buf, sizeof buf, format, v);
+    s += (s.empty() ? "" : " ") + std::string(buf);
   }
   return s;
 }
@@ -141,7 +137,7 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
                 job.setup.train.adamw.lr, gates.settings().lr, gates.settings().tau_start, gates.settings().tau_end,
                 gates.settings().scaling_start, gates.settings().scaling_end);
   std::vector<int> shown = gates.decision();
-  if (talk) std::printf("initial decision: %s\n", list_of(shown).c_str());
+  if (talk) std::printf("initial decision: %s\n", blocks_text(shown).c_str());
   std::fflush(stdout);
   const double t0 = now_s();
   for (std::int64_t s = 0; s < steps; ++s) {
@@ -154,21 +150,14 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
       const double took = now_s() - t0, eta = took / double(s + 1) * double(steps - s - 1);
       std::printf("step %lld/%lld  loss %.5f  tau %.3f  kept %s  confidence %s  %s elapsed, ETA %s%s\n",
                   static_cast<long long>(s + 1), static_cast<long long>(steps), st.loss,
-                  gates.settings().tau_at(s, steps), list_of(now).c_str(), confidences(gates.confidence()).c_str(),
+                  gates.settings().tau_at(s, steps), blocks_text(now).c_str(),
+                  spaced(gates.confidence(), "%.2f").c_str(),
                   format_duration(took).c_str(), format_duration(eta).c_str(), changed ? "  (decision changed)" : "");
       std::fflush(stdout);
     }
     shown = now;
   }
-  if (talk) {
-    std::string text;
-    char buf[32];
-    for (double v : gates.ema_logits()) {
-      std::snprintf(buf, sizeof buf, "%s%.9g", text.empty() ? "" : " ", v);
-      text += buf;
-    }
-    std::printf("logits (EMA), group by group: %s\n", text.c_str());
-  }
+  if (talk) std::printf("logits (EMA), group by group: %s\n", spaced(gates.ema_logits(), "%.9g").c_str());
   return shown;
 }
 

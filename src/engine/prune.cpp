@@ -25,6 +25,12 @@ std::vector<int> checked_keep(const std::vector<int>& keep, int teacher_depth, i
   return sorted;
 }
 
+std::string blocks_text(const std::vector<int>& blocks) {
+  std::string s;
+  for (int b : blocks) s += (s.empty() ? "" : ",") + std::to_string(b);
+  return s;
+}
+
 std::vector<int> keep_by_scores(const std::vector<double>& scores, int depth, BlockScore score) {
   const int teacher = static_cast<int>(scores.size());
   DIT_CHECK(depth >= 1 && depth < teacher, "--depth ", depth, ": expected 1 to ", teacher - 1,

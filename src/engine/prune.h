@@ -38,6 +38,9 @@ std::vector<int> checked_keep(const std::vector<int>& keep, int teacher_depth, i
 // block is never dropped. Model order.
 std::vector<int> keep_by_scores(const std::vector<double>& scores, int depth, BlockScore score);
 
+// "1,3,5": blocks as the command prints them and --keep takes them.
+std::string blocks_text(const std::vector<int>& blocks);
+
 // The student's model: the teacher's config at `depth`.
 DiTConfig student_config(const DiTConfig& teacher, int depth);
 // The student's tensors under its own names: "blocks.<j>.*" from the teacher's "blocks.<keep[j]>.*",
