@@ -51,6 +51,8 @@ SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
+# debug: the log names each time-limit warning signal it sends (the test prints it on failure)
+SlurmctldDebug=debug
 SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldPort=16817
 SlurmdPort=16818
