@@ -100,8 +100,8 @@ PruneJob resolve_job(const PruneOptions& opt) {
   const auto method = value_of(kPruneMethodNames, opt.method);
   DIT_CHECK(method.has_value(), "--method '", opt.method, "': expected one of ", names_of(kPruneMethodNames));
   job.method = *method;
-  DIT_CHECK(job.method == PruneMethod::Learned || !opt.learned_given, "--groups, --steps, --lr, --gate-lr, --gate-ema, "
-            "--tau, --scaling, --tp, --pp, --log-every and --set apply to --method learned");
+  DIT_CHECK(job.method == PruneMethod::Learned || !opt.learned_given, "--groups, --steps, --lr, --lora, --gate-lr, "
+            "--gate-ema, --tau, --scaling, --tp, --pp, --log-every and --set apply to --method learned");
   DIT_CHECK(job.method == PruneMethod::Index || !opt.keep_given, "--keep applies to --method index; --method ",
             opt.method, " chooses the blocks itself");
   DIT_CHECK(job.method == PruneMethod::Score || !opt.score_given, "--score applies to --method score");
@@ -213,7 +213,13 @@ std::function<int()> add_prune_command(CLI::App& app) {
                       "learned: groups of M blocks keeping N each, tiling the teacher's depth, e.g. 4:2,4:2 (default: "
                       "2 of every 2r blocks, r = teacher depth / --depth, or 1 of every r)"),
       cmd->add_option("--steps", opt->steps, "learned: training steps of the gates")->capture_default_str(),
-      cmd->add_option("--lr", opt->lr, "learned: learning rate of the weights (full updates; 0: logits only)")
+      cmd->add_option("--lr", opt->lr,
+                      "learned: learning rate of the weights (full updates), or of the LoRA adapters with --lora; 0: "
+                      "logits only")
+          ->capture_default_str(),
+      cmd->add_option("--lora", opt->lora,
+                      "learned: train rank-R LoRA adapters of the block linears (alpha 2R) instead of the weights; "
+                      "0: full updates")
           ->capture_default_str(),
       cmd->add_option("--gate-lr", opt->gate_lr, "learned: learning rate of the logits (default 10 x --lr)"),
       cmd->add_option("--gate-ema", opt->gate_ema,

@@ -31,6 +31,7 @@ struct PruneOptions {
   std::string groups;                   // "M:N,..." ("" = 2 of every 2r blocks, or 1 of r)
   std::int64_t steps = 100;
   double lr = 1e-4, gate_lr = 0;        // gate_lr 0 = 10 x lr
+  int lora = 0;                         // LoRA rank (0: full updates of the weights at lr)
   double gate_ema = 0.999;              // the EMA decay of the logits (the EMA decides)
   std::vector<double> tau = {4.0, 0.1}, scaling = {100.0, 100.0};
   int tp = 1, pp = 1, log_every = 0;

@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::int64_t kMaxSteps = 100000000;
+constexpr int kMaxLoraRank = 4096;
 
 // The learning run's configuration: the teacher's model and objective on the run's recipe and
 // data (the demo's without --run), at a constant learning rate, then --tp/--pp and --set.
@@ -90,6 +91,17 @@ std::string spaced(const std::vector<double>& values, const char* format) {
   return s;
 }
 
+// What trains beside the logits: the weights at lr, or the LoRA adapters (their size on this rank).
+std::string updates_text(const TrainConfig& t, const Trainer& trainer) {
+  char buf[160];
+  if (!t.lora.enabled())
+    std::snprintf(buf, sizeof buf, "lr %g", t.adamw.lr);
+  else
+    std::snprintf(buf, sizeof buf, "LoRA rank %d (alpha %g, %lld values on rank 0), lr %g", t.lora.rank,
+                  t.lora.scale() * t.lora.rank, static_cast<long long>(trainer.lora()->numel()), t.lora.lr);
+  return buf;
+}
+
 }  // namespace
 
 LearnedPrune resolve_learned(const PruneOptions& opt, const std::string& teacher, const DiTConfig& model,
@@ -104,8 +116,13 @@ LearnedPrune resolve_learned(const PruneOptions& opt, const std::string& teacher
   job.cfg = learning_config(opt, model, objective, diffusion_steps);
   DIT_CHECK(fs::is_regular_file(job.cfg.data.path), "the training dataset ", job.cfg.data.path, " does not exist",
             opt.data.empty() ? ": give one with --data FILE (dit_mp prepare-data makes one)" : "");
+  DIT_CHECK(opt.lora >= 0 && opt.lora <= kMaxLoraRank, "--lora ", opt.lora, ": expected a LoRA rank from 1 to ",
+            kMaxLoraRank, ", or 0 for full updates of the weights");
+  DIT_CHECK(opt.lora == 0 || opt.lr > 0, "--lora ", opt.lora, " needs --lr > 0 (the adapters' learning rate)");
   TrainConfig t = train_config(job.cfg);
-  t.adamw.lr = opt.lr;  // 0: the weights stay (AdamW with lr 0 moves nothing)
+  t.adamw.lr = opt.lora > 0 ? 0 : opt.lr;  // 0: the weights stay (AdamW with lr 0 moves nothing)
+  t.lora.rank = opt.lora;
+  t.lora.lr = opt.lr;
   t.gates = gate_settings(opt, model, depth);
   t.gates.beta1 = t.adamw.beta1, t.gates.beta2 = t.adamw.beta2, t.gates.eps = t.adamw.eps;
   job.setup = TrainSetup::make(job.cfg.model.dit, t, layout_for_world(job.cfg.parallel.tp, job.cfg.parallel.pp));
@@ -130,11 +147,11 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
   const bool talk = ctx.world_rank == 0;
   const std::int64_t steps = job.setup.train.steps;
   if (talk)
-    std::printf("learning which blocks to keep: groups %s, %lld steps at %s (%d images a step), lr %g, logits' lr "
+    std::printf("learning which blocks to keep: groups %s, %lld steps at %s (%d images a step), %s, logits' lr "
                 "%g, tau %g -> %g, scaling %g -> %g\n",
                 groups_text(gates.settings().groups).c_str(), static_cast<long long>(steps),
                 job.setup.layout.str().c_str(), static_cast<int>(job.setup.batch.global_batch),
-                job.setup.train.adamw.lr, gates.settings().lr, gates.settings().tau_start, gates.settings().tau_end,
+                updates_text(job.setup.train, trainer).c_str(), gates.settings().lr, gates.settings().tau_start, gates.settings().tau_end,
                 gates.settings().scaling_start, gates.settings().scaling_end);
   std::vector<int> shown = gates.decision();
   if (talk) std::printf("initial decision: %s\n", blocks_text(shown).c_str());

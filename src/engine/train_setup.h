@@ -10,6 +10,7 @@
 #include "engine/dit_pipeline.h"
 #include "engine/distill.h"
 #include "engine/layer_gates.h"
+#include "layers/lora.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/pipeline_schedule.h"
@@ -41,6 +42,7 @@ struct TrainConfig {
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
   DistillSettings distill;              // [distill]: a teacher, or none
   GateSettings gates;                   // learned pruning's block gates (dit_mp prune --method learned), or none
+  LoraSettings lora;                    // learned pruning's low-rank updates of the block linears, or none
 };
 
 struct TrainSetup {

@@ -36,6 +36,20 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
     if (be.device() != Device::Virtual) teacher_->load(train_.distill.teacher);  // the planner's buffers hold no values
   }
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
+  if (train_.lora.enabled()) {
+    const std::int64_t r = train_.lora.rank;
+    lora_ = std::make_unique<ParamSet>(be, declare_lora(model_->params().specs(), train_.lora.rank), ctx.tp->size(),
+                                       ctx.tp->rank(), l.dp);
+    lora_->initialize(train_.seed);
+    lora_zero_ = std::make_unique<ZeroOptimizer>(be, *lora_, ctx, train_.grad_reduce);
+    // The most rows a block linear sees: a microbatch's tokens, all of them under sequence parallelism.
+    const std::int64_t rows = std::int64_t(setup.batch.micro_batch) * cfg_.num_patches();
+    const std::size_t bytes = static_cast<std::size_t>(rows * r) * dtype_size(be.compute_dtype());
+    lora_t_ = Buffer(be, bytes);
+    lora_u_ = Buffer(be, bytes);
+    model_->attach_lora(*lora_, train_.lora.scale(), lora_t_.tensor({rows, r}, be.compute_dtype()),
+                        lora_u_.tensor({rows, r}, be.compute_dtype()));
+  }
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "diffusion.objective = \"flow\" needs model.learn_sigma = false (a velocity model learns no variance)");
   batches_ = std::make_unique<BatchSource>(data, schedule_, setup.batch, train_.seed, cfg_.class_dropout_prob,
@@ -280,6 +294,17 @@ void Trainer::update_gates(double loss_scale) {
   gates_->update(*ctx_->world, loss_scale * plan.dp);
 }
 
+void Trainer::update_lora(std::int64_t adam_step, double loss_scale) {
+  if (ctx_->tp->size() > 1)
+    for (std::size_t i = 0; i < lora_->size(); ++i)
+      if (lora_grad_is_tp_partial(lora_->specs()[i])) ctx_->tp->all_reduce_sum(lora_->grad(static_cast<int>(i)));
+  AdamWConfig adamw = train_.adamw;
+  adamw.lr = train_.lora.lr;
+  adamw.weight_decay = 0;
+  lora_zero_->step(adamw, train_.lora.lr, adam_step, train_.grad_clip, 0.0, loss_scale,
+                   scaler_.enabled() ? ZeroOptimizer::NonFinite::Skip : ZeroOptimizer::NonFinite::Apply);
+}
+
 StepStats Trainer::step() {
   Backend& be = *be_;
   const double t_start = now_s();
@@ -299,6 +324,7 @@ StepStats Trainer::step() {
   device_cache_.clear();
   teacher_out_.clear();
   model_->params().zero_grads();
+  if (lora_) lora_->zero_grads();
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
   // d(mean over a microbatch) scaled to the step's mean over its microbatches (and, through the
@@ -324,6 +350,7 @@ StepStats Trainer::step() {
   st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
   if (gates_ && r.applied) update_gates(st.loss_scale);
+  if (lora_ && r.applied) update_lora(adam_step, st.loss_scale);
   gather_losses(terms, st);
 
   StepAccounting& a = st.acct;

@@ -89,6 +89,8 @@ class Trainer {
   DiTStage& model() { return *model_; }
   // Learned pruning's gates (TrainConfig::gates), or null.
   const LayerGates* gates() const { return gates_.get(); }
+  // Learned pruning's LoRA adapters of this stage's block linears (TrainConfig::lora), or null.
+  const ParamSet* lora() const { return lora_.get(); }
   ZeroOptimizer& optimizer() { return *zero_; }
   const diffusion::Schedule& schedule() const { return schedule_; }
   const BatchPlan& plan() const { return batches_->plan(); }
@@ -115,6 +117,8 @@ class Trainer {
   // backward, their logits' update from the step's dL/dm.
   std::vector<BlockGate> block_gates(int mb, int chunk);
   void update_gates(double loss_scale);
+  // LoRA: sums the whole factors' partial gradients over tp, then AdamW (ZeRO over dp) at lora.lr.
+  void update_lora(std::int64_t adam_step, double loss_scale);
 
   Backend* be_;
   ParallelContext* ctx_;
@@ -137,6 +141,9 @@ class Trainer {
   Buffer kd_terms_, feature_terms_;  // distillation: (.., 2) output KD terms, (..) feature losses summed over pairs
   std::unique_ptr<LayerGates> gates_;  // learned pruning's; null otherwise
   Buffer gate_grads_;  // (depth x microbatches, micro_batch) fp32: this step's dL/dm, block-major
+  std::unique_ptr<ParamSet> lora_;           // learned pruning's adapters; null otherwise
+  std::unique_ptr<ZeroOptimizer> lora_zero_;
+  Buffer lora_t_, lora_u_;                   // the adapters' shared (rows, r) scratch
   std::map<int, Tensor> teacher_out_;  // distillation: the teacher's output, by microbatch, until its loss
 };
 

@@ -1,6 +1,7 @@
 // DiT block forward and explicit backward (see dit_block.h for the math and the tp split).
 #include "layers/dit_block.h"
 
+#include "layers/lora.h"
 #include "parallel/sequence_parallel.h"
 
 namespace dit {
@@ -35,8 +36,8 @@ void tp_summed(Backend& be, Comm& tp, bool partial, std::vector<Tensor> grads, A
 }  // namespace
 
 DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp, Tokens tokens)
-    : cfg_(cfg), tp_(&tp), tokens_(tokens) {
-  const std::string p = "blocks." + std::to_string(index);
+    : cfg_(cfg), tp_(&tp), tokens_(tokens), prefix_("blocks." + std::to_string(index)) {
+  const std::string& p = prefix_;
   qkv_ = LinearParams::from(ps, p + ".attn.qkv");
   proj_ = LinearParams::from(ps, p + ".attn.proj");
   if (cfg.mlp == MlpKind::Gelu) {
@@ -52,6 +53,16 @@ DiTBlock::DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp
   norm2_ = NormWeight::from(ps, p + ".norm2");
   q_norm_ = NormWeight::from(ps, p + ".attn.q_norm");
   k_norm_ = NormWeight::from(ps, p + ".attn.k_norm");
+}
+
+void DiTBlock::attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u) {
+  const bool swiglu = cfg_.mlp == MlpKind::Swiglu;
+  const std::pair<LinearParams*, const char*> linears[] = {{&qkv_, ".attn.qkv"},
+                                                           {&proj_, ".attn.proj"},
+                                                           {&fc1_, swiglu ? ".mlp.w12" : ".mlp.fc1"},
+                                                           {&fc2_, swiglu ? ".mlp.w3" : ".mlp.fc2"},
+                                                           {&ada_, ".adaLN_modulation.1"}};
+  for (const auto& [linear, name] : linears) linear->lora = lora_adapter(lora, prefix_ + name, scale, t, u);
 }
 
 void DiTBlock::declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& s) {

@@ -86,6 +86,9 @@ class DiTBlock {
   DiTBlock(const DiTConfig& cfg, const ParamSet& ps, int index, Comm& tp,
            Tokens tokens = Tokens::Replicated);
   static void declare(const DiTConfig& cfg, int index, std::vector<ParamSpec>& specs);
+  // Attaches the LoRA adapters `lora` holds for this block's linears (layers/lora.h), scale s,
+  // scratch t and u of (max_rows, r).
+  void attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u);
 
   // silu_c (N, D) = SiLU(c), computed once per stage and shared by its blocks.
   // What the mode keeps goes to `saved`, the rest to `scratch`.
@@ -137,6 +140,7 @@ class DiTBlock {
   DiTConfig cfg_;
   Comm* tp_;
   Tokens tokens_;
+  std::string prefix_;  // "blocks.<index>"
   LinearParams qkv_, proj_, fc1_, fc2_, ada_;  // fc1_, fc2_ are w12, w3 for swiglu
   NormWeight norm1_, norm2_, q_norm_, k_norm_;  // without data where the variant is off
 };

@@ -64,6 +64,11 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
   }
 }
 
+void DiTStage::attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u) {
+  for (Chunk& c : chunks_)
+    for (DiTBlock& b : c.blocks) b.attach_lora(lora, scale, t, u);
+}
+
 std::vector<StageLayout> DiTStage::layouts() const {
   std::vector<StageLayout> out;
   for (const Chunk& c : chunks_) out.push_back(c.layout);

@@ -101,6 +101,9 @@ class DiTStage {
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const std::vector<StageLayout>& chunks);
 
   ParamSet& params() { return *params_; }
+  // Attaches LoRA adapters to every block linear of this stage (layers/lora.h): `lora` holds them
+  // (declare_lora of params()), s = alpha / r, t and u (max_rows, r) scratch in the compute dtype.
+  void attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u);
   const ParamSet& params() const { return *params_; }
   const DiTConfig& config() const { return cfg_; }
   int chunks() const { return static_cast<int>(chunks_.size()); }

@@ -12,10 +12,25 @@
 
 namespace dit {
 
+// A low-rank adapter on a linear layer (LoRA, Hu et al. 2021): y = x W^T + b + s (x A^T) B^T with
+// A (r, in), B (out, r) and s = alpha / r (layers/lora.h declares and attaches them). Under tensor
+// parallelism A and B split as W does on their shared side: a column-parallel W's B keeps this
+// rank's output rows (A whole), a row-parallel W's A its input columns (B whole), so the adapter
+// adds to exactly the partial output the layer's collective already sums. The whole factor's
+// gradient is then a partial sum over tp that the owner all-reduces once a step.
+struct LoraAdapter {
+  Tensor a, b;    // (r, in), (out, r): this rank's slices
+  Tensor da, db;  // fp32 gradients, accumulated
+  float scale = 0;
+  Tensor t, u;    // (max_rows, r) scratch in the compute dtype, shared by every adapter
+  bool enabled() const { return a.data != nullptr; }
+};
+
 // Views of a linear layer's weight and bias and of their gradients.
 struct LinearParams {
   Tensor w, b;    // (out, in), (out)
   Tensor dw, db;  // same shapes, accumulated
+  LoraAdapter lora;  // none unless attached
 
   static LinearParams from(const ParamSet& ps, const std::string& prefix);
 };
@@ -30,6 +45,7 @@ enum class Bias : std::uint8_t { Add, Skip };
 
 // y (R, out) = x (R, in) W^T (+ b)
 void linear_fwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& y, Bias bias);
+// With an adapter, its term joins y; dA, dB are added beside dW, and dx gets the adapter's part.
 // dW += dy^T x;  db += sum_rows dy (when bias == Add);  dx (=|+=) dy W when dx has data.
 // linear_bwd is linear_bwd_weight then linear_bwd_input: the halves run apart give the same bits.
 void linear_bwd(Backend& be, const LinearParams& p, const Tensor& x, const Tensor& dy,

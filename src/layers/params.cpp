@@ -70,6 +70,10 @@ void ParamSpec::initialize(std::uint64_t seed, std::vector<float>& g) const {
     const double fan_in = static_cast<double>(global.numel()) / fan_out;
     const float bound = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));
     for (auto& v : g) v = (2.f * rng.uniform() - 1.f) * bound;
+  } else if (init == Init::KaimingUniform) {
+    const double fan_in = static_cast<double>(global.numel()) / static_cast<double>(global[0]);
+    const float bound = static_cast<float>(1.0 / std::sqrt(fan_in));
+    for (auto& v : g) v = (2.f * rng.uniform() - 1.f) * bound;
   } else if (init == Init::Normal002) {
     for (auto& v : g) v = 0.02f * rng.normal();
   } else if (init == Init::One) {

@@ -20,7 +20,9 @@ enum class Split : std::uint8_t {
   Row,         // dim 1 (input features) split
 };
 
-enum class Init : std::uint8_t { Zero, XavierUniform, Normal002, One };  // One: norm weights
+// One: norm weights. KaimingUniform: nn.Linear's default (kaiming_uniform_, a = sqrt(5)), i.e.
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)): LoRA's A.
+enum class Init : std::uint8_t { Zero, XavierUniform, Normal002, One, KaimingUniform };
 
 struct ParamSpec {
   std::string name;  // PyTorch state_dict name, e.g. "blocks.3.attn.qkv.weight"

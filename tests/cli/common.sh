@@ -62,6 +62,27 @@ expect_teacher_blocks() {
 
 # compare_resumed_losses FULL RESUMED SAME(0|1): a run resumed at step 2 logged steps 1-4, and its
 # losses at steps 3 and 4 equal the uninterrupted run's (SAME=1: bit for bit; 0: within 1e-5).
+# Learned pruning of the depth-4 run $SCRATCH/run to depth 2 (prune_learned.sh, prune_lora.sh):
+# learned_prune NAME RANKS ARGS... writes $SCRATCH/NAME.h5, the log in $SCRATCH/NAME.txt.
+learned_prune() {
+  local name=$1 ranks=$2
+  shift 2
+  $MPIRUN -n "$ranks" "$DIT_MP" prune --run "$SCRATCH/run" --depth 2 --method learned "$@" \
+    --out "$SCRATCH/$name.h5" > "$SCRATCH/$name.txt" 2>&1 || { cat "$SCRATCH/$name.txt"; fail "prune --method learned $*"; }
+}
+learned_logits() { grep "^logits (EMA)" "$1" | sed 's/.*: //'; }  # learned_logits LOG
+# logits_differ A B LIMIT: prints the relative L2 difference of two logit lists; true when above LIMIT.
+logits_differ() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a, b = ([float(x) for x in s.split()] for s in sys.argv[1:3])
+assert len(a) == len(b) and a, (a, b)
+err = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 / sum(y * y for y in b) ** 0.5
+print(f"relative L2 difference {err:.3g}")
+sys.exit(0 if err > float(sys.argv[3]) else 1)
+PY
+}
+
 compare_resumed_losses() {
   python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
 import json, sys

@@ -9,24 +9,9 @@ source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 "$DIT_MP" --tp 1 --pp 1 --steps 3 --data "$SCRATCH/fm_test.h5" --run-dir "$SCRATCH/run" "${TINY[@]}" \
   --set model.depth=4 > "$SCRATCH/train.txt" 2>&1 || { cat "$SCRATCH/train.txt"; fail "training failed"; }
-learn() {  # learn NAME RANKS ARGS...: prune the run into $SCRATCH/NAME.h5, the log in $SCRATCH/NAME.txt
-  local name=$1 ranks=$2
-  shift 2
-  $MPIRUN -n "$ranks" "$DIT_MP" prune --run "$SCRATCH/run" --depth 2 --method learned --steps 4 --gate-lr 0.05 \
-    "$@" --out "$SCRATCH/$name.h5" > "$SCRATCH/$name.txt" 2>&1 ||
-    { cat "$SCRATCH/$name.txt"; fail "prune --method learned $*"; }
-}
-logits() { grep "^logits (EMA)" "$1" | sed 's/.*: //'; }
-close() {  # close A B: relative L2 difference of two logit lists below 1e-5
-  python3 - "$1" "$2" <<'PY'
-import sys
-a, b = ([float(x) for x in s.split()] for s in sys.argv[1:3])
-assert len(a) == len(b) and a, (a, b)
-err = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 / sum(y * y for y in b) ** 0.5
-print(f"relative L2 difference {err:.3g}")
-sys.exit(0 if err < 1e-5 else 1)
-PY
-}
+learn() { learned_prune "$1" "$2" --steps 4 --gate-lr 0.05 "${@:3}"; }
+logits() { learned_logits "$1"; }
+close() { ! logits_differ "$1" "$2" 1e-5; }  # relative L2 difference below 1e-5
 learn one 1 --groups 2:1,2:1 --lr 1e-3
 cat "$SCRATCH/one.txt"
 grep -q "groups 2:1,2:1, 4 steps at tp 1 pp 1 dp 1" "$SCRATCH/one.txt" || fail "no header line"
