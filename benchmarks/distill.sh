@@ -8,7 +8,8 @@
 # class, the EMA weights). One line per row goes to OUT/summary.tsv: name, training minutes (wall
 # clock), images/s, evaluation minutes, class accuracy, FID, floor FID, FID / floor, precision,
 # recall, sampling images/s, and what the row is. The learned method (TinyFusion's gated training,
-# LEARN_STEPS at tp 2 x pp 4) writes its minutes to OUT/learned.minutes.
+# LEARN_STEPS at tp 2 x pp 4) writes its minutes to OUT/learned.minutes; its LoRA variant (row
+# `lora`: rank LORA_RANK adapters train instead of the weights, at LORA_LR) to OUT/lora.minutes.
 #
 #   benchmarks/distill.sh [OUT] [ROW...]   (default OUT: sweep_distill; default: every row)
 #   TEACHER_STEPS=8000 STUDENT_STEPS=2000 DEPTH=8 benchmarks/distill.sh   (the defaults; LEARN_STEPS: a quarter
@@ -24,6 +25,8 @@ TEACHER_STEPS=${TEACHER_STEPS:-8000}
 STUDENT_STEPS=${STUDENT_STEPS:-2000}
 DEPTH=${DEPTH:-8}
 LEARN_STEPS=${LEARN_STEPS:-$((STUDENT_STEPS / 4))}
+LORA_RANK=${LORA_RANK:-8}
+LORA_LR=${LORA_LR:-1e-4}
 HALF=$((DEPTH / 2))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 DIT_PLOTS=0
 mkdir -p "$OUT"
@@ -66,8 +69,8 @@ PY
 }
 
 rows=("$@")
-((${#rows[@]})) || rows=(teacher prune learned index_finetune index_kd index_masked cos_finetune cos_kd cos_masked
-                         loss_finetune loss_kd loss_masked learned_finetune learned_kd learned_masked scratch)
+((${#rows[@]})) || rows=(teacher prune learned lora index_finetune index_kd index_masked cos_finetune cos_kd cos_masked
+                         loss_finetune loss_kd loss_masked learned_finetune learned_kd learned_masked lora_masked scratch)
 every_second=$(seq -s, 1 2 $((DEPTH - 1)))  # blocks 1, 3, 5, ...: each pair's second, as TinyFusion's 2i + 1
 for row in "${rows[@]}"; do
   case $row in
@@ -82,14 +85,16 @@ for row in "${rows[@]}"; do
       "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method score --score loss --out "$OUT/pruned_loss.h5" \
         > "$OUT/prune_loss.log"
       grep -h "kept blocks" "$OUT"/prune_*.log ;;
-    learned)  # TinyFusion's learned pruning on the demo's layout: LEARN_STEPS of gated training, full updates
+    learned | lora)  # TinyFusion's learned pruning on the demo's layout: LEARN_STEPS of gated training
+      extra=()
+      [[ $row == learned ]] || extra=(--lora "$LORA_RANK" --lr "$LORA_LR")  # full updates, or LoRA's
       t0=$(date +%s.%N)
       mpirun -q -np 8 -x OMP_NUM_THREADS=1 "$DIT_MP" prune --run "$OUT/teacher" --depth "$HALF" --method learned \
-        --tp 2 --pp 4 --steps "$LEARN_STEPS" --out "$OUT/pruned_learned.h5" > "$OUT/prune_learned.log" 2>&1 ||
-        { tail -3 "$OUT/prune_learned.log" >&2; exit 1; }
+        --tp 2 --pp 4 --steps "$LEARN_STEPS" "${extra[@]}" --out "$OUT/pruned_$row.h5" > "$OUT/prune_$row.log" 2>&1 ||
+        { tail -3 "$OUT/prune_$row.log" >&2; exit 1; }
       python3 -c "import sys, time; print(f'{(time.time() - float(sys.argv[1])) / 60:.1f}')" "$t0" \
-        > "$OUT/learned.minutes"
-      grep -h "kept blocks" "$OUT/prune_learned.log" ;;
+        > "$OUT/$row.minutes"
+      grep -h "kept blocks" "$OUT/prune_$row.log" ;;
     *_finetune | *_kd | *_masked)
       method=${row%_*} recovery=${row#*_}
       sets=(--init-from "$OUT/pruned_$method.h5" --set model.depth="$HALF")
@@ -98,7 +103,9 @@ for row in "${rows[@]}"; do
         masked) sets+=(--set distill.teacher=\""$OUT/teacher/ema.h5"\") ;;
       esac
       m=$(train "$OUT/$row" "$STUDENT_STEPS" "${sets[@]}")
-      judge "$row" "$OUT/$row" "$m" "depth $HALF pruned by $method, $STUDENT_STEPS steps of $recovery" ;;
+      label=$method
+      [[ $method != lora ]] || label="learned with LoRA rank $LORA_RANK"
+      judge "$row" "$OUT/$row" "$m" "depth $HALF pruned by $label, $STUDENT_STEPS steps of $recovery" ;;
     scratch)  # the teacher's steps at half the depth cost about half as much: 2 x teacher + student steps
       steps=$((2 * TEACHER_STEPS + STUDENT_STEPS))
       m=$(train "$OUT/scratch" "$steps" --set model.depth="$HALF")

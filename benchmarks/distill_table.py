@@ -3,7 +3,8 @@
 markdown table of docs/distill.md: the teacher first, then every pruned student, then the student
 trained from scratch; beside each the FID / floor, its ratio to the teacher's, precision, recall,
 class accuracy, training minutes, and sampling images/s with the speed-up over the teacher. With
-OUT/learned.minutes (the learned method's gated training), the learned rows' minutes include it.
+OUT/learned.minutes and OUT/lora.minutes (the learned method's gated training, with full updates or
+LoRA), the learned and lora rows' minutes include it.
 Rows the summary lacks are left out.
 
     benchmarks/distill_table.py OUT/summary.tsv
@@ -12,7 +13,7 @@ import csv
 import os
 import sys
 
-ORDER = ["teacher"] + [f"{m}_{r}" for m in ("index", "cos", "loss", "learned") for r in ("finetune", "kd", "masked")]
+ORDER = ["teacher"] + [f"{m}_{r}" for m in ("index", "cos", "loss", "learned", "lora") for r in ("finetune", "kd", "masked")]
 ORDER.append("scratch")
 
 
@@ -23,8 +24,10 @@ def main():
     rows = {r["row"]: r for r in csv.DictReader(open(path), delimiter="\t")}
     if "teacher" not in rows:
         sys.exit(f"{path}: no teacher row")
-    learned = os.path.join(os.path.dirname(path), "learned.minutes")
-    learn_min = float(open(learned).read()) if os.path.exists(learned) else 0.0
+    def minutes_of(method):
+        f = os.path.join(os.path.dirname(path), f"{method}.minutes")
+        return float(open(f).read()) if os.path.exists(f) else 0.0
+    learn_min = {m: minutes_of(m) for m in ("learned", "lora")}
     t = rows["teacher"]
     t_fid, t_speed = float(t["fid_over_floor"]), float(t["sample_img_per_s"])
     print("| row | what | train min | FID | FID / floor | vs teacher | precision | recall | class acc. "
@@ -36,9 +39,10 @@ def main():
             continue
         minutes = float(r["train_min"])
         what = r["what"]
-        if name.startswith("learned_") and learn_min:
-            minutes += learn_min
-            what += f" (+ {learn_min:.1f} min learning the gates)"
+        method = name.split("_")[0]
+        if learn_min.get(method):
+            minutes += learn_min[method]
+            what += f" (+ {learn_min[method]:.1f} min learning the gates)"
         fid = float(r["fid_over_floor"])
         speed = float(r["sample_img_per_s"])
         print(f"| `{name}` | {what} | {minutes:.1f} | {float(r['fid']):.2f} | {fid:.1f}x | {fid / t_fid:.2f}x "
