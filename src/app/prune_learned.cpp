@@ -151,8 +151,8 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
                 "%g, tau %g -> %g, scaling %g -> %g\n",
                 groups_text(gates.settings().groups).c_str(), static_cast<long long>(steps),
                 job.setup.layout.str().c_str(), static_cast<int>(job.setup.batch.global_batch),
-                updates_text(job.setup.train, trainer).c_str(), gates.settings().lr, gates.settings().tau_start, gates.settings().tau_end,
-                gates.settings().scaling_start, gates.settings().scaling_end);
+                updates_text(job.setup.train, trainer).c_str(), gates.settings().lr, gates.settings().tau_start,
+                gates.settings().tau_end, gates.settings().scaling_start, gates.settings().scaling_end);
   std::vector<int> shown = gates.decision();
   if (talk) std::printf("initial decision: %s\n", blocks_text(shown).c_str());
   std::fflush(stdout);

@@ -37,8 +37,8 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   }
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
   if (train_.lora.enabled()) {
-    const std::int64_t r = train_.lora.rank;
-    lora_ = std::make_unique<ParamSet>(be, declare_lora(model_->params().specs(), train_.lora.rank), ctx.tp->size(),
+    const int r = train_.lora.rank;
+    lora_ = std::make_unique<ParamSet>(be, declare_lora(model_->params().specs(), r), ctx.tp->size(),
                                        ctx.tp->rank(), l.dp);
     lora_->initialize(train_.seed);
     lora_zero_ = std::make_unique<ZeroOptimizer>(be, *lora_, ctx, train_.grad_reduce);

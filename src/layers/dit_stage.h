@@ -101,10 +101,10 @@ class DiTStage {
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const std::vector<StageLayout>& chunks);
 
   ParamSet& params() { return *params_; }
+  const ParamSet& params() const { return *params_; }
   // Attaches LoRA adapters to every block linear of this stage (layers/lora.h): `lora` holds them
   // (declare_lora of params()), s = alpha / r, t and u (max_rows, r) scratch in the compute dtype.
   void attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u);
-  const ParamSet& params() const { return *params_; }
   const DiTConfig& config() const { return cfg_; }
   int chunks() const { return static_cast<int>(chunks_.size()); }
   const StageLayout& layout(int chunk = 0) const { return chunks_.at(chunk).layout; }
