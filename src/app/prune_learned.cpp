@@ -1,6 +1,7 @@
 // `dit_mp prune --method learned` (see prune_learned.h).
 #include "app/prune_learned.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +25,20 @@ namespace {
 
 constexpr std::int64_t kMaxSteps = 100000000;
 constexpr int kMaxLoraRank = 4096;
+constexpr double kTauRange[2] = {1e-3, 1e3}, kScalingRange[2] = {1e-3, 1e4};
+
+// A --set of a key the learning run sets itself, or does not use, is refused rather than ignored
+// or let past the flag's own range.
+void check_learning_set(const std::string& assignment) {
+  std::string key = assignment.substr(0, assignment.find('='));
+  key.erase(std::remove(key.begin(), key.end(), ' '), key.end());
+  const char* flag = key == "train.steps" ? "--steps (1 to 100000000)"
+                     : key == "train.lr"  ? "--lr (the weights'; --gate-lr the logits')"
+                                          : nullptr;
+  DIT_CHECK(flag == nullptr, "--set ", assignment, ": learned pruning sets ", key, " from ", flag, "; give that flag");
+  DIT_CHECK(key.rfind("distill.", 0) != 0 && key.rfind("run.", 0) != 0, "--set ", assignment,
+            ": learned pruning trains without a teacher or a run folder, so [distill] and [run] keys do not apply");
+}
 
 // The learning run's configuration: the teacher's model and objective on the run's recipe and
 // data (the demo's without --run), at a constant learning rate, then --tp/--pp and --set.
@@ -49,35 +64,12 @@ RunConfig learning_config(const PruneOptions& opt, const DiTConfig& model, diffu
   cfg.train.lr_schedule = LrSchedule::Constant;
   cfg.train.eval_every = 0;
   if (!opt.data.empty()) cfg.data.path = opt.data;
-  for (const std::string& s : opt.sets) cfg.set(s, "--set " + s);
+  for (const std::string& s : opt.sets) {
+    check_learning_set(s);
+    cfg.set(s, "--set " + s);
+  }
   cfg.validate();
   return cfg;
-}
-
-GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int depth) {
-  GateSettings g;
-  if (opt.groups.empty()) {
-    g.groups = default_gate_groups(model.depth, depth);
-    DIT_CHECK(!g.groups.empty(), "--method learned: depth ", depth, " does not divide the teacher's ", model.depth,
-              " blocks; give --groups M:N,... (groups of M blocks keeping N, tiling the depth)");
-  } else {
-    g.groups = parse_gate_groups(opt.groups, model.depth, depth);
-  }
-  DIT_CHECK(opt.tau.size() == 2 && opt.tau[0] > 0 && opt.tau[1] > 0 && std::isfinite(opt.tau[0]) &&
-                std::isfinite(opt.tau[1]),
-            "--tau: expected START,END, two positive temperatures (e.g. 4,0.1)");
-  DIT_CHECK(opt.scaling.size() == 2 && opt.scaling[0] > 0 && opt.scaling[1] > 0 && std::isfinite(opt.scaling[0]) &&
-                std::isfinite(opt.scaling[1]),
-            "--scaling: expected START,END, two positive logit scales (e.g. 100,100)");
-  g.tau_start = opt.tau[0], g.tau_end = opt.tau[1];
-  g.scaling_start = opt.scaling[0], g.scaling_end = opt.scaling[1];
-  g.lr = opt.gate_lr > 0 ? opt.gate_lr : 10 * opt.lr;
-  DIT_CHECK(g.lr > 0 && std::isfinite(g.lr), "--gate-lr ", opt.gate_lr,
-            ": expected a positive learning rate of the logits (default 10 x --lr; give one when --lr is 0)");
-  DIT_CHECK(opt.gate_ema >= 0 && opt.gate_ema < 1, "--gate-ema ", opt.gate_ema,
-            ": expected an EMA decay in [0, 1) (0: the last logits decide)");
-  g.ema_decay = opt.gate_ema;
-  return g;
 }
 
 // The values spaced, each printed by `format` (a printf conversion of one double).
@@ -89,6 +81,41 @@ std::string spaced(const std::vector<double>& values, const char* format) {
     s += (s.empty() ? "" : " ") + std::string(buf);
   }
   return s;
+}
+
+// "4,0.1": a flag's values as given.
+std::string listed(const std::vector<double>& values) {
+  std::string s = spaced(values, "%g");
+  std::replace(s.begin(), s.end(), ' ', ',');
+  return s;
+}
+
+GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int depth) {
+  GateSettings g;
+  if (opt.groups.empty()) {
+    g.groups = default_gate_groups(model.depth, depth);
+    DIT_CHECK(!g.groups.empty(), "--method learned: depth ", depth, " does not divide the teacher's ", model.depth,
+              " blocks; give --groups M:N,... (groups of M blocks keeping N, tiling the depth)");
+  } else {
+    g.groups = parse_gate_groups(opt.groups, model.depth, depth);
+  }
+  // Beyond these ranges (scaling x logits + G) / tau leaves the doubles the softmax can order.
+  const auto in = [](const std::vector<double>& v, double lo, double hi) {
+    return v.size() == 2 && v[0] >= lo && v[0] <= hi && v[1] >= lo && v[1] <= hi;
+  };
+  DIT_CHECK(in(opt.tau, kTauRange[0], kTauRange[1]), "--tau ", listed(opt.tau),
+            ": expected START,END, two positive temperatures in [0.001, 1000] (e.g. 4,0.1)");
+  DIT_CHECK(in(opt.scaling, kScalingRange[0], kScalingRange[1]), "--scaling ", listed(opt.scaling),
+            ": expected START,END, two positive logit scales in [0.001, 10000] (e.g. 100,100)");
+  g.tau_start = opt.tau[0], g.tau_end = opt.tau[1];
+  g.scaling_start = opt.scaling[0], g.scaling_end = opt.scaling[1];
+  g.lr = opt.gate_lr > 0 ? opt.gate_lr : 10 * opt.lr;
+  DIT_CHECK(g.lr > 0 && std::isfinite(g.lr), "--gate-lr ", opt.gate_lr,
+            ": expected a positive learning rate of the logits (default 10 x --lr; give one when --lr is 0)");
+  DIT_CHECK(opt.gate_ema >= 0 && opt.gate_ema < 1, "--gate-ema ", opt.gate_ema,
+            ": expected an EMA decay in [0, 1) (0: the last logits decide)");
+  g.ema_decay = opt.gate_ema;
+  return g;
 }
 
 // What trains beside the logits: the weights at lr, or the LoRA adapters (their size on this rank).

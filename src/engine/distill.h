@@ -51,12 +51,11 @@ struct DistillSettings {
 // block whose output feeds the teacher's next kept block, kept[i + 1] - 1 (the last: T - 1).
 std::vector<FeaturePair> default_feature_pairs(int student_depth, int teacher_depth, const std::vector<int>& kept = {});
 
-// The distillation settings of a run configuration with the teacher's model, checked: the teacher
-// shares the student's data shape, classes and objective; a student that learns the variance
-// has a teacher that does; pairs lie inside both depths, one per student block, and pair
-// models of equal width. Every message names the [distill] key. `kept`: see default_feature_pairs.
-DistillSettings distill_settings(const RunConfig& cfg, const DiTConfig& teacher, diffusion::Objective teacher_objective,
-                                 const std::vector<int>& kept = {});
+// The distillation settings of a run configuration with the teacher's model, checked: pairs lie
+// inside both depths, one per student block, and pair models of equal width (that the teacher
+// means what the student means, its data, recipe, sigma and patch, is io/saved_meaning.h's check,
+// made before). Every message names the [distill] key. `kept`: see default_feature_pairs.
+DistillSettings distill_settings(const RunConfig& cfg, const DiTConfig& teacher, const std::vector<int>& kept = {});
 
 // The teacher's model chunks beside the student's (in model order): chunk c has every teacher
 // block paired with a student block of chunk c. Throws naming parallel.pp_layers when no split of

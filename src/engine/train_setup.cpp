@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/saved_meaning.h"
 #include "io/weights.h"
 
 namespace dit {
@@ -72,17 +73,25 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
   return s;
 }
 
+void check_teacher(const RunConfig& cfg) {
+  const std::string& path = cfg.distill.teacher;
+  if (path.empty()) return;
+  DIT_CHECK(std::filesystem::is_regular_file(path), "distill.teacher = ", path,
+            std::filesystem::exists(path) ? ": is not a file" : ": no such file", " (expected a weights .h5 file)");
+  check_same_meaning(cfg.distill.feature_weight > 0 ? MeaningCheck::TeacherFeatures : MeaningCheck::Teacher,
+                     meaning_of_weights(path), path, meaning_of(cfg), "the student's config");
+}
+
 TrainSetup TrainSetup::make(const RunConfig& cfg, const Layout& layout) {
   TrainConfig t = train_config(cfg);
   if (!cfg.distill.teacher.empty()) {
+    check_teacher(cfg);
     const std::string& path = cfg.distill.teacher;
-    DIT_CHECK(std::filesystem::is_regular_file(path), "distill.teacher = ", path,
-              std::filesystem::exists(path) ? ": is not a file" : ": no such file", " (expected a weights .h5 file)");
     const DiTConfig teacher = read_weights_config(path);
     std::vector<int> kept;
     if (!cfg.run.init_from.empty() && std::filesystem::is_regular_file(cfg.run.init_from))
       kept = read_kept_layers(cfg.run.init_from);
-    t.distill = distill_settings(cfg, teacher, read_weights_objective(path), kept);
+    t.distill = distill_settings(cfg, teacher, kept);
   }
   return make(cfg.model.dit, t, layout);
 }

@@ -75,4 +75,9 @@ struct TrainSetup {
 // The Trainer's settings from a run configuration, unchecked (TrainSetup::make checks them).
 TrainConfig train_config(const RunConfig& c);
 
+// The teacher that distill.teacher names (none: nothing to check) against the student, at no
+// layout: a weights file whose meaning agrees (io/saved_meaning.h). TrainSetup::make calls it; a
+// layout search calls it first, so a teacher no layout can serve is named, not searched past.
+void check_teacher(const RunConfig& cfg);
+
 }  // namespace dit

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/clock.h"
 #include "engine/global_tensors.h"
@@ -167,6 +169,18 @@ std::vector<float> Trainer::model_times(const Microbatch& b) const {
   return {model_t.begin(), model_t.end()};
 }
 
+// A test's fault point: DIT_FAULT_NONFINITE_GRAD=FIRST-LAST (1-based steps) puts a NaN into the
+// first gradient of world rank 0 at those steps, after the backward: a non-finite gradient under a
+// finite loss, which the step must skip.
+void Trainer::inject_nonfinite_gradient(std::int64_t step) {
+  const char* spec = std::getenv("DIT_FAULT_NONFINITE_GRAD");
+  long long first = 0, last = 0;
+  if (spec == nullptr || ctx_->world_rank != 0 || std::sscanf(spec, "%lld-%lld", &first, &last) != 2) return;
+  if (step < first || step > last) return;
+  const float nan = std::nanf("");
+  upload(model_->params().flat_grads().rows(0, 1), &nan, DType::F32);
+}
+
 void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
   be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
 }
@@ -302,7 +316,7 @@ void Trainer::update_lora(std::int64_t adam_step, double loss_scale) {
   adamw.lr = train_.lora.lr;
   adamw.weight_decay = 0;
   lora_zero_->step(adamw, train_.lora.lr, adam_step, train_.grad_clip, 0.0, loss_scale,
-                   scaler_.enabled() ? ZeroOptimizer::NonFinite::Skip : ZeroOptimizer::NonFinite::Apply);
+                   ZeroOptimizer::NonFinite::Skip);
 }
 
 StepStats Trainer::step() {
@@ -341,14 +355,18 @@ StepStats Trainer::step() {
   // AdamW counts the updates it applied; EMA warmup counts steps, as the official loop does.
   st.loss_scale = scaler_.scale();
   const std::int64_t adam_step = step_ + 1 - scaler_.state().skipped_steps;
+  inject_nonfinite_gradient(step_ + 1);
+  // A step whose gradient norm is not finite is skipped at every precision (nothing non-finite
+  // reaches the weights, the moments or the EMA); on finite gradients Skip and Apply are the same.
   const ZeroOptimizer::Result r =
       zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
                   ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
-                  scaler_.enabled() ? ZeroOptimizer::NonFinite::Skip : ZeroOptimizer::NonFinite::Apply);
+                  ZeroOptimizer::NonFinite::Skip);
   st.grad_norm = r.grad_norm;
   st.skipped = !r.applied;
-  st.nonfinite_at_scale_one = st.skipped && st.loss_scale <= 1.0;
+  st.nonfinite_at_scale_one = scaler_.enabled() && st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
+  st.nonfinite_in_row = scaler_.state().nonfinite_in_row;
   if (gates_ && r.applied) update_gates(st.loss_scale);
   if (lora_ && r.applied) update_lora(adam_step, st.loss_scale);
   gather_losses(terms, st);

@@ -62,7 +62,8 @@ struct StepStats {
   double lr = 0;
   int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
   double loss_scale = 1;    // the fp16 loss scale this step ran with (1 otherwise)
-  bool skipped = false;     // fp16: gradients overflowed, the update was skipped
+  bool skipped = false;     // the gradient norm was not finite (fp16: an overflow): the update was skipped
+  std::int64_t nonfinite_in_row = 0;  // skipped steps in a row, this one included
   // fp16: the gradients were not finite even at loss scale 1, so lowering the scale cannot help
   // (a diverged model, not an overflow); the caller should stop.
   bool nonfinite_at_scale_one = false;
@@ -106,6 +107,7 @@ class Trainer {
   const Microbatch& microbatch(int mb);
   const DeviceBatch& device_batch(int mb, Arena& arena);
   void upload(const Tensor& dst, const void* host, DType host_dtype);
+  void inject_nonfinite_gradient(std::int64_t step);
   std::vector<float> model_times(const Microbatch& b) const;
   void gather_losses(const Tensor& terms, StepStats& st);
   // The pipeline hooks of one step: inputs on the first stage, the loss (seed: its gradient's

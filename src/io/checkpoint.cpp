@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -60,6 +61,17 @@ const std::vector<float>& kind_of(const StageState& s, int k) {
 }
 std::vector<float>& kind_of(StageState& s, int k) {
   return const_cast<std::vector<float>&>(kind_of(static_cast<const StageState&>(s), k));
+}
+
+// The first tensor of `st` (as "<kind>/<name>") holding a NaN or Inf in this rank's slice, or "".
+std::string first_nonfinite(const StageState& st, const ParamSet& ps) {
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < int(ps.size()); ++i) {
+      const float* v = kind_of(st, k).data() + ps.offset(i);
+      if (!std::all_of(v, v + ps.specs()[i].local(ps.tp()).numel(), [](float x) { return std::isfinite(x); }))
+        return std::string(kKinds[k]) + "/" + ps.specs()[i].name;
+    }
+  return "";
 }
 
 std::string shard_name(const GridCoord& c) {
@@ -121,6 +133,7 @@ CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
             ": loss_scale_clean_steps ", m.loss_scale_clean_steps, " and skipped_steps ", m.skipped_steps,
             ", expected counts in [0, step = ", m.step, "]");
   m.config_toml = index.attr_string("/", "config_toml");
+  if (index.has_attr("/", "run_id")) m.run_id = index.attr_string("/", "run_id");
   m.dir = dir;
   return m;
 }
@@ -146,6 +159,9 @@ void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const P
               "checkpoint: parameter '", s.name, "' ", s.global.str(),
               " is not part of the model config being saved");
   }
+  const std::string bad = first_nonfinite(st, ps);
+  DIT_CHECK(bad.empty(), "checkpoint of step ", meta.step, ": ", bad,
+            " holds NaN or Inf values; nothing non-finite is saved (the last checkpoint stays the newest)");
 }
 
 // This rank's shard: tensor i of the stage goes to dp rank i % dp; tp-replicated ones only to tp
@@ -226,6 +242,7 @@ void write_index(const fs::path& dir, const CheckpointMeta& meta, const DiTConfi
     h5::write_attr_ints(id, "skipped_steps", {meta.skipped_steps}, h5::AttrShape::Scalar, path);
     h5::write_attr_ints(id, "loss_scaling", {meta.loss_scaling ? 1 : 0}, h5::AttrShape::Scalar, path);
     h5::write_attr_string(id, "config_toml", meta.config_toml, path);
+    if (!meta.run_id.empty()) h5::write_attr_string(id, "run_id", meta.run_id, path);
     const h5::Handle config = h5::write_model_config(id, cfg, path);
     h5::write_attr_ints(config.get(), "out_channels", {cfg.out_channels()}, h5::AttrShape::Scalar, path);
     const float nan = std::nanf("");  // what a reader of the VDS sees where a shard is missing
@@ -428,6 +445,9 @@ CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, co
     const std::vector<PlannedRead> plan = plan_reads(index, reader, ps);
     for (int k = 0; k < 4; ++k) kind_of(state, k).assign(std::size_t(ps.padded_numel()), 0.f);
     for (const PlannedRead& r : plan) execute(r, reader, ps, kind_of(state, r.k));
+    const std::string bad = first_nonfinite(state, ps);
+    DIT_CHECK(bad.empty(), dir, ": ", bad, " holds NaN or Inf values (dit_mp inspect lists them): expected finite "
+              "state; start from an earlier checkpoint");
   });
   // Ranks resolve a root on their own; a save racing with the load could make them disagree.
   const double hi = ctx.world->all_reduce_max(double(meta.step));
@@ -512,7 +532,8 @@ std::string inspect_checkpoint(const std::string& path) {
   os << "checkpoint " << dir << "\n"
      << "  step " << meta.step << ", format " << meta.format_version << ", written at "
      << meta.layout.str() << ", seed " << meta.seed << ", loss scale " << meta.loss_scale << " ("
-     << meta.loss_scale_clean_steps << " clean steps, " << meta.skipped_steps << " skipped)\n"
+     << meta.loss_scale_clean_steps << " clean steps, " << meta.skipped_steps << " skipped), run "
+     << (meta.run_id.empty() ? "(no id: written before run ids)" : meta.run_id) << "\n"
      << "  model: input_size " << cfg.input_size << ", patch_size " << cfg.patch_size
      << ", in_channels " << cfg.in_channels << ", hidden_size " << cfg.hidden_size << ", depth "
      << cfg.depth << ", num_heads " << cfg.num_heads << ", mlp_ratio " << cfg.mlp_ratio
@@ -525,6 +546,7 @@ std::string inspect_checkpoint(const std::string& path) {
   ckpt::ShardReader reader(dir, index);
   std::set<std::pair<std::string, std::string>> verified;
   std::int64_t nonfinite[4] = {0, 0, 0, 0};
+  std::vector<std::string> bad;  // tensors holding NaN or Inf
   for (const ParamSpec& s : specs) {
     std::size_t pieces = 0;
     for (int k = 0; k < 4; ++k) {
@@ -532,8 +554,12 @@ std::string inspect_checkpoint(const std::string& path) {
       const auto maps = ckpt::read_mappings(index, name, s.global);
       if (k == 0) pieces = maps.size();
       for (const ckpt::Mapping& m : maps)
-        if (verified.insert({m.file, m.dataset}).second)
-          nonfinite[k] += reader.verify(m.file, m.dataset, name);
+        if (verified.insert({m.file, m.dataset}).second) {
+          const std::int64_t n = reader.verify(m.file, m.dataset, name);
+          if (n > 0 && (bad.empty() || bad.back().rfind(name + " ", 0) != 0)) bad.push_back(name + " (" + m.file);
+          else if (n > 0) bad.back() += ", " + m.file;
+          nonfinite[k] += n;
+        }
     }
     os << "    " << std::left << std::setw(int(width)) << s.name << "  " << std::setw(14)
        << s.global.str() << " " << pieces << (pieces == 1 ? " piece" : " pieces") << "\n";
@@ -551,9 +577,12 @@ std::string inspect_checkpoint(const std::string& path) {
     if (e.is_regular_file()) bytes += e.file_size();
   os << "  verified " << verified.size() << " datasets in " << files.size()
      << " shard files: checksums OK; " << bytes << " bytes in the folder\n";
-  for (int k = 0; k < 4; ++k)
-    if (nonfinite[k] > 0)
-      os << "  WARNING: " << nonfinite[k] << " non-finite values in " << kKinds[k] << "\n";
+  std::string names;
+  for (std::size_t i = 0; i < bad.size() && i < 8; ++i) names += (i ? "; " : "") + bad[i] + ")";
+  if (bad.size() > 8) names += "; and " + std::to_string(bad.size() - 8) + " more";
+  DIT_CHECK(bad.empty(), dir, ": ", bad.size(), " tensors hold NaN or Inf values (", nonfinite[0], " in model, ",
+            nonfinite[1], " in ema, ", nonfinite[2] + nonfinite[3], " in the Adam moments): ", names,
+            "; expected finite values: this checkpoint cannot be resumed");
   os << "  resolved config:\n";
   std::istringstream toml(meta.config_toml);
   for (std::string line; std::getline(toml, line);) os << "    " << line << "\n";

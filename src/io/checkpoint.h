@@ -15,7 +15,8 @@
 //                                  GLOBAL shape mapping blocks of the tensor to the shard datasets
 //                                  (relative file names, so the folder can move); NaN where a
 //                                  source is missing. Root attrs: format_version, step, layout,
-//                                  seed (uint64), loss_scale, config_toml. Group /config: the
+//                                  seed (uint64), loss_scale, config_toml, run_id (the run that
+//                                  wrote it; absent before run ids). Group /config: the
 //                                  DiTConfig as attributes (the schema of weights files).
 //     COMPLETE                     written last, before the folder is renamed into place: the
 //                                  step and the size and CRC-32 of index.h5, checked before HDF5
@@ -59,6 +60,7 @@ struct CheckpointMeta {
   bool loss_scaling = false;                      // written by an fp16 run (the scale is live)
   std::int64_t skipped_steps = 0;                 // steps skipped for fp16 overflow (AdamW's count
                                                   // is step - skipped_steps)
+  std::string run_id;  // the run that wrote it (run.id, index attr run_id); "" when written before run ids
   int format_version = kCheckpointFormatVersion;  // on save: always the current version
   std::string dir;                                // on load: the step folder it came from
 };

@@ -62,6 +62,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"peak_tflops", &t.peak_tflops}, {"precision", choice(&t.precision, kPrecisionNames)},
         {"backend", choice(&t.backend, kBackendNames)},
         {"loss_scale", &t.loss_scale}, {"loss_scale_window", &t.loss_scale_window},
+        {"max_nonfinite_steps", &t.max_nonfinite_steps},
         {"recompute", choice(&t.recompute, kRecomputeNames)}, {"recompute_blocks", &t.recompute_blocks},
         {"grad_reduce", choice(&t.grad_reduce, kGradReduceNames)}, {"deterministic", &t.deterministic}}},
       {"parallel",
@@ -88,7 +89,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"mask_sigma", &c.distill.mask_sigma}, {"teacher_crc32", &c.distill.teacher_crc32}}},
       {"run",
        {{"dir", &c.run.dir}, {"overwrite", &c.run.overwrite}, {"checkpoint_dir", &c.run.checkpoint_dir},
-        {"resume", &c.run.resume}, {"init_from", &c.run.init_from}}},
+        {"resume", &c.run.resume}, {"init_from", &c.run.init_from}, {"id", &c.run.id}}},
   };
 }
 
@@ -498,7 +499,9 @@ RunConfig RunConfig::from_file(const std::string& path) {
   DIT_CHECK(in, "cannot open config file '", path, "'");
   std::ostringstream text;
   text << in.rdbuf();
-  return from_toml(text.str(), path);
+  RunConfig c = from_toml(text.str(), path);
+  c.run.id.clear();  // the record of the run that wrote the file, not an input: a run takes its own
+  return c;
 }
 
 // Does not validate: several --set may pass through an inconsistent state (micro_batch raised

@@ -62,6 +62,9 @@ struct TrainSection {
   BackendKind backend = BackendKind::Cpu;  // cpu | cuda
   double loss_scale = 65536;       // fp16: the initial dynamic loss scale
   int loss_scale_window = 1000;    // fp16: clean steps after which the scale doubles
+  // fp32/bf16: steps in a row whose gradient norm is not finite (each skipped, not applied) before
+  // the run stops as diverged; fp16 skips overflows and stops when they persist at loss scale 1.
+  int max_nonfinite_steps = 3;
   Recompute recompute = Recompute::None;  // none | selective | full: activation recomputation
   int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
   DType grad_reduce = DType::F32;  // fp32 | bf16: dtype of the dp gradient reduction
@@ -152,6 +155,10 @@ struct RunSection {
   std::string checkpoint_dir;  // "" = <dir>/ckpt
   std::string resume;          // "" = a fresh run; "auto" = the newest checkpoint if any; or a path
   std::string init_from;       // start from these weights (a checkpoint or a weights file)
+  // The run's identity (32 hex digits, 128 random bits), recorded like distill.teacher_crc32: made
+  // when a fresh run starts (a value given is replaced), kept by its resumes, written to config.toml
+  // and to every checkpoint; checkpoints of another run are refused (run/run_identity.h).
+  std::string id;
   bool operator==(const RunSection&) const = default;
 };
 

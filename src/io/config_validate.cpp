@@ -16,6 +16,9 @@ using namespace config_fields;
 
 namespace {
 
+constexpr double kMaxLogitNormal = 10.0;
+constexpr double kMaxDistillWeight = 1000.0;
+
 template <class T>
 std::string show(const T& v) {
   std::ostringstream os;
@@ -92,6 +95,8 @@ void validate_train(const TrainSection& t) {
   require(std::isfinite(t.loss_scale) && t.loss_scale >= 1, "train.loss_scale", t.loss_scale,
           "a number >= 1 (the initial fp16 loss scale)");
   require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
+  require(t.max_nonfinite_steps >= 1 && t.max_nonfinite_steps <= 1000000, "train.max_nonfinite_steps",
+          t.max_nonfinite_steps, "an integer in [1, 1000000] (skipped steps in a row before the run stops)");
   require(t.grad_reduce == DType::F32 || t.precision != DType::F32, "train.grad_reduce",
           std::string(name_of(kGradReduceNames, t.grad_reduce)),
           "\"fp32\" when train.precision = \"fp32\" (a bf16 reduction is for 16-bit runs)");
@@ -195,9 +200,11 @@ void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
   if (flow && m.learn_sigma)
     DIT_FAIL("model.learn_sigma = true: expected false with diffusion.objective = \"flow\" (a velocity model "
              "learns no variance; its output has in_channels channels)");
-  require(std::isfinite(d.logit_normal_mean), "diffusion.logit_normal_mean", d.logit_normal_mean, "a finite number");
-  require(d.logit_normal_std > 0, "diffusion.logit_normal_std", d.logit_normal_std,
-          "a standard deviation > 0 (t = sigmoid(mean + std u))");
+  // Beyond |mean| or std of 10, sigmoid(mean + std u) sits within 5e-5 of 0 or 1 for nearly every u.
+  require(std::abs(d.logit_normal_mean) <= kMaxLogitNormal, "diffusion.logit_normal_mean", d.logit_normal_mean,
+          "a mean in [-10, 10] (t = sigmoid(mean + std u); 0 is SD3's and LightningDiT's)");
+  require(d.logit_normal_std > 0 && d.logit_normal_std <= kMaxLogitNormal, "diffusion.logit_normal_std",
+          d.logit_normal_std, "a standard deviation in (0, 10] (t = sigmoid(mean + std u))");
   if (flow && d.loss_weight != LossWeight::None)
     DIT_FAIL("diffusion.loss_weight = \"", name_of(kLossWeightNames, d.loss_weight),
              "\": expected \"none\" with diffusion.objective = \"flow\" (Min-SNR weights epsilon prediction; "
@@ -215,12 +222,16 @@ void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
 // The [distill] rules that need no teacher (engine/distill.h checks the teacher and the pairs).
 void validate_distill(const DistillSection& d) {
   if (d.teacher.empty()) return;
-  require(d.output_weight >= 0, "distill.output_weight", d.output_weight, "a weight >= 0");
-  require(d.target_weight >= 0, "distill.target_weight", d.target_weight, "a weight >= 0");
-  require(d.feature_weight >= 0, "distill.feature_weight", d.feature_weight, "a weight >= 0 (0: no feature loss)");
+  // Weights beyond 1000 scale the loss's gradients past what fp32 keeps finite in a few steps.
+  const std::string range = "a weight in [0, " + show(kMaxDistillWeight) + "]";
+  require(d.output_weight >= 0 && d.output_weight <= kMaxDistillWeight, "distill.output_weight", d.output_weight, range);
+  require(d.target_weight >= 0 && d.target_weight <= kMaxDistillWeight, "distill.target_weight", d.target_weight, range);
+  require(d.feature_weight >= 0 && d.feature_weight <= kMaxDistillWeight, "distill.feature_weight", d.feature_weight,
+          range + " (0: no feature loss)");
   require(d.output_weight + d.target_weight + d.feature_weight > 0, "distill.output_weight", d.output_weight,
           "a weight > 0 for at least one of distill.output_weight, target_weight and feature_weight");
-  require(d.mask_sigma >= 0, "distill.mask_sigma", d.mask_sigma, "a number of standard deviations >= 0 (0: no mask)");
+  require(d.mask_sigma >= 0 && d.mask_sigma <= kMaxDistillWeight, "distill.mask_sigma", d.mask_sigma,
+          "a number of standard deviations in [0, 1000] (0: no mask)");
   DIT_CHECK(d.student_layers.size() == d.teacher_layers.size(), "distill.student_layers = ", int_list(d.student_layers),
             ": expected as many entries as distill.teacher_layers = ", int_list(d.teacher_layers), " (they pair up)");
 }
@@ -282,6 +293,8 @@ void RunConfig::validate() const {
   require(eval.num_steps >= 2 && eval.num_steps <= diffusion.steps, "eval.num_steps", eval.num_steps,
           "an integer in [2, diffusion.steps = " + show(diffusion.steps) + "]");
   require(!run.dir.empty(), "run.dir", run.dir, "a folder for the run's outputs");
+  require(run.id.empty() || (run.id.size() == 32 && run.id.find_first_not_of("0123456789abcdef") == std::string::npos),
+          "run.id", run.id, "32 lowercase hex digits (a run's identity, recorded when it starts) or \"\"");
 }
 
 }  // namespace dit

@@ -19,13 +19,17 @@ LossScaler::LossScaler(LossScaling scaling, std::int64_t growth_interval, double
 }
 
 bool LossScaler::update(bool grads_finite) {
-  if (!enabled_) return true;
   if (!grads_finite) {
-    s_.scale = std::max(1.0, s_.scale / 2);
-    s_.clean_steps = 0;
     ++s_.skipped_steps;
+    ++s_.nonfinite_in_row;
+    if (enabled_) {
+      s_.scale = std::max(1.0, s_.scale / 2);
+      s_.clean_steps = 0;
+    }
     return false;
   }
+  s_.nonfinite_in_row = 0;
+  if (!enabled_) return true;
   if (++s_.clean_steps >= growth_interval_) {
     s_.scale *= 2;
     s_.clean_steps = 0;
@@ -37,16 +41,17 @@ void LossScaler::restore(const LossScaleState& s) {
   DIT_CHECK(s.clean_steps >= 0 && s.skipped_steps >= 0, "loss scaling state: negative step counts (",
             s.clean_steps, ", ", s.skipped_steps, ")");
   if (!enabled_) {
-    s_ = LossScaleState{1.0, 0, s.skipped_steps, false};
+    s_ = LossScaleState{1.0, 0, s.skipped_steps, false, 0};
     return;
   }
   if (!s.active) {  // from an fp32 or bf16 run: start scaling as a new fp16 run does
-    s_ = LossScaleState{initial_, 0, s.skipped_steps, true};
+    s_ = LossScaleState{initial_, 0, s.skipped_steps, true, 0};
     return;
   }
   DIT_CHECK(std::isfinite(s.scale) && s.scale >= 1.0, "loss scale ", s.scale,
             ": expected a finite number >= 1");
   s_ = s;
+  s_.nonfinite_in_row = 0;
 }
 
 }  // namespace dit

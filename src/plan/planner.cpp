@@ -275,6 +275,7 @@ std::vector<RunConfig> fit_settings(const FitRequest& req, const Layout& l) {
 }  // namespace
 
 FitSearch fit_search(const FitRequest& req) {
+  check_teacher(req.cfg);  // no layout serves a teacher of another meaning: say so, do not search past it
   FitSearch out;
   const double budget = req.budget_bytes();
   for (const Layout& l : fit_grids(req))

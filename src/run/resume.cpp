@@ -12,8 +12,10 @@
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/saved_meaning.h"
 #include "io/weights.h"
 #include "parallel/world.h"
+#include "run/run_identity.h"
 
 namespace dit {
 
@@ -37,19 +39,18 @@ void drop_metrics_after(const fs::path& path, std::int64_t step) {
   write_file_atomic(path.string(), text, "metrics");
 }
 
-// A resumed run continues the objective its state was trained for: a model of one objective
-// predicts another quantity (epsilon or velocity) at another time convention. A checkpoint's
-// config that this version cannot read (or one from before objectives) counts as ddpm.
-void check_same_objective(const CheckpointMeta& meta, const RunConfig& cfg) {
-  diffusion::Objective saved = diffusion::Objective::Ddpm;
+// A resumed run keeps what its checkpoint's numbers mean (io/saved_meaning.h): the settings its
+// config_toml records. A config this version cannot read (or one from before objectives) is taken
+// as the run's own with objective ddpm, as such checkpoints were.
+void check_same_meaning_as(const CheckpointMeta& meta, const RunConfig& cfg) {
+  const SavedMeaning now = meaning_of(cfg);
+  SavedMeaning saved = now;
+  saved.objective = diffusion::Objective::Ddpm;
   try {
-    saved = RunConfig::from_toml(meta.config_toml, meta.dir + " config_toml").diffusion.objective;
+    saved = meaning_of(RunConfig::from_toml(meta.config_toml, meta.dir + " config_toml"));
   } catch (const Error&) {
   }
-  DIT_CHECK(saved == cfg.diffusion.objective, "diffusion.objective = \"",
-            name_of(diffusion::kObjectiveNames, cfg.diffusion.objective), "\": the checkpoint ", meta.dir,
-            " was trained with diffusion.objective = \"", name_of(diffusion::kObjectiveNames, saved),
-            "\"; resume it with that objective, or start a new run from its weights (run.init_from)");
+  check_same_meaning(MeaningCheck::Resume, saved, meta.dir, now, "this run's config");
 }
 
 // A resumed distillation learns from the teacher it started with: the checkpoint's config records
@@ -70,19 +71,28 @@ void check_same_teacher(const CheckpointMeta& meta, const RunConfig& cfg) {
             "from its weights (run.init_from)");
 }
 
+// What a resume checks of its checkpoint before it continues it: the meaning of its numbers, its
+// teacher, its run (a note for a checkpoint from before run ids).
+std::string check_resumable(const CheckpointMeta& meta, const RunConfig& cfg) {
+  check_same_meaning_as(meta, cfg);
+  check_same_teacher(meta, cfg);
+  return check_same_run(meta, cfg.run.id, cfg.run.dir);
+}
+
 }  // namespace
 
 // --resume continues a run from a checkpoint (any layout wrote it); --init-from starts a new run
 // from weights (a checkpoint or a weights file), with fresh optimizer state and the EMA at them.
-void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const DiTConfig& model,
-                           ParallelContext& ctx, Trainer& trainer, ConsoleLog& console) {
+std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const std::string& root,
+                                                   const DiTConfig& model, ParallelContext& ctx, Trainer& trainer,
+                                                   ConsoleLog& console) {
   std::string path = cfg.run.resume == "auto" ? latest_checkpoint(root) : cfg.run.resume;
   const bool resume = !path.empty();
   if (!resume) path = cfg.run.init_from;
   if (path.empty()) {
     if (cfg.run.resume == "auto" && ctx.world_rank == 0)
       console.line("no checkpoint under " + root + ": starting from scratch");
-    return;
+    return std::nullopt;
   }
   const double t0 = now_s();
   StageState state;
@@ -93,6 +103,14 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
   const bool checkpoint_index =
       p.filename() == ckpt::kIndexFile && fs::exists(p.parent_path() / ckpt::kCompleteFile);
   const bool weights_file = !resume && fs::is_regular_file(path) && !checkpoint_index;
+  if (resume) collective_check([&] {  // before anything is read: the checkpoint a resume means to load
+    std::optional<CheckpointMeta> planned;
+    try {
+      planned = read_checkpoint_meta(path);
+    } catch (const Error&) {  // unreadable: the load says why (and --resume auto tries older ones)
+    }
+    if (planned) check_resumable(*planned, cfg);
+  });
   CheckpointMeta meta;
   if (weights_file) {
     // Read in fp32 on the host, whatever the training precision, so the fp32 master weights get
@@ -119,10 +137,9 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
       std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
     }
   }
-  if (resume) collective_check([&] {
-    check_same_objective(meta, cfg);
-    check_same_teacher(meta, cfg);
-  });
+  std::string note;
+  if (resume) collective_check([&] { note = check_resumable(meta, cfg); });  // the one loaded (auto may fall back)
+  if (!note.empty() && ctx.world_rank == 0) console.line(note);
   LossScaleState scaling;
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);
@@ -136,6 +153,8 @@ void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const 
                                meta.layout.str() + ")"
                          : "initialized from " + path) + took);
   }
+  if (!resume) return std::nullopt;
+  return meta;
 }
 
 }  // namespace dit

@@ -3,6 +3,7 @@
 // EMA at those weights).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "engine/trainer.h"
@@ -13,7 +14,12 @@ namespace dit {
 
 // Collective. Restores `trainer` as run.resume / run.init_from of `cfg` say, from checkpoints
 // under `root`; a resumed run's metrics rows after its checkpoint go. Rank 0 says what it did.
-void start_from_checkpoint(const RunConfig& cfg, const std::string& root, const DiTConfig& model,
-                           ParallelContext& ctx, Trainer& trainer, ConsoleLog& console);
+// A resume is refused, before its first step, when the checkpoint means something else than the
+// run's config (io/saved_meaning.h), was distilled from another teacher, or belongs to another
+// run than cfg.run.id (run/run_identity.h; "" accepts any). Returns the resumed checkpoint's
+// metadata, or nothing when the run starts fresh or from weights.
+std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const std::string& root,
+                                                   const DiTConfig& model, ParallelContext& ctx, Trainer& trainer,
+                                                   ConsoleLog& console);
 
 }  // namespace dit

@@ -24,6 +24,7 @@
 #include "run/rank_map.h"
 #include "run/resume.h"
 #include "run/run_folder.h"
+#include "run/run_identity.h"
 #include "run/sample_output.h"
 #include "run/signals.h"
 #include "io/atomic_file.h"
@@ -114,7 +115,28 @@ void Run::build_engine() {
                         [&] { return std::make_unique<Trainer>(*be_, ctx_, setup_, *data_); });
 }
 
-void Run::start() { start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_); }
+// The run's identity: a resume continues run.dir's (a --set run.id must match it) and takes its
+// checkpoint's; a fresh run takes a given run.id or a new one, and only a checkpoint folder that
+// holds no run's checkpoints.
+void Run::start() {
+  const bool fresh = cfg_.run.resume.empty();
+  if (!fresh) {
+    const std::string recorded = recorded_run_id(cfg_.run.dir);
+    collective_check([&] {
+      DIT_CHECK(cfg_.run.id.empty() || recorded.empty() || cfg_.run.id == recorded, "run.id = ", cfg_.run.id,
+                ": run.dir ", cfg_.run.dir, " is run ", recorded, "; a resume continues that run");
+    });
+    if (!recorded.empty()) cfg_.run.id = recorded;
+  } else {
+    collective_check([&] {
+      if (world_rank() == 0) check_new_checkpoint_root(cfg_, checkpoint_root());
+    });
+  }
+  const std::optional<CheckpointMeta> resumed =
+      start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_);
+  if (resumed && !resumed->run_id.empty()) cfg_.run.id = resumed->run_id;
+  if (cfg_.run.id.empty()) cfg_.run.id = agreed_new_run_id(*ctx_.world);
+}
 
 void Run::print_header() {
   if (ctx_.world_rank != 0) return;
@@ -180,8 +202,17 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   const std::int64_t steps = setup_.train.steps;
   window_s_ += st.acct.step_s;
   ++window_steps_;
+  // A step skipped for a non-finite gradient without loss scaling is never routine: always logged.
+  const bool unscaled_skip = st.skipped && !trainer_->loss_scaler().enabled();
   const bool log = done % cfg_.train.log_every == 0 || done == steps || st.nonfinite_rank >= 0 ||
-                   st.nonfinite_at_scale_one;
+                   st.nonfinite_at_scale_one || unscaled_skip;
+  if (unscaled_skip && ctx_.world_rank == 0) {
+    char text[256];
+    std::snprintf(text, sizeof text, "step %lld: the gradient norm is not finite (the loss is %g): the update is "
+                  "skipped, %lld in a row of at most train.max_nonfinite_steps = %d", static_cast<long long>(done),
+                  st.loss, static_cast<long long>(st.nonfinite_in_row), cfg_.train.max_nonfinite_steps);
+    console_.line(text);
+  }
   if (!log) return;
   const double step_s = window_s_ / double(window_steps_);
   // The peak is per GPU on the CUDA backend and per machine on the CPU backend (ranks on one
@@ -220,15 +251,22 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
 }
 
 int Run::stop_for_divergence(std::int64_t done, const StepStats& st) const {
-  if (!st.nonfinite_at_scale_one && st.nonfinite_rank < 0) return 0;
+  const bool streak = !trainer_->loss_scaler().enabled() && st.nonfinite_in_row >= cfg_.train.max_nonfinite_steps;
+  if (!st.nonfinite_at_scale_one && st.nonfinite_rank < 0 && !streak) return 0;
   if (ctx_.world_rank == 0) {
     const std::string where = "; metrics are in " + file("metrics.jsonl");
     const std::string what =
         st.nonfinite_at_scale_one
             ? "the gradients are Inf or NaN at step " + std::to_string(done) +
                   " even at fp16 loss scale 1: the model diverged (try bf16, a lower train.lr or train.grad_clip)"
-            : "the loss became NaN or Inf at step " + std::to_string(done) + " on rank " +
-                  std::to_string(st.nonfinite_rank);
+        : st.nonfinite_rank >= 0
+            ? "the loss became NaN or Inf at step " + std::to_string(done) + " on rank " +
+                  std::to_string(st.nonfinite_rank)
+            : "the gradient norm was not finite at " + std::to_string(st.nonfinite_in_row) + " steps in a row (to step " +
+                  std::to_string(done) + "; train.max_nonfinite_steps = " +
+                  std::to_string(cfg_.train.max_nonfinite_steps) +
+                  "): every one was skipped, the weights are those of step " +
+                  std::to_string(done - st.nonfinite_in_row) + " (try a lower train.lr, train.grad_clip or distill weights)";
     print_error((what + where).c_str());
   }
   return 1;
@@ -279,6 +317,7 @@ void Run::checkpoint() {
   CheckpointMeta meta;
   meta.step = trainer_->next_step();
   meta.config_toml = cfg_.to_toml();
+  meta.run_id = cfg_.run.id;
   meta.seed = cfg_.train.seed;
   const LossScaleState& ls = trainer_->loss_scaler().state();
   meta.loss_scale = ls.scale;

@@ -92,12 +92,19 @@ TEST(Fp16, NarrowingRoundsToNearestEvenAtEveryBoundary) {
 
 // ---- the loss scaler -----------------------------------------------------------------------------
 
-TEST(LossScaler, OffForBf16AndFp32) {
+TEST(LossScaler, OffForBf16AndFp32StillSkipsNonFiniteSteps) {
   LossScaler s(LossScaling::Off);
   EXPECT_EQ(s.scale(), 1.0);
-  EXPECT_TRUE(s.update(false));  // nothing is skipped without loss scaling
-  EXPECT_EQ(s.scale(), 1.0);
+  EXPECT_TRUE(s.update(true));
   EXPECT_EQ(s.state().skipped_steps, 0);
+  EXPECT_FALSE(s.update(false));  // a non-finite gradient is never applied, scaling or not
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 1.0);
+  EXPECT_EQ(s.state().skipped_steps, 2);
+  EXPECT_EQ(s.state().nonfinite_in_row, 2);
+  EXPECT_TRUE(s.update(true));  // a finite step ends the streak, not the count
+  EXPECT_EQ(s.state().nonfinite_in_row, 0);
+  EXPECT_EQ(s.state().skipped_steps, 2);
 }
 
 TEST(LossScaler, HalvesAndSkipsOnOverflowDoublesAfterCleanStepsNeverBelowOne) {
@@ -141,7 +148,8 @@ TEST(LossScaler, RestoreChecksAndRestartsFromRunsWithoutScaling) {
   LossScaler off(LossScaling::Off);
   off.restore({1024.0, 5, 1, true});  // an fp16 checkpoint continued in bf16
   EXPECT_EQ(off.scale(), 1.0);
-  EXPECT_TRUE(off.update(false));
+  EXPECT_EQ(off.state().skipped_steps, 1);
+  EXPECT_TRUE(off.update(true));
 }
 
 // ---- training with 16-bit storage ------------------------------------------------------------------
