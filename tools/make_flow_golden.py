@@ -11,7 +11,8 @@ float32 casts into float64):
   cfg) with the min-SNR-gamma weighting of TiankaiHang/Min-SNR-Diffusion-Training
   `guided_diffusion/gaussian_diffusion.py` (its `GaussianDiffusion.training_losses`, built on DiT's
   betas and DiT's model/variance types; the tool checks that with `constant` weighting it equals
-  DiT's own `training_losses`).
+  DiT's own `training_losses`); with `--no-min-snr` the loss is DiT's own `training_losses`, so
+  the whole file is the official DiT code's (tests/data/dit_tiny_golden.h5).
 The SDE sampler (`euler_maruyama`) is SiT's `Sampler.sample_sde`; LightningDiT's transport is the
 same code, so a lightning file gets it from LightningDiT's copy.
 
@@ -755,11 +756,14 @@ def draw_ddpm_inputs(a, gen):
 
 
 def ddpm_loss_group(refs, model, inp, weight_type):
-    ms, _ = minsnr_diffusion(refs, weight_type)
+    """Min-SNR's training_losses; unweighted (--no-min-snr), DiT's own, so such a file is the
+    official code's throughout (the self-check holds Min-SNR's constant weighting equal to it)."""
+    ms, dit = minsnr_diffusion(refs, weight_type)
+    diff = dit if weight_type == "constant" else ms
     model.zero_grad(set_to_none=True)
-    terms = ms.training_losses(model, inp["x_start"], inp["t"], dict(y=inp["y"]), inp["noise"])
+    terms = diff.training_losses(model, inp["x_start"], inp["t"], dict(y=inp["y"]), inp["noise"])
     terms["loss"].mean().backward()
-    raw = terms["mse_raw"].detach()
+    raw = terms["mse_raw" if "mse_raw" in terms else "mse"].detach()
     g = dict(inp, loss=terms["loss"].detach(), mse=terms["mse"].detach(), mse_raw=raw,
              vb=terms["vb"].detach())
     w = terms["mse"].detach() / raw             # the weight the reference applied
@@ -825,7 +829,8 @@ def main_ddpm(a, refs):
                        dtype=h5py.string_dtype())
         write_group(f, "weights", weights)
         for g in ("forward", "forward/grads", "loss", "loss/grads"):
-            write_group(f, g, res[g])
+            drop = ("weight", "mse_raw") if g == "loss" and a.no_min_snr else ()  # the DiT schema
+            write_group(f, g, {k: v for k, v in res[g].items() if k not in drop})
         write_group(f, "schedule", schedule)
         g = write_group(f, "sample", res["sample"])
         g.attrs["respacing"] = a.respacing
