@@ -65,9 +65,9 @@ if [ -n "${DIT_REF_LIGHTNINGDIT:-}" ] && [ -n "${DIT_REF_SIT:-}" ]; then
   REFS=(--lightningdit "$DIT_REF_LIGHTNINGDIT" --sit "$DIT_REF_SIT")
   $PY "$TOOLS/make_flow_golden.py" --verify "${FLOW[@]}" "${REFS[@]}" > "$SCRATCH/verify.txt" ||
     { cat "$SCRATCH/verify.txt"; fail "a flow file differs from the reference code"; }
-  (cd "$HERE/../.." && $PY tools/make_flow_golden.py --family lightning "${REFS[@]}" --mlp swiglu \
-     --norm rmsnorm --pos-embed rope --qk-norm --cosine-loss --timestep-sampling logit_normal \
-     --no-self-check --out "$SCRATCH/lt.h5" > /dev/null)
+  (cd "$HERE/../.." && $PY tools/make_flow_golden.py --family lightning "${REFS[@]}" --hidden-size 16 \
+     --mlp swiglu --norm rmsnorm --pos-embed rope --qk-norm --cosine-loss \
+     --timestep-sampling logit_normal --no-self-check --out "$SCRATCH/lt.h5" > /dev/null)
   $PY - "$SCRATCH/lt.h5" "$DATA/lightning_tiny_golden.h5" <<'PY' || fail "lightning_tiny_golden.h5 is not what the tool writes"
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")

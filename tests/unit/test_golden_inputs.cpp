@@ -44,6 +44,17 @@ std::string verify_error(const std::string& path, std::vector<std::string> group
   return "";
 }
 
+// An integer attribute of the untouched file's /config (the tests derive shapes from its model).
+long long config_int(const char* name) {
+  hid_t f = H5Fopen(kGolden.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  long long v = -1;
+  hid_t a = H5Aopen_by_name(f, "/config", name, H5P_DEFAULT, H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_LLONG, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+  return v;
+}
+
 // Replaces an attribute (HDF5 1.10 cannot rewrite attributes that newer writers stored in place).
 void set_int_attr(hid_t file, const char* obj, const char* name, long long value) {
   ASSERT_GE(H5Adelete_by_name(file, obj, name, H5P_DEFAULT), 0);
@@ -89,32 +100,36 @@ TEST(GoldenInputs, MissingWeightNamesTheTensor) {
 }
 
 TEST(GoldenInputs, WrongShapeNamesExpectedShape) {
+  const long long qkv = 3 * config_int("hidden_size");  // the bias's true length
+  ASSERT_GT(qkv, 1);
   GoldenCopy g("shape");
   hid_t f = g.open();
   ASSERT_GE(H5Ldelete(f, "/weights/blocks.0.attn.qkv.bias", H5P_DEFAULT), 0);
-  hsize_t dims[1] = {191};
+  hsize_t dims[1] = {static_cast<hsize_t>(qkv - 1)};
   hid_t space = H5Screate_simple(1, dims, nullptr);
   hid_t d = H5Dcreate2(f, "/weights/blocks.0.attn.qkv.bias", H5T_IEEE_F64LE, space, H5P_DEFAULT,
                        H5P_DEFAULT, H5P_DEFAULT);
-  std::vector<double> zeros(191, 0.0);
+  std::vector<double> zeros(qkv - 1, 0.0);
   H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data());
   H5Dclose(d);
   H5Sclose(space);
   H5Fclose(f);
   const std::string msg = verify_error(g.path);
   EXPECT_NE(msg.find("blocks.0.attn.qkv.bias"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(191)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("expected (192)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(" + std::to_string(qkv - 1) + ")"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected (" + std::to_string(qkv) + ")"), std::string::npos) << msg;
 }
 
 TEST(GoldenInputs, ConfigThatCannotBeBuilt) {
   {
+    const long long hidden = config_int("hidden_size");
+    ASSERT_NE(hidden % 5, 0);
     GoldenCopy g("heads");
     hid_t f = g.open();
-    set_int_attr(f, "/config", "num_heads", 5);  // 64 % 5 != 0
+    set_int_attr(f, "/config", "num_heads", 5);  // hidden_size % 5 != 0
     H5Fclose(f);
     const std::string msg = verify_error(g.path);
-    EXPECT_NE(msg.find("hidden_size = 64"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hidden_size = " + std::to_string(hidden)), std::string::npos) << msg;
     EXPECT_NE(msg.find("num_heads = 5"), std::string::npos) << msg;
   }
   {
