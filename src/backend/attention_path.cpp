@@ -30,6 +30,14 @@ const char* fused_failure_name(FusedFailure f) {
   return "?";
 }
 
+std::optional<FusedFailure> parse_fused_failure(const char* name) {
+  if (!name || !*name) return std::nullopt;
+  for (FusedFailure f : {FusedFailure::Library, FusedFailure::Ineligible, FusedFailure::Graph,
+                         FusedFailure::NoEngine, FusedFailure::Plan, FusedFailure::Execute})
+    if (std::strcmp(name, fused_failure_name(f)) == 0) return f;
+  DIT_FAIL("DIT_CUDNN_FAIL=", name, ": expected library, ineligible, graph, no engine, plan or execute");
+}
+
 void FallbackLog::report(const std::string& problem, const FusedError& e) {
   if (count_++ == 0)
     first_ = detail::concat(problem, " (", fused_failure_name(e.kind()), "): ", e.what());

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -35,11 +36,30 @@ enum class FusedFailure : std::uint8_t {
   Execute,     // running the plan failed
 };
 const char* fused_failure_name(FusedFailure f);  // "library", "ineligible", "graph", ...
+// The name's class ("no engine" included); nullopt for nullptr or ""; throws naming the values.
+// DIT_CUDNN_FAIL takes these names to inject a failure (ineligible is decided, not injected).
+std::optional<FusedFailure> parse_fused_failure(const char* name);
+// A refusal is the library declining a problem before running it (every class but Execute): a
+// fact about its coverage on this GPU and version, not a fault. Execute is a failure.
+constexpr bool is_refusal(FusedFailure f) { return f != FusedFailure::Execute; }
 
 // A fused library's failure at one stage: the code that builds and runs plans throws it.
 class FusedError : public Error {
  public:
   FusedError(FusedFailure kind, const std::string& what) : Error(what), kind_(kind) {}
+  FusedFailure kind() const { return kind_; }
+
+ private:
+  FusedFailure kind_;
+};
+
+// Under DIT_ATTENTION=cudnn, a refusal is this error: the caller (a test, the GPU check) reports
+// the case as not served, with the library's message, rather than as a failure. Its text starts
+// with kNotServed.
+inline constexpr const char* kNotServed = "not served by";
+class FusedRefusal : public Error {
+ public:
+  FusedRefusal(FusedFailure kind, const std::string& what) : Error(what), kind_(kind) {}
   FusedFailure kind() const { return kind_; }
 
  private:
@@ -116,8 +136,14 @@ class FusedPlanCache {
     bool reported = false;
   };
   void fall_back(Entry& e, const std::string& problem) {
-    DIT_CHECK(path_ != AttentionPath::Cudnn, "DIT_ATTENTION=cudnn: ", problem, " cannot run on ",
-              log_->library(), " (", fused_failure_name(e.error->kind()), "): ", e.error->what());
+    if (path_ == AttentionPath::Cudnn) {
+      const FusedFailure kind = e.error->kind();
+      if (is_refusal(kind))
+        throw FusedRefusal(kind, detail::concat(kNotServed, " ", log_->library(), " (", fused_failure_name(kind),
+                                                "): DIT_ATTENTION=cudnn: ", problem, ": ", e.error->what()));
+      DIT_FAIL("DIT_ATTENTION=cudnn: ", problem, " failed on ", log_->library(), " (",
+               fused_failure_name(kind), "): ", e.error->what());
+    }
     if (!e.reported) log_->report(problem, *e.error);
     e.reported = true;
   }

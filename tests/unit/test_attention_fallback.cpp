@@ -2,15 +2,19 @@
 // each failure class the cuDNN code can raise (library, ineligible problem, graph, no engine,
 // plan, execute) is injected into the plan cache the cuDNN code uses, and the call falls back
 // with one line on stderr naming the library's version and message; DIT_ATTENTION=cudnn turns the
-// same failure into an error. Also the parsing of DIT_ATTENTION.
+// same failure into an error: a refusal (not served) for every build stage, a failure for execute.
+// Also the parsing of DIT_ATTENTION and DIT_CUDNN_FAIL.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "backend/attention_path.h"
+#include "not_served.h"
 
 namespace dit {
 namespace {
@@ -144,6 +148,64 @@ TEST(AttentionFallback, ParsesDitAttention) {
   } catch (const Error& e) {
     EXPECT_NE(std::strstr(e.what(), "auto, kernel, cudnn or composed"), nullptr) << e.what();
   }
+}
+
+// Forced, every build stage's failure is a FusedRefusal of its class whose message starts with
+// kNotServed and names the library, the class and its message; an execution failure is not.
+TEST(AttentionFallback, ForcedBuildFailuresAreRefusalsExecuteIsNot) {
+  for (FusedFailure f : kBuildFailures) {
+    Captured cap;
+    FusedPlanCache<int, FakePlan> cache(AttentionPath::Cudnn, cap.log());
+    std::string why;
+    const bool ok = served([&] {
+      cache.get(1, "bf16 attention backward N=2 T=37 H=3 E=64",
+                [&]() -> std::unique_ptr<FakePlan> { throw FusedError(f, injected(f)); });
+    }, &why);
+    EXPECT_FALSE(ok) << fused_failure_name(f);
+    EXPECT_EQ(why.rfind(kNotServed, 0), 0u) << why;
+    EXPECT_NE(why.find("cuDNN 9.19.0"), std::string::npos) << why;
+    EXPECT_NE(why.find(std::string("(") + fused_failure_name(f) + ")"), std::string::npos) << why;
+    EXPECT_NE(why.find(injected(f)), std::string::npos) << why;
+    EXPECT_TRUE(is_refusal(f));
+  }
+  EXPECT_FALSE(is_refusal(FusedFailure::Execute));
+  Captured cap;
+  FusedPlanCache<int, FakePlan> forced(AttentionPath::Cudnn, cap.log());
+  ASSERT_NE(forced.get(3, "fwd", [] { return std::make_unique<FakePlan>(FakePlan{1}); }), nullptr);
+  std::string why;
+  EXPECT_THROW(served([&] { forced.run_failed(3, "fwd", FusedError(FusedFailure::Execute, "boom")); }, &why),
+               Error);
+  EXPECT_EQ(why, "");
+}
+
+// The GPU check's own test of its rows (tests/cli/gpu_check.sh): with DIT_CUDNN_FAIL naming a
+// class, that class is forced through the plan cache and reported as a CUDA test reports it: a
+// refusal is skipped as not served, an execution failure fails. Unset, nothing is injected.
+TEST(AttentionFallback, InjectedClassIsReportedAsTheGpuTestsReportIt) {
+  const std::optional<FusedFailure> f = parse_fused_failure(std::getenv("DIT_CUDNN_FAIL"));
+  if (!f) GTEST_SKIP() << "DIT_CUDNN_FAIL is unset: nothing to inject (tests/cli/gpu_check.sh sets it)";
+  Captured cap;
+  FusedPlanCache<int, FakePlan> cache(AttentionPath::Cudnn, cap.log());
+  ASSERT_NE(cache.get(1, "probe", [] { return std::make_unique<FakePlan>(FakePlan{1}); }), nullptr);
+  std::string why;
+  const bool ok = served([&] {
+    const std::string problem = "bf16 attention forward N=2 T=37 H=3 E=64";
+    if (*f == FusedFailure::Execute)
+      cache.run_failed(1, problem, FusedError(*f, injected(*f)));
+    else
+      cache.get(2, problem, [&]() -> std::unique_ptr<FakePlan> { throw FusedError(*f, injected(*f)); });
+  }, &why);
+  if (!ok) GTEST_SKIP() << why;
+  ADD_FAILURE() << "the forced " << fused_failure_name(*f) << " failure was neither refused nor an error";
+}
+
+TEST(AttentionFallback, ParsesDitCudnnFail) {
+  EXPECT_EQ(parse_fused_failure(nullptr), std::nullopt);
+  EXPECT_EQ(parse_fused_failure(""), std::nullopt);
+  EXPECT_EQ(parse_fused_failure("no engine"), FusedFailure::NoEngine);
+  EXPECT_EQ(parse_fused_failure("execute"), FusedFailure::Execute);
+  EXPECT_EQ(parse_fused_failure("ineligible"), FusedFailure::Ineligible);
+  EXPECT_THROW(parse_fused_failure("noengine"), Error);
 }
 
 }  // namespace

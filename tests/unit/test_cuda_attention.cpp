@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "core/arena.h"
 #include "core/philox.h"
+#include "not_served.h"
 #include "reference_ops.h"
 #include "value_checks.h"
 
@@ -71,22 +72,13 @@ class CudaAttention : public ::testing::TestWithParam<std::tuple<DType, i64>> {
 #endif
   }
 
-  // Runs fn with cuDNN forced. False, with the message in *why, when cuDNN has no engine for the
-  // problem on this GPU and cuDNN version (its coverage, not a fault here); any other error
-  // propagates and fails the test.
+  // Runs fn with cuDNN forced. False, with cuDNN's message in *why, when cuDNN declined the
+  // problem on this GPU and cuDNN version (a refusal: its coverage, reported as not served); any
+  // other error propagates and fails the test (not_served.h).
   template <typename Fn>
   bool on_cudnn(Fn&& fn, std::string* why) {
     use(Path::Cudnn);
-    try {
-      fn();
-      return true;
-    } catch (const Error& e) {
-#ifdef DIT_HAVE_CUDA
-      if (std::strstr(e.what(), std::string(cuda::kNoEngine).c_str()) == nullptr) throw;
-#endif
-      *why = e.what();
-      return false;
-    }
+    return served(fn, why);
   }
 
   Tensor poisoned(Shape s, DType t) {
@@ -134,6 +126,8 @@ class CudaAttention : public ::testing::TestWithParam<std::tuple<DType, i64>> {
   std::string name(const char* what) const {
     return std::string(dtype_name(dtype())) + " E" + std::to_string(shape().e) + " " + what;
   }
+  // Only kernels whose results do not vary run to run (train.deterministic).
+  void deterministic() { be().set_deterministic(true); }
 
  private:
   std::unique_ptr<Backend> backend_;
@@ -183,10 +177,18 @@ TEST_P(CudaAttention, CudnnMatchesKernelsAndReference) {
   check_qkv_blocks(name("cudnn backward vs kernel backward"), c_d, to_double(k_d), s, tol());
   check_qkv_blocks(name("cudnn backward from kernel forward"),
             download(backward(Path::Cudnn, qkv, kf, dout)), want_d, s, tol());
-  // Only deterministic engines are planned: the same call gives the same bits.
-  const std::vector<float> again = download(backward(Path::Cudnn, qkv, cf, dout));
-  EXPECT_EQ(std::memcmp(again.data(), c_d.data(), c_d.size() * sizeof(float)), 0)
-      << name("cudnn backward differs between two identical calls");
+  // Under train.deterministic only deterministic engines are planned: the same call gives the
+  // same bits (by default the fastest backward may sum with atomics).
+  deterministic();
+  Tensor d1, d2;
+  if (!on_cudnn([&] { d1 = backward(Path::Cudnn, qkv, cf, dout); }, &why))
+    GTEST_SKIP() << why << " (a deterministic backward engine)";
+  const std::vector<float> first = download(d1);
+  d2 = backward(Path::Cudnn, qkv, cf, dout);
+  const std::vector<float> again = download(d2);
+  check_qkv_blocks(name("deterministic cudnn backward"), first, want_d, s, tol());
+  EXPECT_EQ(std::memcmp(again.data(), first.data(), first.size() * sizeof(float)), 0)
+      << name("deterministic cudnn backward differs between two identical calls");
 }
 
 // Whatever path Auto (the default) picks, cuDNN or the composed attention after one line on
@@ -206,8 +208,8 @@ TEST_P(CudaAttention, AutoPathMatchesReference) {
   }
 }
 
-// Forcing cuDNN on a problem it cannot take (E not a multiple of 8) is an error naming the
-// reason, raised before any output is written; the kernels and the composed attention still take it.
+// Forcing cuDNN on a problem it cannot take (E not a multiple of 8, one token) is a refusal naming
+// the reason, raised before any output is written; the kernels and the composed attention still take it.
 TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
   const AttnShape s{1, 5, 2, 12};
   Vec qkv_h;
@@ -218,9 +220,22 @@ TEST_P(CudaAttention, ForcedCudnnRefusesWhatItCannotTake) {
   try {
     be().attention_fwd(qkv, static_cast<int>(s.h), out, lse);
     ADD_FAILURE() << "DIT_ATTENTION=cudnn accepted E = 12";
-  } catch (const Error& e) {
+  } catch (const FusedRefusal& e) {
+    EXPECT_EQ(e.kind(), FusedFailure::Ineligible) << e.what();
     EXPECT_NE(std::strstr(e.what(), "DIT_ATTENTION=cudnn"), nullptr) << e.what();
     EXPECT_NE(std::strstr(e.what(), "multiple of 8"), nullptr) << e.what();
+  }
+  const AttnShape one{1, 1, 2, 64};
+  Vec qkv1_h;
+  const Tensor qkv1 = input({one.n, one.t, one.width()}, &qkv1_h, 1.0);
+  const Tensor out1 = poisoned({one.n, one.t, one.h * one.e}, dtype());
+  const Tensor lse1 = poisoned({one.n, one.h, one.t}, DType::F32);
+  use(Path::Cudnn);
+  try {
+    be().attention_fwd(qkv1, static_cast<int>(one.h), out1, lse1);
+    ADD_FAILURE() << "DIT_ATTENTION=cudnn accepted one token";
+  } catch (const FusedRefusal& e) {
+    EXPECT_NE(std::strstr(e.what(), "one token"), nullptr) << e.what();
   }
   for (Path p : {Path::Kernel, Path::Composed, Path::Auto}) {
     use(p);
@@ -265,8 +280,19 @@ TEST_P(CudaAttention, InjectedCudnnFailuresFallBackOrFailWhenForced) {
     EXPECT_TRUE(note.find(kind) != std::string::npos ||
                 (std::string(kind) == "plan" && note.find("no engine") != std::string::npos))
         << note;
+    // Forced: a build stage's failure is a refusal (not served), an execution failure an error.
     be2.set_attention_path(AttentionPath::Cudnn);
-    EXPECT_THROW(be2.attention_fwd(qkv, static_cast<int>(s.h), out, lse), Error) << kind;
+    if (std::string(kind) == "execute") {
+      try {
+        be2.attention_fwd(qkv, static_cast<int>(s.h), out, lse);
+        ADD_FAILURE() << "DIT_ATTENTION=cudnn ran after an injected execute failure";
+      } catch (const FusedRefusal& e) {
+        ADD_FAILURE() << "an execute failure was reported as a refusal: " << e.what();
+      } catch (const Error&) {
+      }
+    } else {
+      EXPECT_THROW(be2.attention_fwd(qkv, static_cast<int>(s.h), out, lse), FusedRefusal) << kind;
+    }
   }
 #endif
 }

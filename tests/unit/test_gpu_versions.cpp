@@ -35,8 +35,8 @@ TEST(GpuVersions, TooOldIsOneMessageNamingFoundAndNeeded) {
 TEST(GpuVersions, LoadedVersionsAreListedInACudaBuild) {
   const std::vector<LibraryVersion> v = gpu_library_versions();
 #ifdef DIT_HAVE_CUDA
-  ASSERT_EQ(v.size(), 5u);
-  const char* names[] = {"driver", "runtime", "cuBLASLt", "cuDNN", "NCCL"};
+  ASSERT_EQ(v.size(), 6u);
+  const char* names[] = {"driver", "runtime", "cuBLASLt", "cuDNN", "NCCL", "NVRTC"};
   for (std::size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i].library, names[i]);
     EXPECT_GT(v[i].needed, 0);

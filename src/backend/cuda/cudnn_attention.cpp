@@ -1,9 +1,9 @@
 // cuDNN fused attention through the graph (backend) C API. Per problem: tensor descriptors for
 // the strided q/k/v/out views of the fused buffers, one unified SDPA operation (forward with
 // Stats, or backward), an operation graph, and the heuristics' engine configs tried best first
-// until one finalizes into an execution plan, which is kept for every later call. Only
-// deterministic engines are taken: the project promises bit-identical runs at a fixed layout.
-// Each stage throws a FusedError naming itself, so the auto path can fall back (attention_path.h).
+// until one finalizes into an execution plan, which is kept for every later call. Under
+// train.deterministic only deterministic engines are taken (a run then repeats bit for bit);
+// otherwise the heuristics' best, which for the backward may sum with atomics. Each stage throws a FusedError naming itself, so the auto path can fall back (attention_path.h).
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cudnn_graph.h>
@@ -123,8 +123,8 @@ std::string ineligible(const SdpaProblem& p, bool aligned) {
     return detail::concat("cuDNN's SDPA computes in bf16 or fp16, not ", dtype_name(p.dtype));
   if (p.e % 8 != 0 || p.e > kMaxHeadDim)
     return detail::concat("head dim E = ", p.e, " is not a multiple of 8 up to ", kMaxHeadDim);
-  if (p.dir == AttnDir::Backward && p.t == 1)
-    return "cuDNN's SDPA backward needs more than one token";
+  if (p.t < 2)  // one token: softmax over one key is 1; cuDNN's SDPA needs two or more
+    return "cuDNN's SDPA needs more than one token";
   if (!aligned) return "a tensor is not 16-byte aligned";
   return {};
 }
@@ -354,11 +354,7 @@ std::string cudnn_version_string() {
 }
 
 std::optional<FusedFailure> injected_cudnn_failure(const char* value) {
-  if (!value || !*value) return std::nullopt;
-  for (FusedFailure f : {FusedFailure::Library, FusedFailure::Graph, FusedFailure::NoEngine,
-                         FusedFailure::Plan, FusedFailure::Execute})
-    if (std::strcmp(value, fused_failure_name(f)) == 0) return f;
-  DIT_FAIL("DIT_CUDNN_FAIL=", value, ": expected library, graph, no engine, plan or execute");
+  return parse_fused_failure(value);
 }
 
 CudnnAttention::CudnnAttention(cudaStream_t stream, AttentionPath path)
@@ -378,7 +374,9 @@ CudnnAttention::~CudnnAttention() {
 void CudnnAttention::prepare() {
   try_prepare();
   if (!library_error_.empty() && path() == AttentionPath::Cudnn)
-    DIT_FAIL("DIT_ATTENTION=cudnn: cuDNN cannot be used (library): ", library_error_);
+    throw FusedRefusal(FusedFailure::Library, detail::concat(kNotServed, " ", cudnn_version_string(),
+                                                             " (library): DIT_ATTENTION=cudnn: cuDNN cannot be used: ",
+                                                             library_error_));
 }
 
 void CudnnAttention::try_prepare() {
@@ -425,8 +423,9 @@ const SdpaPlan* CudnnAttention::plan(const SdpaProblem& p, const SdpaPointers& p
                            (!backward || (aligned(ptrs.dout) && aligned(ptrs.dqkv)));
   const Key key{p.n, p.t, p.h, p.e, p.dtype, p.dir, all_aligned};
   return cache_.get(key, describe(p), [&]() -> std::unique_ptr<SdpaPlan> {
-    if (const std::string why = ineligible(p, all_aligned); !why.empty())
-      throw FusedError(FusedFailure::Ineligible, why);
+    std::string why = ineligible(p, all_aligned);
+    if (why.empty() && inject_ == FusedFailure::Ineligible) why = "injected by DIT_CUDNN_FAIL=ineligible";
+    if (!why.empty()) throw FusedError(FusedFailure::Ineligible, why);
     try_prepare();
     if (!library_error_.empty()) throw FusedError(FusedFailure::Library, library_error_);
     return build_plan(handle(), p, deterministic_, inject_);

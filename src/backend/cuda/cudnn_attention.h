@@ -51,8 +51,7 @@ struct SdpaPointers {
   void* dqkv = nullptr;  // (N, T, 3*H*E), backward only
 };
 
-// What an error message says when cuDNN has no engine for a problem (as opposed to a failed
-// call), so that a test forcing the cuDNN path can tell "not offered on this GPU" from a bug.
+// How the message of a NoEngine failure starts (the heuristics offered nothing that plans).
 inline constexpr std::string_view kNoEngine = "cuDNN has no engine";
 
 struct SdpaPlan;  // the finalized execution plan of one problem and what it was built from
@@ -64,9 +63,10 @@ int cudnn_loaded_version();  // cudnnGetVersion() of the loaded library, in that
 // "cuDNN 9.19.0"
 std::string cudnn_version_string();
 
-// DIT_CUDNN_FAIL=library|graph|no engine|plan|execute: that stage fails as if cuDNN had failed
-// there, so a device check can watch the fallback (and DIT_ATTENTION=cudnn's error) happen.
-// Unset or empty: no injection. Throws naming the values on anything else.
+// DIT_CUDNN_FAIL=library|ineligible|graph|no engine|plan|execute: that stage fails as if cuDNN
+// had failed there (ineligible: as if no problem were eligible), so a device check can watch the
+// fallback (and DIT_ATTENTION=cudnn's refusal or error) happen. Unset or empty: no injection.
+// Throws naming the values on anything else (parse_fused_failure).
 std::optional<FusedFailure> injected_cudnn_failure(const char* value);
 
 class CudnnAttention {
@@ -83,8 +83,8 @@ class CudnnAttention {
   // under AttentionPath::Cudnn).
   void prepare();
   void set_path(AttentionPath path) { cache_.set_path(path); }
-  // Deterministic engines only (train.deterministic): cuDNN's fastest SDPA backward may use
-  // atomics, whose sums differ run to run. Plans made so far are dropped.
+  // Deterministic engines only (train.deterministic; off by default): cuDNN's fastest SDPA
+  // backward may use atomics, whose sums differ run to run. Plans made so far are dropped.
   void set_deterministic(bool d);
 
   // The plan for p with these pointers, built on first use and cached; nullptr when the call does

@@ -4,8 +4,10 @@
 // backend; uploads go through a pinned ring (upload_ring.h: one event per slot, allocated at
 // start) and return at once (the host's source is copied).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
@@ -40,12 +42,15 @@ __global__ void fill_i32_kernel(std::int32_t* p, i64 n, std::int32_t v) {
   for (i64 i = cuda::global_thread(); i < n; i += cuda::grid_stride()) p[i] = v;
 }
 
-// dst (B, A, C) = src (A, B, C) with the leading dims swapped; U is the element width.
-template <typename U>
-__global__ void transpose01_kernel(const U* src, U* dst, i64 a, i64 b, i64 c) {
-  const i64 n = a * b * c;
-  for (i64 o = cuda::global_thread(); o < n; o += cuda::grid_stride()) {
-    const i64 k = o % c, i = (o / c) % a, j = o / (a * c);
+// dst (B, A, C) = src (A, B, C) with the leading dims swapped; U is the element width and I the
+// index type: 32-bit whenever a * b * c fits (two 32-bit divisions per element instead
+// of three 64-bit ones, which the GPU emulates in tens of instructions).
+template <typename U, typename I>
+__global__ void transpose01_kernel(const U* src, U* dst, I a, I b, I c) {
+  const I n = a * b * c;
+  for (I o = static_cast<I>(cuda::global_thread()); o < n; o += static_cast<I>(cuda::grid_stride())) {
+    const I row = o / c, k = o - row * c;  // dst (b, a, c): row = j * a + i
+    const I j = row / a, i = row - j * a;
     dst[o] = src[(i * b + j) * c + k];
   }
 }
@@ -346,8 +351,15 @@ void CudaBackend::transpose_01(const Tensor& src, const Tensor& dst) {
   if (n == 0) return;
   cuda::dispatch_width(src.dtype, [&](auto tag) {
     using U = decltype(tag);
-    transpose01_kernel<U><<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
-        src.as<U>(), dst.as<U>(), src.dim(0), src.dim(1), src.dim(2));
+    const auto launch = [&](auto index) {
+      using I = decltype(index);
+      transpose01_kernel<U, I><<<cuda::grid_for(n), cuda::kThreads, 0, stream_>>>(
+          src.as<U>(), dst.as<U>(), static_cast<I>(src.dim(0)), static_cast<I>(src.dim(1)),
+          static_cast<I>(src.dim(2)));
+    };
+    // Unsigned 32-bit while n plus one grid stride (at most 2^28) cannot wrap 2^32.
+    if (n <= std::numeric_limits<std::int32_t>::max()) launch(std::uint32_t{});
+    else launch(i64{});
     DIT_CUDA_LAUNCH_CHECK();
   });
 }
