@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the CUDA Release binaries here (build-gpu/) and packs what a GPU host without a package
 # manager needs to run them into .gpu/ (git-ignored; the device tool carries it):
-#   bin/   dit_mp, dit_tests, bench_train, bench_attention
+#   bin/   dit_mp, dit_tests, dit_mpi_tests, bench_train, bench_attention
 #   lib/   their shared-library closure, minus glibc, libstdc++, libgcc_s and the CUDA, cuBLAS,
-#          cuDNN and NCCL libraries (the GPU host brings those: toolkit and pip packages)
+#          cuDNN and NCCL libraries (the GPU host brings those: toolkit and pip packages), and
+#          minus HDF5's network and crypto dependencies (its ros3 driver, which dit_mp never
+#          opens): libcurl and libcrypto are replaced by stubs whose functions report failure,
+#          which leaves out 27 libraries (15 MiB) of curl, OpenSSL, GnuTLS, Kerberos and LDAP
 #   mpi/   a relocatable OpenMPI 4.1 runtime (mpirun, orted, plugins, help files) and PMIx plugins
 #   data/  a small latents dataset (.h5) for the training runs
 #   env.sh sets OPAL_*/PMIX_* so the moved OpenMPI finds its plugins and help files there
@@ -48,12 +51,14 @@ if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$ROOT" -B "$BUILD" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_SKIP_BUILD_RPATH=ON >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log"; exit 1; }
-  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests bench_train bench_attention
+  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention
 fi
 BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train" "$BUILD/bin/bench_attention")
 for b in "${BINS[@]}"; do [[ -x $b ]] || { echo "pack_gpu.sh: $b was not built" >&2; exit 1; }; done
-if [[ -x $BUILD/tests/dit_tests ]]; then BINS+=("$BUILD/tests/dit_tests")
-else echo "pack_gpu.sh: warning: no $BUILD/tests/dit_tests: the pack has no conformance tests" >&2; fi
+for t in dit_tests dit_mpi_tests; do
+  if [[ -x $BUILD/tests/$t ]]; then BINS+=("$BUILD/tests/$t")
+  else echo "pack_gpu.sh: warning: no $BUILD/tests/$t: the pack has no $t" >&2; fi
+done
 
 # ---- 2. binaries, OpenMPI runtime, PMIx plugins ------------------------------------------------
 # Only an earlier pack (it has env.sh) or an empty folder is replaced.
@@ -90,6 +95,33 @@ echo "# The packed PMIx: its component path comes from PMIX_MCA_mca_base_compone
   >"$PACK/pmix/etc/pmix-mca-params.conf"
 
 # ---- 3. the shared-library closure --------------------------------------------------------------
+# Stubs first, so that ldd resolves libcurl and libcrypto to them and their closures stay out.
+# Each exports, under its version node, exactly the symbols HDF5 imports from that library; every
+# function returns 0 (curl_global_init: CURLE_OK; curl_easy_init, EVP_sha256, HMAC, SHA256: NULL,
+# which HDF5's ros3 driver reports as a failure). Nothing else in the closure may import them.
+HDF5_LIB=$(ldd "$PACK/bin/dit_mp" | awk '$1 ~ /^libhdf5[^_]*(_serial)?\.so/ && $1 !~ /hl/ {print $3; exit}')
+[[ -n $HDF5_LIB ]] || { echo "pack_gpu.sh: dit_mp links no libhdf5" >&2; exit 1; }
+stub_dir=$(mktemp -d)
+make_stub() {  # $1: soname, $2: symbol version prefix (CURL_ / OPENSSL_)
+  local soname=$1 prefix=$2 imports syms node
+  imports=$(nm -D --undefined-only "$HDF5_LIB" | awk -v p="@$prefix" 'index($2, p) {print $2}')
+  syms=$(sed 's/@.*//' <<<"$imports" | sort -u)
+  node=$(sed -n '1s/.*@//p' <<<"$imports")
+  [[ -n $syms ]] || { echo "pack_gpu.sh: $HDF5_LIB imports nothing of $soname: no stub needed" >&2; return 0; }
+  {
+    echo "/* $soname stub for the GPU pack (scripts/pack_gpu.sh): HDF5's ros3 driver only. */"
+    for f in $syms; do echo "void* $f(void) { return 0; }"; done
+  } >"$stub_dir/$soname.c"
+  { echo "$node {"; echo "  global:"; for f in $syms; do echo "    $f;"; done; echo "  local: *;"; echo "};"; } \
+    >"$stub_dir/$soname.map"
+  cc -shared -fPIC -O1 -o "$PACK/lib/$soname" "$stub_dir/$soname.c" -Wl,-soname,"$soname" \
+    -Wl,--version-script="$stub_dir/$soname.map"
+  echo "  $soname: a stub of $(echo "$syms" | wc -w) functions ($node) for $(basename "$HDF5_LIB")"
+}
+echo "stubs for HDF5's network and crypto dependencies:"
+make_stub libcurl.so.4 CURL_
+make_stub libcrypto.so.3 OPENSSL_
+rm -rf "$stub_dir"
 # Left out: glibc's libraries, the C++ runtime, and CUDA/cuBLAS/cuDNN/NCCL (from the GPU host).
 skip_lib() {
   case $1 in
@@ -107,12 +139,19 @@ while read -r name arrow path _; do
   skip_lib "$name" && continue
   if [[ $path == "not" ]]; then missing+=("$name"); continue; fi
   [[ -e $PACK/lib/$name ]] || cp -L "$path" "$PACK/lib/$name"
-done < <(ldd "${closure_of[@]}" 2>/dev/null | sort -u)
+done < <(LD_LIBRARY_PATH=$PACK/lib ldd "${closure_of[@]}" 2>/dev/null | sort -u)
 # Libraries that plugins open by name at run time (not in any ldd output).
 for extra in libmca_common_sm.so.40 libmca_common_monitoring.so.50 libmca_common_ompio.so.41; do
   [[ -e $PACK/lib/$extra ]] || cp -L "$MULTIARCH/$extra" "$PACK/lib/$extra"
 done
 [[ ${#missing[@]} -eq 0 ]] || { echo "pack_gpu.sh: unresolved libraries: ${missing[*]}" >&2; exit 1; }
+# Any other user of the stubbed libraries would break at run time: refuse to pack then.
+for f in "$PACK"/bin/* "$PACK"/lib/*.so*; do
+  [[ $(basename "$f") == "$(basename "$HDF5_LIB")" || $f == "$PACK/lib/libcurl.so.4" || $f == "$PACK/lib/libcrypto.so.3" ]] && continue
+  if readelf -d "$f" 2>/dev/null | grep -qE 'NEEDED.*\[(libcurl\.so\.4|libcrypto\.so\.3)\]'; then
+    echo "pack_gpu.sh: $f needs libcurl or libcrypto, which the pack stubs for HDF5 only" >&2; exit 1
+  fi
+done
 
 # ---- 4. env.sh: what makes the moved OpenMPI and PMIx find themselves ------------------------
 cat >"$PACK/env.sh" <<'EOF'
@@ -166,13 +205,13 @@ pack_env "'$PACK/bin/dit_mp' prepare-data latents --features '$tmp/features' --l
 check_loaded() {  # $1: LD_DEBUG_OUTPUT prefix, $2: what ran
   local bad
   bad=$(cat "$1".* | grep -o 'calling init: .*' | sed 's/calling init: //' | sort -u |
-    grep -E 'libmpi|libopen-(pal|rte)|libpmix|libhdf5|libevent|hwloc|/mca_|pmix_mca' | grep -v "^$PACK/" || true)
+    grep -E 'libmpi|libopen-(pal|rte)|libpmix|libhdf5|libevent|hwloc|/mca_|pmix_mca|libcurl|libcrypto' | grep -v "^$PACK/" || true)
   local n
   n=$(cat "$1".* | grep -o 'calling init: .*' | sort -u | grep -c "$PACK/" || true)
   if [[ -n $bad ]]; then
     echo "pack_gpu.sh: $2 loaded MPI/HDF5 parts from outside the pack:" >&2; echo "$bad" >&2; exit 1
   fi
-  echo "  $2: $n libraries and plugins loaded from the pack, none of MPI/PMIx/HDF5/hwloc from elsewhere"
+  echo "  $2: $n libraries and plugins loaded from the pack, none of MPI/PMIx/HDF5/hwloc/curl/crypto from elsewhere"
 }
 echo "checking the pack (LD_LIBRARY_PATH = .gpu/lib only):"
 pack_env "LD_DEBUG=libs LD_DEBUG_OUTPUT='$tmp/ld2' timeout 120 \$DIT_MPIRUN -np 2 '$PACK/bin/dit_mp' verify \
@@ -192,7 +231,8 @@ echo "  bench_train --backend cpu: ran"
 unpacked=$(du -sm "$PACK" | cut -f1)
 nlibs=$(find "$PACK/lib" -name '*.so*' | wc -l)
 if [[ $COMPRESS == 1 ]]; then
-  tar cJf "$PACK/pack.tar.xz" -C "$PACK" bin lib mpi pmix
+  # xz -9: its 64 MiB window spans the tar, so the code the binaries share is stored once.
+  tar cf - -C "$PACK" bin lib mpi pmix | xz -9 -T1 >"$PACK/pack.tar.xz"
   rm -rf "${PACK:?}"/{bin,lib,mpi,pmix}
 fi
 size_b=$(du -sb "$PACK" | cut -f1)

@@ -14,7 +14,8 @@ scripts/build.sh build
 if [[ "${DIT_SKIP_CPU_ONLY:-0}" != 1 ]] && grep -q "CUDA backend ON" build.cmake.log; then
   echo "== CPU-only configuration (-DDIT_CUDA=OFF)"
   scripts/build.sh build-cpu -DDIT_CUDA=OFF -DDIT_BUILD_BENCHMARKS=OFF
-  # The SLURM test (label slurm) checks the launch script, not the backend: once is enough.
-  (cd build-cpu && ctest --output-on-failure -j "${DIT_JOBS:-2}" -LE slurm)
+  # The SLURM test (label slurm) checks the launch script, not the backend: once is enough; the
+  # GPU pack (label pack) is made from the CUDA configuration.
+  (cd build-cpu && ctest --output-on-failure -j "${DIT_JOBS:-2}" -LE "slurm|pack")
 fi
 echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"

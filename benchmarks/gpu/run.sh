@@ -5,10 +5,10 @@
 #   1 environment: nvidia-smi, unresolved libraries (ldd), library versions as loaded
 #   2 one small op test under CUDA_LAUNCH_BLOCKING=1 (the first kernels and copies)
 #   3 fp32 conformance            4 bf16/fp16 conformance with DIT_ATTENTION=kernel (no cuDNN)
-#   5 the default attention path (cuDNN, its fallback to the composed attention, injected failures)
-#   6 golden verify in fp32 and bf16        7 a 5-step 1-rank bf16 training run
-#   8 throughput of DiT-XL/2 and DiT-B/2 beside PyTorch (MFU, host syncs, primitive/gap split),
-#     then bench_attention
+#   5 the default attention path (cuDNN, its fallback to the composed attention, injected
+#     failures; a case cuDNN declines is a NOT SERVED row, not a failure), then bench_attention
+#   6 golden verify in fp32 and bf16        7 a 5-step 1-rank bf16 training run, then NCCL at 1 rank
+#   8 throughput of DiT-B/2 and DiT-XL/2 beside PyTorch (MFU, host syncs, primitive/gap split)
 #   bash benchmarks/gpu/run.sh --build .gpu --out $OUT      (device tool: carry [".gpu"])
 #   bash benchmarks/gpu/run.sh --build .gpu --out /tmp/o --cpu-smoke   (no GPU: every stage on the CPU)
 # --build DIR: a pack from scripts/pack_gpu.sh (env.sh, data/, pack.tar.xz, unpacked first) or a
@@ -16,15 +16,19 @@
 #   the carried binaries do not start, it builds from source (needs the dependencies' headers).
 # --cpu-smoke: where there is no GPU, run each GPU stage's CPU counterpart (cpu backends, a tiny
 #   model), so the whole script and its table are exercised.
-# $OUT receives summary.txt (the table, rewritten after every row), logs/ (one log per step, copied
-# as it finishes) and results.json (benchmark numbers).
+# --stages LIST: only these stages (e.g. 5,8; stage 1 always runs), to rerun part of a check.
+# $OUT receives four files (the device tool returns at most 8): summary.txt (the table, rewritten
+# after every row), table.md (the same as a Markdown table for docs/gpu.md), logs.tar.gz (every
+# step's log, rewritten after every row) and results.json (benchmark numbers, at the end).
+# Exit status: 0 when no row failed or timed out, else 1.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=""
 OUT=${OUT:-/tmp/dit_gpu_out}
 CPU_SMOKE=0
 BUDGET=${DIT_GPU_BUDGET_S:-300}
-BENCH=("DiT-XL/2:256,128,64" "DiT-B/2:256,128")  # model and batches, largest first
+BENCH=("DiT-B/2:256,128" "DiT-XL/2:256,128,64")  # model and batches, largest first; shorter model first
+STAGES=all
 BENCH_STEPS=${DIT_BENCH_STEPS:-8}
 BENCH_WARMUP=${DIT_BENCH_WARMUP:-2}
 while [[ $# -gt 0 ]]; do
@@ -32,31 +36,50 @@ while [[ $# -gt 0 ]]; do
     --build) BUILD=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --cpu-smoke) CPU_SMOKE=1; shift ;;
-    *) echo "run.sh: unknown argument $1 (expected --build DIR, --out DIR, --cpu-smoke)" >&2; exit 2 ;;
+    --stages) STAGES=$2; shift 2
+      [[ $STAGES =~ ^[1-8](,[1-8])*$ ]] || { echo "run.sh: --stages $STAGES: expected stage numbers 1-8, e.g. 5,8" >&2; exit 2; } ;;
+    *) echo "run.sh: unknown argument $1 (expected --build DIR, --out DIR, --cpu-smoke, --stages LIST)" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d /tmp/dit_gpu_work.XXXXXX)
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 STARTED=$(date -u +%Y-%m-%dT%H:%MZ)
+export GTEST_COLOR=no  # plain logs: the rows are read from them (mpirun would otherwise keep colours)
 
 # ---- the table: one row per step, written out after every row --------------------------------
-declare -a ROWS=()
+declare -a ROWS=() MD_ROWS=()
 OUT_OF_TIME=0  # set when a step was not started for want of time; its row says so
+FAILED_ROWS=0
+want() { [[ $STAGES == all || ,$STAGES, == *",$1,"* ]]; }  # is stage $1 selected?
+# Every log so far, as one archive: a killed run still returns them (one file of the eight).
+archive_logs() {
+  tar czf "$OUT/logs.tar.gz.tmp" -C "$WORK" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
 write_table() {
   {
     echo "dit_mp GPU check, started $STARTED, ${SECONDS} s so far (budget $BUDGET s)"
-    printf '%-44s %-9s %s\n' step result notes
+    printf '%-44s %-10s %s\n' step result notes
     for r in "${ROWS[@]}"; do echo "$r"; done
   } >"$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  {
+    echo "GPU check started $STARTED, ${SECONDS} s (budget $BUDGET s)."
+    echo
+    echo "| step | result | notes |"
+    echo "| --- | --- | --- |"
+    for r in "${MD_ROWS[@]}"; do echo "$r"; done
+  } >"$OUT/table.md.tmp" && mv "$OUT/table.md.tmp" "$OUT/table.md"
+  archive_logs
 }
 row() {
   local note=$3
   [[ $2 == "NOT RUN" && $OUT_OF_TIME == 1 ]] && note="time budget spent (DIT_GPU_BUDGET_S=$BUDGET)"
   OUT_OF_TIME=0
-  ROWS+=("$(printf '%-44s %-9s %s' "$1" "$2" "$note")")
+  [[ $2 == FAIL* || $2 == TIMEOUT ]] && FAILED_ROWS=$((FAILED_ROWS + 1))
+  ROWS+=("$(printf '%-44s %-10s %s' "$1" "$2" "$note")")
+  MD_ROWS+=("| $1 | $2 | ${note//|/\\|} |")
   echo "[${SECONDS}s] $1: $2 $note"
   write_table
 }
@@ -67,13 +90,13 @@ limit() {
   (( left < 10 )) && { echo 0; return; }
   (( $1 < left )) && echo "$1" || echo "$left"
 }
-# run NAME SECONDS CMD...: under timeout, its log in $LOGS and copied to $OUT/logs; sets RC, TOOK.
+# run NAME SECONDS CMD...: under timeout, its log in $LOGS (archived after every row); sets RC, TOOK.
 run() {
   local name=$1 lim
   lim=$(limit "$2"); shift 2
   LOG=$(logname "$name")
   if [[ $lim == 0 ]]; then
-    RC=125; TOOK=0; OUT_OF_TIME=1; echo "not run: time budget spent" >"$LOG"; cp "$LOG" "$OUT/logs/"; return 125
+    RC=125; TOOK=0; OUT_OF_TIME=1; echo "not run: time budget spent" >"$LOG"; return 125
   fi
   local t0=$SECONDS
   echo "+ $*" >"$LOG"
@@ -81,7 +104,6 @@ run() {
   RC=$?
   TOOK=$((SECONDS - t0))
   [[ $RC == 124 || $RC == 137 ]] && echo "run.sh: timed out after $lim s" >>"$LOG"
-  cp "$LOG" "$OUT/logs/" 2>/dev/null
   return $RC
 }
 status() {
@@ -98,7 +120,7 @@ else
   GPU=$(timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
   timeout 15 nvidia-smi -L >/dev/null 2>&1 && HAVE_GPU=1
 fi
-timeout 15 nvidia-smi >"$OUT/logs/nvidia-smi_start.log" 2>&1
+timeout 15 nvidia-smi >"$LOGS/nvidia-smi_start.log" 2>&1
 NO_GPU_WHY="no GPU here ($GPU)"
 SMOKE=0; [[ $HAVE_GPU == 0 && $CPU_SMOKE == 1 ]] && SMOKE=1
 row "1 gpu (nvidia-smi)" "$([[ $HAVE_GPU == 1 ]] && echo PASS || echo "NO GPU")" "$GPU"
@@ -127,19 +149,21 @@ NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 for d in ${NVCC:+$(dirname "$(dirname "$NVCC")")/lib64} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d $d ]] && CUDA_LIBS=${CUDA_LIBS:+$CUDA_LIBS:}$d
 done
-echo "python: ${PY:-none} torch: ${TORCH:-none}" >"$OUT/logs/python.log"
-echo "CUDA library folders: $CUDA_LIBS" >>"$OUT/logs/python.log"
+echo "python: ${PY:-none} torch: ${TORCH:-none}" >"$LOGS/python.log"
+echo "CUDA library folders: $CUDA_LIBS" >>"$LOGS/python.log"
 
 # Binaries: the carried pack (unpacked into the work folder), a build tree, or a source build.
 PACK_LIB=""
 DIT_MPIRUN=$(command -v mpirun || true)
 OURS=(env)  # until a build is chosen: nothing to run
-DIT_MP="" DIT_TESTS="" BENCH_TRAIN="" BENCH_ATTN=""
+DIT_MP="" DIT_TESTS="" DIT_MPI_TESTS="" BENCH_TRAIN="" BENCH_ATTN=""
 use_build() {
   BUILD=$1
   DIT_MP=$BUILD/bin/dit_mp
   DIT_TESTS=$BUILD/bin/dit_tests
   [[ -x $DIT_TESTS ]] || DIT_TESTS=$BUILD/tests/dit_tests
+  DIT_MPI_TESTS=$BUILD/bin/dit_mpi_tests
+  [[ -x $DIT_MPI_TESTS ]] || DIT_MPI_TESTS=$BUILD/tests/dit_mpi_tests
   BENCH_TRAIN=$BUILD/bin/bench_train
   BENCH_ATTN=$BUILD/bin/bench_attention
   PACK_LIB=""
@@ -161,7 +185,7 @@ build_from_source() {
   local b=$WORK/build
   run "configure (source build)" 120 cmake -S "$ROOT" -B "$b" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release || { row "source build" "$(status)" "configure: $(why_failed)"; return 1; }
-  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests bench_train bench_attention ||
+  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention ||
     { row "source build" "$(status)" "$(why_failed)"; return 1; }
   row "source build" PASS "$TOOK s"
   use_build "$b"
@@ -182,10 +206,9 @@ fi
 if [[ -n $BUILD ]]; then use_build "$BUILD"; else build_from_source; fi
 # Unresolved libraries of every binary, with the library path our programs get.
 : >"$LOGS/ldd.log"
-for b in "$DIT_MP" "$DIT_TESTS" "$BENCH_TRAIN" "$BENCH_ATTN"; do
+for b in "$DIT_MP" "$DIT_TESTS" "$DIT_MPI_TESTS" "$BENCH_TRAIN" "$BENCH_ATTN"; do
   [[ -x $b ]] && { echo "== $b" >>"$LOGS/ldd.log"; "${OURS[@]}" ldd "$b" >>"$LOGS/ldd.log" 2>&1; }
 done
-cp "$LOGS/ldd.log" "$OUT/logs/"
 MISSING=$(grep 'not found' "$LOGS/ldd.log" | awk '{print $1}' | sort -u | tr '\n' ' ')
 if [[ -n $MISSING ]]; then row "1 libraries (ldd)" FAIL "unresolved: $MISSING(ldd.log)"
 else row "1 libraries (ldd)" PASS "all resolved${UNPACK_S:+; pack unpacked in $UNPACK_S s}; torch: ${TORCH:-none}"; fi
@@ -210,42 +233,74 @@ else
 fi
 
 # ---- 2-5: conformance ------------------------------------------------------------------------
+# gtest_counts: from $LOG, RAN SKIPPED FAILED FIRST (the first failed test), NOT_SERVED (cases a
+# fused library declined: their skip message starts with "not served by", not_served.h) and
+# NOT_SERVED_WHY (the first such message).
+gtest_counts() {
+  RAN=$(grep -m1 -oE '[0-9]+ tests? from [0-9]+ test suites? ran' "$LOG" | awk '{print $1}')
+  SKIPPED=$(grep -m1 -oE '\[  SKIPPED \] [0-9]+' "$LOG" | awk '{print $NF}')
+  FAILED=$(grep -m1 -oE '\[  FAILED  \] [0-9]+ tests?,' "$LOG" | awk '{print $3}')
+  FIRST=$(grep -m1 -oE '^\[  FAILED  \] [A-Za-z0-9_/.]+' "$LOG" | awk '{print $NF}')
+  NOT_SERVED=$(grep -c '^not served by' "$LOG")
+  NOT_SERVED_WHY=$(grep -m1 '^not served by' "$LOG" | cut -c1-160)
+}
 # conformance NAME LIMIT FILTER [ENV...]: the tests of FILTER; the row counts them and gives the
-# worst error as a share of its tolerance.
+# worst error as a share of its tolerance. Cases cuDNN declined get a row of their own, NOT SERVED
+# with cuDNN's message: a fact about its coverage on this GPU, not a failure.
 conformance() {
   local name=$1 lim=$2 filter=$3
   shift 3
   if [[ ! -x ${DIT_TESTS:-} ]]; then row "$name" "NOT RUN" "no test binary"; return; fi
   if [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "$name" "NOT RUN" "$NO_GPU_WHY"; return; fi
   run "$name" "$lim" env "$@" "${OURS[@]}" "$DIT_TESTS" --gtest_filter="$filter"
-  local st ran skipped failed first worst
+  local st worst
   st=$(status)
-  ran=$(grep -m1 -oE '[0-9]+ tests? from [0-9]+ test suites? ran' "$LOG" | awk '{print $1}')
-  skipped=$(grep -m1 -oE '\[  SKIPPED \] [0-9]+' "$LOG" | awk '{print $NF}')
-  failed=$(grep -m1 -oE '\[  FAILED  \] [0-9]+ tests?,' "$LOG" | awk '{print $3}')
-  first=$(grep -m1 -oE '^\[  FAILED  \] [A-Za-z0-9_/.]+' "$LOG" | awk '{print $NF}')
+  gtest_counts
   worst=$(awk '/rel L2/ { for (i = 1; i < NF; ++i) if ($i == "L2") e = $(i+1); t = $NF; gsub(/[()]/, "", t);
     if (t + 0 > 0 && e / t > w) { w = e / t; l = $0 } } END { if (w > 0) printf "worst %.2f of tol: %s", w, l }' "$LOG" |
     sed 's/  */ /g' | cut -c1-90)
-  local note="${ran:-?} ran, ${skipped:-0} skipped, ${failed:-0} failed${first:+ (first: $first)}; $TOOK s${worst:+; $worst}"
-  [[ $st == PASS && -n $ran && ${skipped:-0} == "$ran" ]] && st=SKIP
+  local note="${RAN:-?} ran, ${SKIPPED:-0} skipped, ${FAILED:-0} failed${FIRST:+ (first: $FIRST)}; $TOOK s${worst:+; $worst}"
+  [[ $st == PASS && -n $RAN && ${SKIPPED:-0} == "$RAN" && $NOT_SERVED == 0 ]] && st=SKIP
   row "$name" "$st" "$note"
+  (( NOT_SERVED > 0 )) && row "$name: declined" "NOT SERVED" "$NOT_SERVED case(s); first: $NOT_SERVED_WHY"
+  return 0
 }
-if [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "NOT RUN" "$NO_GPU_WHY"
-elif [[ ! -x ${DIT_TESTS:-} ]]; then row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "NOT RUN" "no test binary"
-else
-  run "2 op test" 45 env CUDA_LAUNCH_BLOCKING=1 "${OURS[@]}" "$DIT_TESTS" \
-    --gtest_filter="Backends/BackendOps.CopyMovesDataAndFillWritesEveryElement/$B:Backends/BackendOps.GemmWithIntegerInputsIsExact/$B"
-  st=$(status); [[ $RC == 0 ]] && grep -q '\[  SKIPPED \] [0-9]' "$LOG" && st=SKIP
-  note="fill, copies, integer GEMM on $B; $TOOK s"
-  [[ $RC != 0 ]] && note="$note; $(why_failed)"
-  row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "$st" "$note"
+if want 2; then
+  if [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "NOT RUN" "$NO_GPU_WHY"
+  elif [[ ! -x ${DIT_TESTS:-} ]]; then row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "NOT RUN" "no test binary"
+  else
+    run "2 op test" 45 env CUDA_LAUNCH_BLOCKING=1 "${OURS[@]}" "$DIT_TESTS" \
+      --gtest_filter="Backends/BackendOps.CopyMovesDataAndFillWritesEveryElement/$B:Backends/BackendOps.GemmWithIntegerInputsIsExact/$B"
+    st=$(status); [[ $RC == 0 ]] && grep -q '\[  SKIPPED \] [0-9]' "$LOG" && st=SKIP
+    note="fill, copies, integer GEMM on $B; $TOOK s"
+    [[ $RC != 0 ]] && note="$note; $(why_failed)"
+    row "2 op test (CUDA_LAUNCH_BLOCKING=1)" "$st" "$note"
+  fi
 fi
-conformance "3 conformance fp32 ($B)" 90 "Backends/*/$B:Shapes/ComposedAttentionConformance.*/${B}_T*"
-conformance "4 conformance bf16, fp16 (kernel attention)" 90 \
+want 3 && conformance "3 conformance fp32 ($B)" 90 "Backends/*/$B:Shapes/ComposedAttentionConformance.*/${B}_T*"
+want 4 && conformance "4 conformance bf16, fp16 (kernel attention)" 90 \
   "Backends/*/${B}_bf16:Backends/*/${B}_fp16:Shapes/ComposedAttentionConformance.*/${B}_bf16_T*" DIT_ATTENTION=kernel
-conformance "5 default attention path (cuDNN, fallback)" 75 \
+want 5 && conformance "5 default attention path (cuDNN, fallback)" 75 \
   "Paths/CudaAttention.*:AttentionFallback.*:Backends/BackendOps.Attention*/${B}_bf16:Backends/BackendOps.Attention*/${B}_fp16"
+
+# ---- 5. bench_attention: the path training takes, at DiT-XL/2's shapes --------------------------
+RESULTS=()
+if want 5; then
+  if [[ -x ${BENCH_ATTN:-} && ( $HAVE_GPU == 1 || $SMOKE == 1 ) ]]; then
+    for shape in "32 256 16 72" "32 256 16 64"; do  # DiT-XL/2 at 256x256 (E 72), and E 64
+      set -- $shape
+      be=cuda:bf16; [[ $SMOKE == 1 ]] && { be=cpu:bf16; set -- 2 64 4 "$4"; }
+      run "attention $be E$4" 25 "${OURS[@]}" "$BENCH_ATTN" --backend "$be" --batch "$1" --tokens "$2" --heads "$3" \
+        --head-dim "$4" --reps 5 --json "$LOGS/attention_E$4.json"
+      [[ $RC == 0 ]] && RESULTS+=("$LOGS/attention_E$4.json")
+      note=$(grep -o 'forward.*' "$LOG" | tail -1 | cut -c1-120)
+      [[ $RC != 0 && $RC != 125 ]] && note="${note:+$note; }$(why_failed)"
+      row "5 attention fwd/bwd $be N$1 T$2 H$3 E$4" "$(status)" "$note"
+    done
+  else
+    row "5 attention fwd/bwd bf16" "NOT RUN" "$([[ -x ${BENCH_ATTN:-} ]] && echo "$NO_GPU_WHY" || echo "no bench_attention")"
+  fi
+fi
 
 # ---- 6. golden verify in fp32 and bf16 ---------------------------------------------------------
 GOLDEN=$ROOT/tests/data/dit_tiny_golden.h5
@@ -255,19 +310,21 @@ verify_note() {
   fails=$(grep -E ' FAIL$' "$LOG" | head -2 | awk '{print $1 " " $2}' | tr '\n' ' ')
   echo "${sum:-$(why_failed)}${fails:+; first: $fails}; $TOOK s"
 }
-for prec in fp32 bf16; do
-  if [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "6 verify $prec (tiny golden)" "NOT RUN" "$NO_GPU_WHY"; continue; fi
-  run "verify $prec" 45 "${OURS[@]}" "$DIT_MP" verify --backend "$B" --precision "$prec" --golden "$GOLDEN"
-  row "6 verify $prec (tiny golden, $B)" "$(status)" "$(verify_note)"
-  # A 16-bit failure on the default path: is it the attention? The same with the composed one.
-  if [[ $prec == bf16 && $RC != 0 && $RC != 125 ]]; then
-    run "verify bf16 composed" 45 env DIT_ATTENTION=composed "${OURS[@]}" "$DIT_MP" verify --backend "$B" \
-      --precision bf16 --golden "$GOLDEN"
-    row "6 verify bf16, DIT_ATTENTION=composed" "$(status)" "$(verify_note)"
-  fi
-done
+if want 6; then
+  for prec in fp32 bf16; do
+    if [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "6 verify $prec (tiny golden)" "NOT RUN" "$NO_GPU_WHY"; continue; fi
+    run "verify $prec" 45 "${OURS[@]}" "$DIT_MP" verify --backend "$B" --precision "$prec" --golden "$GOLDEN"
+    row "6 verify $prec (tiny golden, $B)" "$(status)" "$(verify_note)"
+    # A 16-bit failure on the default path: is it the attention? The same with the composed one.
+    if [[ $prec == bf16 && $RC != 0 && $RC != 125 ]]; then
+      run "verify bf16 composed" 45 env DIT_ATTENTION=composed "${OURS[@]}" "$DIT_MP" verify --backend "$B" \
+        --precision bf16 --golden "$GOLDEN"
+      row "6 verify bf16, DIT_ATTENTION=composed" "$(status)" "$(verify_note)"
+    fi
+  done
+fi
 
-# ---- 7. a 5-step 1-rank bf16 training run ------------------------------------------------------
+# ---- 7. a 5-step 1-rank bf16 training run, then NCCL at one rank --------------------------------
 make_dataset() {
   local py
   for py in "$PY" python3 /usr/bin/python3; do [[ -n $py ]] && "$py" -c "import numpy" 2>/dev/null && break; done
@@ -284,9 +341,6 @@ PY
   "${OURS[@]}" "$DIT_MP" prepare-data latents --features "$WORK/npy/features" --labels "$WORK/npy/labels" \
     --out "$WORK/latents16.h5"
 }
-DATA=""
-if [[ -n ${DIT_PACK:-} && -f $DIT_PACK/data/latents16.h5 ]]; then DATA=$DIT_PACK/data/latents16.h5
-elif make_dataset >"$LOGS/make_dataset.log" 2>&1; then DATA=$WORK/latents16.h5; fi
 train_note() {
   local m=$1/metrics.jsonl acct=$1/accounting.json
   [[ -s $m ]] || { why_failed; return; }
@@ -306,28 +360,66 @@ except OSError:
 PY
   echo "; $TOOK s"
 }
-TRAIN_ROW="7 train 5 steps, 1 rank, bf16 ($B)"
-if [[ -z $DATA ]]; then row "$TRAIN_ROW" "NOT RUN" "no dataset (make_dataset.log)"
-elif [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "$TRAIN_ROW" "NOT RUN" "$NO_GPU_WHY"
-else
-  dir=$WORK/run_1
-  run "train 1 rank" 60 "${OURS[@]}" "$DIT_MP" train --backend "$B" --precision bf16 --data "$DATA" \
-    --run-dir "$dir" --overwrite --tp 1 --pp 1 --steps 5 --global-batch 16 --micro-batch 8 --log-every 1 --lr 1e-3 \
-    --set model.input_size=16 --set model.in_channels=4 --set model.patch_size=2 \
-    --set model.hidden_size=128 --set model.depth=4 --set model.num_heads=4 --set model.num_classes=10 \
-    --set data.prepare=none --set sample.num_steps=4 --set sample.per_class=1 --set train.peak_tflops=989
-  row "$TRAIN_ROW" "$(status)" "$(train_note "$dir")"
-  cp "$dir/metrics.jsonl" "$OUT/logs/train_1_rank.metrics.jsonl" 2>/dev/null
-  cp "$dir/accounting.json" "$OUT/logs/train_1_rank.accounting.json" 2>/dev/null
+# The tiny latent DiT of stages 7: 16x16x4, hidden 128, depth 4.
+TINY_MODEL=(--set model.input_size=16 --set model.in_channels=4 --set model.patch_size=2
+  --set model.hidden_size=128 --set model.depth=4 --set model.num_heads=4 --set model.num_classes=10
+  --set data.prepare=none --set sample.num_steps=4 --set sample.per_class=1 --set train.peak_tflops=989)
+if want 7; then
+  DATA=""
+  if [[ -n ${DIT_PACK:-} && -f $DIT_PACK/data/latents16.h5 ]]; then DATA=$DIT_PACK/data/latents16.h5
+  elif make_dataset >"$LOGS/make_dataset.log" 2>&1; then DATA=$WORK/latents16.h5; fi
+  TRAIN_ROW="7 train 5 steps, 1 rank, bf16 ($B)"
+  if [[ -z $DATA ]]; then row "$TRAIN_ROW" "NOT RUN" "no dataset (make_dataset.log)"
+  elif [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "$TRAIN_ROW" "NOT RUN" "$NO_GPU_WHY"
+  else
+    dir=$WORK/run_1
+    run "train 1 rank" 60 "${OURS[@]}" "$DIT_MP" train --backend "$B" --precision bf16 --data "$DATA" \
+      --run-dir "$dir" --overwrite --tp 1 --pp 1 --steps 5 --global-batch 16 --micro-batch 8 --log-every 1 --lr 1e-3 \
+      "${TINY_MODEL[@]}"
+    cp "$dir/metrics.jsonl" "$LOGS/train_1_rank.metrics.jsonl" 2>/dev/null
+    cp "$dir/accounting.json" "$LOGS/train_1_rank.accounting.json" 2>/dev/null
+    row "$TRAIN_ROW" "$(status)" "$(train_note "$dir")"
+  fi
+  # NCCL at one rank: the one-rank collectives (a real one-rank NCCL communicator through every
+  # collective call) and one training step whose communicators are NCCL's (DIT_COMM=nccl; on the
+  # CPU smoke, MPI's: NCCL needs a GPU).
+  NCCL_ROW="7 NCCL, 1 rank (collectives, 1 train step)"
+  if [[ ! -x ${DIT_MPI_TESTS:-} ]]; then row "$NCCL_ROW" "NOT RUN" "no dit_mpi_tests in the build"
+  elif [[ $HAVE_GPU == 0 && $SMOKE == 0 ]]; then row "$NCCL_ROW" "NOT RUN" "$NO_GPU_WHY"
+  elif [[ -z $DIT_MPIRUN ]]; then row "$NCCL_ROW" "NOT RUN" "no mpirun"
+  else
+    run "nccl one rank tests" 60 "${OURS[@]}" "$DIT_MPIRUN" -np 1 "$DIT_MPI_TESTS" \
+      --gtest_filter='NcclComm.OneRankCollectives:NcclPlacement.*'
+    tests_rc=$RC; tests_took=$TOOK; gtest_counts
+    tests_note="tests: ${RAN:-?} ran, ${SKIPPED:-0} skipped, ${FAILED:-0} failed${FIRST:+ (first: $FIRST)}"
+    [[ $tests_rc != 0 && -z $RAN ]] && tests_note="tests: $(why_failed)"
+    comm=nccl; [[ $HAVE_GPU == 0 ]] && comm=mpi
+    if [[ -n ${DATA:-} ]]; then
+      run "train nccl" 60 env DIT_COMM=$comm "${OURS[@]}" "$DIT_MPIRUN" -np 1 "$DIT_MP" train --backend "$B" \
+        --precision bf16 --data "$DATA" --run-dir "$WORK/run_nccl" --overwrite --tp 1 --pp 1 --steps 1 \
+        --global-batch 8 --micro-batch 8 --log-every 1 "${TINY_MODEL[@]}"
+      train_rc=$RC
+      used=$(sed -n 's/.*(communication: \(.*\)), model .*/\1/p' "$LOG" | head -1)
+      train_note="1 step, DIT_COMM=$comm: communication ${used:-?}"
+      [[ $train_rc != 0 ]] && train_note="1 step, DIT_COMM=$comm: $(why_failed)"
+      [[ $train_rc == 0 && $comm == nccl && $used != nccl ]] && { train_rc=1; train_note="$train_note (expected nccl)"; }
+    else
+      train_rc=125; train_note="no dataset for the step"
+    fi
+    RC=$tests_rc; [[ $RC == 0 && $train_rc != 0 && $train_rc != 125 ]] && RC=$train_rc
+    row "$NCCL_ROW" "$(status)" "$tests_note; $train_note; $((tests_took + TOOK)) s"
+  fi
 fi
 
-# ---- 8. throughput beside PyTorch, then bench_attention ------------------------------------------
-RESULTS=()
+# ---- 8. throughput beside PyTorch (shorter model first: a timeout loses the least) ----------------
+is_oom() { grep -qiE 'out of memory|OutOfMemoryError|cudaErrorMemoryAllocation' "$1"; }
 # bench_pair LABEL MODEL INPUT BATCHES BACKEND PRECISION DEVICE STEPS WARMUP LIMIT_OURS LIMIT_TORCH [EXTRA...]
+# Ours tries BATCHES largest first; PyTorch starts at the batch ours ran and, when it runs out of
+# memory, tries the smaller ones. The row names the batch each ran.
 bench_pair() {
   local label=$1 model=$2 input=$3 batches=$4 be=$5 prec=$6 dev=$7 steps=$8 warm=$9 lo=${10} lt=${11}
   shift 11
-  local tag=${model//[^A-Za-z0-9]/_} b ok=0 ours_json="" torch_json="" used=""
+  local tag=${model//[^A-Za-z0-9]/_} b ok=0 ours_json="" torch_json="" used="" tb=""
   for b in ${batches//,/ }; do
     ours_json=$LOGS/bench_${tag}_b${b}_ours.json
     run "bench $model b$b ours" "$lo" "${OURS[@]}" "$BENCH_TRAIN" --model "$model" --input-size "$input" --channels 4 \
@@ -335,70 +427,70 @@ bench_pair() {
     if [[ $RC == 0 ]]; then ok=1; used=$b; break; fi
     [[ $RC == 124 || $RC == 137 || $RC == 125 ]] && break  # out of time: no smaller try
   done
-  local ours_rc=$RC ours_log=$LOG tb=${used:-${batches%%,*}}
+  local ours_rc=$RC ours_log=$LOG start=${used:-${batches%%,*}} torch_ok=0
   RC=125
   if [[ -n $PY ]]; then
-    torch_json=$LOGS/bench_${tag}_b${tb}_torch.json
-    run "bench $model b$tb torch" "$lt" env PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/gpu/torch_dit_bench.py" \
-      --model "$model" --input-size "$input" --channels 4 --batch "$tb" --steps "$steps" --warmup "$warm" \
-      --device "$dev" --precision "$prec" --json "$torch_json" "$@"
+    for b in ${batches//,/ }; do
+      (( b > start )) && continue
+      torch_json=$LOGS/bench_${tag}_b${b}_torch.json
+      run "bench $model b$b torch" "$lt" env PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/gpu/torch_dit_bench.py" \
+        --model "$model" --input-size "$input" --channels 4 --batch "$b" --steps "$steps" --warmup "$warm" \
+        --device "$dev" --precision "$prec" --json "$torch_json" "$@"
+      if [[ $RC == 0 ]]; then torch_ok=1; tb=$b; break; fi
+      is_oom "$LOG" || break  # only running out of memory is worth a smaller batch
+    done
   fi
   local torch_rc=$RC torch_log=$LOG
   [[ $ok == 1 ]] && RESULTS+=("$ours_json")
-  [[ $torch_rc == 0 ]] && RESULTS+=("$torch_json")
+  [[ $torch_ok == 1 ]] && RESULTS+=("$torch_json")
   local st=PASS
   if [[ $ok == 0 ]]; then RC=$ours_rc; st=$(status); fi
   local note
-  note=$(python3 - "$ours_json" "$torch_json" "$ok" "$torch_rc" <<'PY' 2>&1
+  note=$(python3 - "$ours_json" "$torch_json" "$ok" "$torch_ok" "$used" "$tb" <<'PY' 2>&1
 import json, sys
 def load(p, ok):
     try:
-        return json.load(open(p)) if ok else None
+        return json.load(open(p)) if ok == "1" else None
     except OSError:
         return None
-o, t = load(sys.argv[1], sys.argv[3] == "1"), load(sys.argv[2], sys.argv[4] == "0")
+o, t = load(sys.argv[1], sys.argv[3]), load(sys.argv[2], sys.argv[4])
+ob, tb = sys.argv[5], sys.argv[6]
 part = []
 if o:
     k = o.get("kernel_share", -1)
-    part.append(f"ours {o['images_per_s']:.1f} img/s {o['ms_per_step']:.0f} ms MFU {100*o['mfu']:.1f}%"
+    part.append(f"ours b{ob} {o['images_per_s']:.1f} img/s {o['ms_per_step']:.0f} ms MFU {100*o['mfu']:.1f}%"
                 f" syncs/step {o.get('host_syncs_per_step', -1):.0f} primitives {100*k:.0f}% gaps {100-100*k:.0f}%")
 else: part.append("ours failed")
-if t: part.append(f"torch {t['images_per_s']:.1f} img/s MFU {100*t['mfu']:.1f}%")
-else: part.append("torch " + ("failed" if sys.argv[4] != "125" else "not run"))
-if o and t: part.append(f"ratio {o['images_per_s']/t['images_per_s']:.2f}x")
+if t: part.append(f"torch b{tb} {t['images_per_s']:.1f} img/s MFU {100*t['mfu']:.1f}%")
+if o and t: part.append(f"ratio {o['images_per_s']/t['images_per_s']:.2f}x" + ("" if ob == tb else f" (img/s, b{ob} vs b{tb})"))
 print(", ".join(part), end="")
 PY
 )
   [[ $ok == 0 ]] && note="$note; ours (rc $ours_rc): $(LOG=$ours_log why_failed)"
-  [[ $torch_rc != 0 && $torch_rc != 125 ]] && note="$note; torch (rc $torch_rc): $(LOG=$torch_log why_failed)"
-  row "$label b${used:-${batches%%,*}}" "$st" "$note"
+  if [[ $torch_ok == 0 ]]; then
+    case $torch_rc in
+      125) note="$note; torch not run${PY:+ (time budget spent)}${PY:-: no python with torch}" ;;
+      *) note="$note; torch (rc $torch_rc): $(LOG=$torch_log why_failed)" ;;
+    esac
+  fi
+  row "$label" "$st" "$note"
 }
-if [[ ! -x ${BENCH_TRAIN:-} ]]; then
-  row "8 throughput" "NOT RUN" "no bench_train"
-elif [[ $HAVE_GPU == 1 ]]; then
-  bench_pair "8 throughput DiT-XL/2 bf16" DiT-XL/2 32 "${BENCH[0]#*:}" cuda bf16 cuda "$BENCH_STEPS" "$BENCH_WARMUP" 75 60
-  bench_pair "8 throughput DiT-B/2 bf16" DiT-B/2 32 "${BENCH[1]#*:}" cuda bf16 cuda "$BENCH_STEPS" "$BENCH_WARMUP" 45 40
-elif [[ $SMOKE == 1 ]]; then
-  bench_pair "8 throughput DiT-S/4 16x16 (cpu smoke)" DiT-S/4 16 2 cpu fp32 cpu 1 1 60 60 --num-classes 10
-else
-  for spec in "${BENCH[@]}"; do row "8 throughput ${spec%%:*} bf16" "NOT RUN" "$NO_GPU_WHY"; done
-fi
-if [[ -x ${BENCH_ATTN:-} && ( $HAVE_GPU == 1 || $SMOKE == 1 ) ]]; then
-  for shape in "32 256 16 72" "32 256 16 64"; do  # DiT-XL/2 at 256x256 (E 72), and E 64
-    set -- $shape
-    be=cuda:bf16; [[ $SMOKE == 1 ]] && { be=cpu:bf16; set -- 2 64 4 "$4"; }
-    run "attention $be E$4" 25 "${OURS[@]}" "$BENCH_ATTN" --backend "$be" --batch "$1" --tokens "$2" --heads "$3" \
-      --head-dim "$4" --reps 5 --json "$LOGS/attention_E$4.json"
-    [[ $RC == 0 ]] && RESULTS+=("$LOGS/attention_E$4.json")
-    row "8 attention fwd/bwd $be N$1 T$2 H$3 E$4" "$(status)" "$(grep -o 'forward.*' "$LOG" | tail -1 | cut -c1-120)"
-  done
-else
-  row "8 attention fwd/bwd bf16" "NOT RUN" "$NO_GPU_WHY"
+if want 8; then
+  if [[ ! -x ${BENCH_TRAIN:-} ]]; then
+    row "8 throughput" "NOT RUN" "no bench_train"
+  elif [[ $HAVE_GPU == 1 ]]; then
+    bench_pair "8 throughput DiT-B/2 bf16" DiT-B/2 32 "${BENCH[0]#*:}" cuda bf16 cuda "$BENCH_STEPS" "$BENCH_WARMUP" 45 40
+    bench_pair "8 throughput DiT-XL/2 bf16" DiT-XL/2 32 "${BENCH[1]#*:}" cuda bf16 cuda "$BENCH_STEPS" "$BENCH_WARMUP" 75 60
+  elif [[ $SMOKE == 1 ]]; then
+    bench_pair "8 throughput DiT-S/4 16x16 (cpu smoke)" DiT-S/4 16 4,2 cpu fp32 cpu 1 1 60 60 --num-classes 10
+  else
+    for spec in "${BENCH[@]}"; do row "8 throughput ${spec%%:*} bf16" "NOT RUN" "$NO_GPU_WHY"; done
+  fi
 fi
 
 # ---- results.json, the final table ---------------------------------------------------------------
-timeout 15 nvidia-smi >"$OUT/logs/nvidia-smi_end.log" 2>&1
-python3 - "$OUT/results.json" "${RESULTS[@]}" <<'PY' 2>>"$OUT/logs/results_json.log"
+timeout 15 nvidia-smi >"$LOGS/nvidia-smi_end.log" 2>&1
+python3 - "$OUT/results.json" "${RESULTS[@]}" <<'PY' 2>>"$LOGS/results_json.log"
 import json, sys
 json.dump([json.load(open(p)) for p in sys.argv[2:]], open(sys.argv[1], "w"), indent=1)
 PY
@@ -406,3 +498,5 @@ write_table
 rm -rf "$WORK"
 echo
 cat "$OUT/summary.txt"
+echo "files in $OUT: $(find "$OUT" -type f | wc -l) (the device tool returns at most 8)"
+(( FAILED_ROWS == 0 ))
