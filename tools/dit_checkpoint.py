@@ -32,12 +32,116 @@ import argparse
 import math
 import os
 import pickle
+import stat
 import sys
 import zlib
 
-import h5py
-import numpy as np
-import torch
+PROG = os.path.basename(sys.argv[0])
+
+# Each subcommand's files by role, as dit_mp declares its own (`dit_mp help files`; src/io/file_roles.h):
+# (argument, role, kind). Checked before anything is read or created: no output may be an input, an
+# existing output must be a file of the kind this tool writes there, and no file is a FIFO or device.
+# seal rewrites SOURCE in place by design ("update"); its OUT may be SOURCE.
+FILES = {
+    "import": [("source", "input", "zip"), ("out", "output", "weights")],
+    "export": [("source", "input", "weights_or_checkpoint"), ("out", "output", "zip")],
+    "seal": [("source", "update", "sealable"), ("out", "output", "sealed")],
+}
+KIND_NAMES = {"zip": "a PyTorch .pt file (a zip archive)", "weights": "a dit_mp weights file",
+              "weights_or_checkpoint": "a dit_mp weights file or checkpoint", "sealable": "an HDF5 file",
+              "sealed": "a sealed HDF5 file (this tool's output)", "hdf5": "an HDF5 file without a seal",
+              "text": "a file of another kind", "folder": "a folder", "golden": "a golden file"}
+GOLDEN_GROUPS = ("forward", "loss", "schedule", "sample", "adamw", "ema", "prune", "distill", "timesteps")
+
+
+def detect_kind(path):
+    """What the file at `path` is, from its first bytes (a FIFO or device is never opened)."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        return "folder"
+    if not stat.S_ISREG(st.st_mode):
+        return "special"
+    with open(path, "rb") as f:
+        head = f.read(1032)
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "zip"
+    sealed = head.startswith(b"dit_mp sealed hdf5 1\n")
+    if not sealed and b"\x89HDF\r\n\x1a\n" not in (head[:8], head[512:520], head[1024:1032]):
+        return "text"
+    import h5py  # noqa: PLC0415 (only when there is an HDF5 file to look into)
+    try:
+        with h5py.File(path, "r") as f:
+            if "config" in f and any(g in f for g in GOLDEN_GROUPS):
+                return "golden"
+    except OSError:
+        pass
+    return "sealed" if sealed else "hdf5"
+
+
+def fits(expected, actual, path, role):
+    if expected == "zip":  # a .pt read may be the legacy (pickle, not zip) format; one written is a zip
+        return actual == "zip" or (role == "input" and actual == "text")
+    if expected == "weights_or_checkpoint":
+        return actual in ("sealed", "hdf5", "folder")
+    if expected == "weights" and actual in ("sealed", "hdf5"):
+        import h5py  # noqa: PLC0415
+        with h5py.File(path, "r") as f:
+            return "config" in f and "weights" in f
+    if expected == "sealable":
+        return actual in ("sealed", "hdf5", "folder")
+    return expected == actual
+
+
+def identity(path):
+    try:
+        st = os.stat(path)
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", os.path.realpath(path))
+
+
+def check_files(a):
+    """The one check of a subcommand's files (see FILES); exits with one line naming both roles."""
+    uses = [(arg, role, kind, getattr(a, arg)) for arg, role, kind in FILES[a.cmd] if getattr(a, arg)]
+    for arg, role, kind, path in uses:
+        if os.path.exists(path) and detect_kind(path) == "special":
+            sys.exit(f"{PROG} {a.cmd}: {arg} {path} is a FIFO, device or socket, expected {KIND_NAMES[kind]}")
+    for arg, role, kind, path in uses:
+        if role != "output":
+            continue
+        for iarg, irole, ikind, ipath in uses:
+            if irole == "input" and identity(path) == identity(ipath):
+                sys.exit(f"{PROG} {a.cmd}: output {arg} {path} is input {iarg} ({KIND_NAMES[ikind]}): "
+                         f"no output may overwrite an input; choose another {arg}")
+    for arg, role, kind, path in uses:
+        if not os.path.exists(path):
+            if role != "output":
+                sys.exit(f"{PROG} {a.cmd}: {arg} {path}: no such file")
+            continue
+        actual = detect_kind(path)
+        try:
+            ok = fits(kind, actual, path, role)
+        except Exception:  # noqa: BLE001 (an HDF5 file h5py cannot read is not ours)
+            ok = False
+        if not ok:
+            what = "exists and is" if role == "output" else "is"
+            sys.exit(f"{PROG} {a.cmd}: {role} {arg} {path} {what} {KIND_NAMES.get(actual, actual)}, expected "
+                     f"{KIND_NAMES[kind]}" + ("; move it or choose another " + arg if role == "output" else ""))
+
+
+def print_files():
+    for cmd, files in FILES.items():
+        for arg, role, kind in files:
+            print(f"{cmd} {role} @{arg} {kind} -")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["files"]:  # hidden: the declarations, one a line
+    print_files()
+    sys.exit(0)
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_dit  # noqa: E402  (the official architecture, for pos_embed and checks)
@@ -127,9 +231,13 @@ def load_tensors(path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         why = str(e).rsplit("WeightsUnpickler error:", 1)[-1].strip().replace("\n", " ")
-        sys.exit(f"{os.path.basename(sys.argv[0])}: {path}: refused: it holds more than tensors "
+        sys.exit(f"{PROG}: {path}: refused: it holds more than tensors "
                  f"({why}), and unpickling it could run code; load only files you trust, and convert "
                  f"them to a plain state dict first")
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # missing, truncated, not a .pt
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        sys.exit(f"{PROG}: {path}: cannot read it as a PyTorch state dict ({why}); expected an official "
+                 f".pt file (a truncated download? fetch it again)")
 
 
 SEAL_BYTES = 512  # the HDF5 user block holding the seal (dit_mp's src/io/sealed_h5.h)
@@ -292,6 +400,7 @@ def main():
     s.add_argument("source")
     s.add_argument("out", nargs="?", help="default: replace SOURCE")
     a = ap.parse_args()
+    check_files(a)
     torch.set_num_threads(1)
     {"import": cmd_import, "export": cmd_export, "seal": cmd_seal}[a.cmd](a)
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "app/command_files.h"
 #include "io/checkpoint.h"
 #include "io/prepare.h"
 #include "parallel/world.h"
@@ -35,6 +36,7 @@ std::function<int()> add_prepare_data_command(CLI::App& app) {
     const Overwrite ow = f->overwrite ? Overwrite::Yes : Overwrite::No;
     collective_check([&] {
       if (world_rank() != 0) return;
+      check_prepare_files(f->src, f->features, f->labels, f->out);
       if (f->kind == "fashion-mnist") {
         prepare_fashion_mnist(f->src.empty() ? kFashionMnistDir : f->src, f->out, f->split, ow);
       } else if (f->kind == "images") {
@@ -60,7 +62,9 @@ std::function<int()> add_inspect_command(CLI::App& app) {
   return [cmd, path] {
     if (!*cmd) return -1;
     collective_check([&] {
-      if (world_rank() == 0) std::printf("%s", inspect_checkpoint(*path).c_str());
+      if (world_rank() != 0) return;
+      check_single_input("inspect", *path);
+      std::printf("%s", inspect_checkpoint(*path).c_str());
     });
     return 0;
   };

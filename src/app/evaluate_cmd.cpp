@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/command_files.h"
 #include "core/quote.h"
 #include "eval/fid.h"
 #include "eval/inception.h"
@@ -68,10 +69,11 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
               ": not a run folder (expected config.toml and ema.h5 in it)");
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);
+  EvalPaths paths = eval_paths(cfg);
+  check_evaluate_files(opt, paths);  // no output over an input, each file of its kind, before any is read
   if (from_weights) check_sample_count(opt.sample);  // before the classifier is trained
   if (!opt.json.empty()) check_writable_target(opt.json, "--json");
   if (!opt.samples_out.empty()) check_writable_target(opt.samples_out, "--samples-out");
-  EvalPaths paths = eval_paths(cfg);
   if (!opt.reference.empty()) paths.reference = opt.reference;
   if (!opt.classifier.empty()) paths.classifier = opt.classifier;
   if (!opt.train_data.empty()) paths.train_data = opt.train_data;

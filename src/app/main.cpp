@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
+#include "app/command_files.h"
 #include "app/data_cmd.h"
 #include "app/evaluate_cmd.h"
 #include "app/plan_cmd.h"
@@ -54,6 +56,34 @@ std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   return args;
 }
 
+int run(int argc, char** argv);
+
+// `dit_mp help check-files`: each line of stdin is a command line (arguments separated by tabs),
+// run only up to its files' check; prints one line for each: "passed", "refused\t<message>", or
+// "ran\t<exit code>" (a command that never reached its check). One process for a table of tries.
+int check_files_batch() {
+  dit::set_files_check_only(true);
+  for (std::string line; std::getline(std::cin, line);) {
+    std::vector<std::string> words = {"dit_mp"};
+    for (std::size_t at = 0, tab; at <= line.size(); at = tab + 1) {
+      tab = std::min(line.find('\t', at), line.size());
+      words.push_back(line.substr(at, tab - at));
+    }
+    std::vector<char*> args;
+    for (std::string& w : words) args.push_back(w.data());
+    std::string result;
+    try {
+      result = "ran\t" + std::to_string(run(int(args.size()), args.data()));
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      result = what.rfind(dit::kFilesPassed, 0) == 0 ? "passed" : "refused\t" + what.substr(0, what.find('\n'));
+    }
+    std::printf("%s\n", result.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"dit_mp: trains Diffusion Transformers (DiT) split over MPI ranks: tensor (--tp), pipeline (--pp) "
                "and data parallelism (the remaining ranks).\n  mpirun -np 8 dit_mp --tp 2 --pp 4     trains the "
@@ -68,6 +98,13 @@ int run(int argc, char** argv) {
       dit::add_verify_command(app),       dit::add_prepare_data_command(app), dit::add_plan_command(app),
       dit::add_inspect_command(app),      dit::add_prune_command(app),
   };
+  // Hidden: every subcommand's files by role, one line each, and the batch of tries that
+  // tests/cli/file_roles_table.sh makes of them.
+  if (argc == 3 && std::string(argv[1]) == "help" && std::string(argv[2]) == "files") {
+    if (dit::world_rank() == 0) std::printf("%s", dit::describe_file_roles(dit::command_files()).c_str());
+    return 0;
+  }
+  if (argc == 3 && std::string(argv[1]) == "help" && std::string(argv[2]) == "check-files") return check_files_batch();
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   dit::fit_threads_to_cores();
   try {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "app/command_files.h"
 #include "app/layout_choice.h"
 #include "app/train_cmd.h"
 #include "parallel/world.h"
@@ -93,6 +94,7 @@ std::function<int()> add_plan_command(CLI::App& app) {
     if (!*cmd) return -1;
     collective_check([&] {
       if (world_rank() != 0) return;
+      check_plan_files(f->train.config, f->calibration, f->json);
       const RunConfig cfg = resolve_config(f->train);
       if (!f->fit.empty()) run_fit(*f, cfg);
       else run_plan(*f, cfg);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "app/command_files.h"
 #include "app/prune_learned.h"
 #include "app/sample_cmd.h"
 #include "engine/prune.h"
@@ -48,6 +49,7 @@ std::string pruned_by(const PruneJob& job) {
 // The teacher's file and model, the student's depth, and --out.
 void resolve_teacher(const PruneOptions& opt, PruneJob& job) {
   DIT_CHECK(opt.run_dir.empty() != opt.weights.empty(), "give exactly one of --run DIR or --weights FILE");
+  check_prune_files(opt);  // no output over an input, each file of its kind, before any is read
   job.teacher = opt.run_dir.empty() ? opt.weights : (fs::path(opt.run_dir) / "ema.h5").string();
   DIT_CHECK(fs::exists(job.teacher), job.teacher, " does not exist",
             opt.run_dir.empty() ? "" : " (a run writes ema.h5 when its training finishes)");
@@ -62,8 +64,6 @@ void resolve_teacher(const PruneOptions& opt, PruneJob& job) {
   job.out = opt.out;
   DIT_CHECK(!job.out.empty() && !fs::is_directory(job.out), "--out ", job.out,
             " is a folder: give the pruned weights file's name, e.g. ", (fs::path(job.out) / "pruned.h5").string());
-  DIT_CHECK(!fs::exists(job.out) || !fs::equivalent(job.out, job.teacher), "--out ", job.out,
-            " is the teacher's weights file: give the pruned model a file of its own");
   check_writable_target(job.out, "--out");
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "app/command_files.h"
 #include "engine/dit_pipeline.h"
 #include "engine/rank_backend.h"
 #include "engine/sampler.h"
@@ -58,14 +59,10 @@ SampleSection resolve_settings(const SampleOptions& opt, const SampleSource& src
   return cfg.sample;
 }
 
-// The grid and the raw samples beside it are two files: neither a folder nor the same name, and
-// neither the weights being sampled (weights.h5 with --out weights.png would overwrite them).
-void check_outputs(const std::string& out, const DiTConfig& model, const std::string& weights) {
+// The grid and the raw samples beside it are two files: neither a folder nor the same name (that
+// neither is an input is the files' check, check_sample_files).
+void check_outputs(const std::string& out, const DiTConfig& model) {
   const fs::path png(out), raw = fs::path(out).replace_extension(".h5");
-  for (const fs::path& p : {png, raw})
-    DIT_CHECK(!fs::exists(p) || !fs::equivalent(p, weights), "--out ", out, ": its ",
-              p == png ? "grid" : "raw samples", " would go to ", p.string(),
-              ", the weights being sampled; choose another --out");
   DIT_CHECK(!out.empty() && !fs::is_directory(png), "--out ", out, " is a folder: give the grid's file name, e.g. ",
             (png / "samples.png").string());
   DIT_CHECK(!fs::is_directory(raw), "--out ", out, ": its raw samples go to ", raw.string(),
@@ -95,7 +92,7 @@ SampleSource resolve_source(const SampleOptions& requested) {
             model.num_heads, " heads");
   const SampleSection& s = src.sample = resolve_settings(opt, src);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
-  check_outputs(opt.out, model, src.weights);
+  check_outputs(opt.out, model);
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
   std::string why;
@@ -154,6 +151,7 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
 }
 
 int run_sample(const SampleOptions& opt) {
+  collective_check([&] { check_sample_files(opt); });  // before anything is read
   const SampledImages s = sample_from_weights(opt);
   const std::string wrote = write_sample_outputs(s.model, s.samples, s.labels, s.sample.per_class, opt.out);
   if (world_rank() == 0) std::printf("wrote %s\n", wrote.c_str());

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "app/command_files.h"
 #include "app/layout_choice.h"
 #include "core/quote.h"
 #include "engine/rank_backend.h"
@@ -192,6 +193,7 @@ int run_train(const RunConfig& given, TrainMode mode) {
   // The plan of each stage, which the first step is checked against (and --layout auto ranked by).
   std::vector<MemoryAccount> planned;
   collective_check([&] { planned = planned_stage_memory(cfg, setup); });
+  training_started();  // a stop signal from here on is answered at a step boundary, with a checkpoint
   Run run(cfg, setup, std::move(planned));
   return run.train();
 }
@@ -234,6 +236,7 @@ std::function<int()> add_train_command(CLI::App& app) {
     RunConfig cfg;
     collective_check([&] {
       cfg = resolve_config(*flags);
+      check_train_files(cfg, flags->config);  // before any other file is read or created
       // 0 in a file means "not given" (the hardware's or the device's memory); on the command line
       // it is a limit, and no limit fits in none.
       DIT_CHECK(!flags->gave("parallel.memory_gib") || cfg.parallel.memory_gib > 0, "parallel.memory_gib = ",

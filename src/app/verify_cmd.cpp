@@ -3,6 +3,7 @@
 // bf16/fp16 storage (1e-12 for the float64 schedule arrays).
 #include "app/verify_cmd.h"
 #include "app/verify_common.h"
+#include "app/command_files.h"
 
 #include <algorithm>
 #include <cmath>
@@ -240,6 +241,9 @@ std::vector<std::string> groups_to_run(const VerifyOptions& opt, const GoldenFil
 
 void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   GoldenFile golden(opt.golden);
+  DIT_CHECK(!groups_to_run(opt, golden).empty(), "--golden ", opt.golden,
+            " holds none of the groups forward, schedule, loss, timesteps, adamw, ema, sample, prune, distill: "
+            "nothing to compare (a golden file comes from tools/make_golden.py)");
   for (const auto& name : groups_to_run(opt, golden)) {
     DIT_CHECK(std::find(verify_group_names().begin(), verify_group_names().end(), name) != verify_group_names().end(),
               "unknown verify group '", name, "': expected some of forward, schedule, loss, timesteps, adamw, ema, sample, "
@@ -366,6 +370,7 @@ std::function<int()> add_verify_command(CLI::App& app) {
       opt.schedule = parse_schedule(f->schedule);
       opt.stage.placement = placement_of(opt.schedule);
       opt.stage.recompute = parse_recompute(f->recompute);
+      check_single_input("verify", opt.golden);  // a golden file, not weights or a dataset
       layout = layout_for_world(f->tp, f->pp);
       check_verify_inputs(opt, layout);
     });

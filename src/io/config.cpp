@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/quote.h"
 #include "diffusion/noise_schedule.h"
+#include "io/file_roles.h"
 #include "io/toml_guard.h"
 #include "io/utf8.h"
 
@@ -495,6 +496,7 @@ RunConfig RunConfig::from_file(const std::string& path) {
   std::error_code ec;
   DIT_CHECK(!std::filesystem::is_directory(path, ec), "config file '", path,
             "' is a directory: give a TOML file (e.g. configs/fashion_mnist.toml)");
+  expect_kind("config file", path, FileKind::Config);  // never a FIFO (a read would block for ever)
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in, "cannot open config file '", path, "'");
   std::ostringstream text;

@@ -6,7 +6,6 @@
 #include <regex>
 
 #include "core/error.h"
-#include "eval/quality.h"
 
 namespace dit {
 
@@ -17,11 +16,13 @@ namespace {
 // The header RunConfig::to_toml() writes first: a config.toml that starts so is dit_mp's.
 constexpr const char* kConfigHeader = "# dit_mp run configuration";
 
-// Files a run writes into its folder (atomic writers' temporaries and plot_run.py's beside them).
+// Files a run writes into its folder, and the temporaries of its writers as they name them:
+// write_atomically's "<name>.tmp-<host>-<pid>" (atomic_file.h) and plot_run.py's ".tmp", ".tmp.png".
+// A user's "model.h5.tmp-notes" is none of these, and stays.
 bool run_file(const std::string& name) {
   static const std::regex known(
       R"((config\.toml|metrics\.jsonl|accounting\.json|eval\.json|model\.h5|ema\.h5|samples(_step_\d{7})?\.(png|h5))"
-      R"(|loss\.png|throughput\.png|quality\.png)((\.tmp-.+)|(\.tmp(\.png)?))?)");
+      R"(|loss\.png|throughput\.png|quality\.png)((\.tmp-[A-Za-z0-9._-]+-\d+)|(\.tmp(\.png)?))?)");
   return std::regex_match(name, known);
 }
 
@@ -29,15 +30,6 @@ bool run_file(const std::string& name) {
 bool checkpoint_root_entry(const std::string& name) {
   static const std::regex known(R"((\.(tmp|old)-)?step_\d+|latest(\.tmp.*)?)");
   return std::regex_match(name, known);
-}
-
-bool inside(const fs::path& path, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec), d = fs::weakly_canonical(fs::absolute(dir), ec);
-  auto pi = p.begin(), di = d.begin();
-  for (; di != d.end() && !di->empty(); ++di, ++pi)
-    if (pi == p.end() || *pi != *di) return false;
-  return true;
 }
 
 bool written_by_dit_mp(const fs::path& config) {
@@ -73,13 +65,7 @@ void check_overwritable(const RunConfig& cfg) {
   if (!fs::exists(dir)) return;
   DIT_CHECK(fs::is_directory(dir), "run.dir ", dir.string(), " is a file, not a run folder: --overwrite replaces "
             "only a run folder dit_mp wrote; choose another run.dir");
-  const EvalPaths eval = eval_paths(cfg);
-  const std::pair<const char*, std::string> inputs[] = {
-      {"data.path", cfg.data.path}, {"eval.reference", eval.reference}, {"eval.classifier", eval.classifier},
-      {"run.init_from", cfg.run.init_from}};
-  for (const auto& [key, path] : inputs)
-    DIT_CHECK(path.empty() || !inside(path, dir), key, " ", path, " is inside run.dir ", dir.string(),
-              ", which --overwrite would replace: keep the run's inputs outside its folder");
+  // That no input lies inside it is the files' check (app/command_files.cpp, check_train_files).
   if (fs::is_empty(dir)) return;
   DIT_CHECK(written_by_dit_mp(dir / "config.toml"), "run.dir ", dir.string(),
             " is not a run folder (no config.toml written by dit_mp in it): --overwrite replaces only a run "

@@ -1,7 +1,7 @@
 // What --overwrite may replace: a run folder that dit_mp recognisably wrote, identified by its
-// config.toml (written with dit_mp's header) and made only of the files a run writes there. Anything
-// else in the folder is named and refused, and no input of the run (the training data, the
-// evaluation files, the weights it starts from) may lie inside what would be deleted.
+// config.toml (written with dit_mp's header) and made only of the files a run writes there (its
+// writers' own temporaries included, never a file merely named like one). Anything else in the folder
+// is named and refused; that no input of the run lies inside it is the files' check (io/file_roles.h).
 #pragma once
 
 #include <string>
@@ -15,8 +15,8 @@ namespace dit {
 // everything in it is a run's output.
 std::vector<std::string> foreign_entries(const std::string& dir);
 
-// Throws one line naming what --overwrite would not delete: entries dit_mp did not write, a folder
-// that is not a run folder, or an input of `cfg` inside run.dir. Call before anything is removed.
+// Throws one line naming what --overwrite would not delete: entries dit_mp did not write, or a folder
+// that is not a run folder. Call before anything is removed (after check_train_files).
 void check_overwritable(const RunConfig& cfg);
 
 // Removes the run's outputs from `dir` (after check_overwritable), leaving the folder in place.

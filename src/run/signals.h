@@ -15,9 +15,13 @@ namespace dit {
 // EX_TEMPFAIL (sysexits.h): stopped on request after a checkpoint; run again with --resume auto.
 constexpr int kExitPreempted = 75;
 
-// Installs the handlers for SIGUSR1 and SIGTERM on this process (they set a flag; later signals,
-// e.g. a second one during the checkpoint, only count).
+// Installs the handlers for SIGUSR1 and SIGTERM on this process. Until training_started(), a stop
+// signal ends the process at once with kExitPreempted (nothing to save yet, and a start-up blocked
+// in a read must not wait for a step boundary that never comes); after it, the handler sets a flag
+// (later signals, e.g. a second one during the checkpoint, only count).
 void install_stop_handlers();
+// From here on a stop signal waits for the next step boundary (the run can save a checkpoint).
+void training_started();
 // The flag the handler sets (for the communication watchdog, which shortens waits once it is set).
 const volatile std::sig_atomic_t* stop_signal_flag();
 // The first stop signal this process received, 0 if none, and how many it received in all.

@@ -37,7 +37,7 @@ $MPIRUN -n 2 "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/run" --overwrite 
 [[ -f "$SCRATCH/run/ema.h5" ]] || fail "no ema.h5 after --overwrite"
 echo "ok: --overwrite replaces a run folder"
 cp "$FM" "$SCRATCH/run/data.h5"
-refused "data.path $SCRATCH/run/data.h5 is inside run.dir $SCRATCH/run" \
+refused "output run.dir $SCRATCH/run .the run folder. would replace input data.path $SCRATCH/run/data.h5 .the training data. inside it" \
   $MPIRUN -n 2 "$DIT_MP" "${RD[@]}" --steps 2 --run-dir "$SCRATCH/run" --overwrite --data "$SCRATCH/run/data.h5"
 [[ -f "$SCRATCH/run/data.h5" && -f "$SCRATCH/run/ema.h5" ]] || fail "a refused --overwrite deleted files"
 refused "holds data.h5, which dit_mp did not write" \

@@ -1,0 +1,319 @@
+// What a file is, and the one check of a command's files by role (see file_roles.h). Kinds are
+// told apart by what dit_mp writes: the seal, HDF5 groups (/config with /weights, /classifier,
+// /samples and /labels, /images) and root attributes (a checkpoint index's format_version and step,
+// a shard's coord, Inception's format), a run config's header line, PNG and zip signatures.
+#include "io/file_roles.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/checkpoint_format.h"
+#include "io/h5.h"
+#include "io/sealed_h5.h"
+
+namespace dit {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct KindText {
+  FileKind kind;
+  const char* id;
+  const char* name;
+};
+constexpr KindText kKinds[] = {
+    {FileKind::Missing, "missing", "missing"},
+    {FileKind::Special, "special", "a FIFO, device or socket"},
+    {FileKind::Folder, "folder", "a folder"},
+    {FileKind::Unknown, "unknown", "a file of unknown kind"},
+    {FileKind::Weights, "weights", "a weights file"},
+    {FileKind::Golden, "golden", "a golden file"},
+    {FileKind::Dataset, "dataset", "a dataset"},
+    {FileKind::RawSamples, "raw_samples", "a raw samples file (samples, labels)"},
+    {FileKind::Classifier, "classifier", "a classifier"},
+    {FileKind::CheckpointIndex, "checkpoint_index", "a checkpoint's index"},
+    {FileKind::CheckpointShard, "checkpoint_shard", "a checkpoint's shard"},
+    {FileKind::Inception, "inception", "an Inception-V3 weights file"},
+    {FileKind::OtherH5, "hdf5", "an HDF5 file that dit_mp did not write"},
+    {FileKind::DamagedSeal, "damaged", "a sealed HDF5 file whose seal does not match its bytes"},
+    {FileKind::Checkpoint, "checkpoint", "a checkpoint folder"},
+    {FileKind::CheckpointRoot, "checkpoint_root", "a checkpoint root (step folders and latest)"},
+    {FileKind::RunFolder, "run_folder", "a run folder"},
+    {FileKind::Config, "config", "a TOML config"},
+    {FileKind::RunConfig, "run_config", "a run's config.toml written by dit_mp"},
+    {FileKind::Json, "json", "a JSON file"},
+    {FileKind::Png, "png", "a PNG image"},
+    {FileKind::Zip, "zip", "a zip archive (.npz or .pt)"},
+    {FileKind::Text, "text", "a text file"},
+    {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
+};
+
+const KindText& text_of(FileKind k) {
+  for (const KindText& t : kKinds)
+    if (t.kind == k) return t;
+  return kKinds[3];
+}
+
+constexpr off_t kSealCheckBytes = off_t(256) << 20;
+constexpr const char* kSealMagic = "dit_mp sealed hdf5 1\n";
+constexpr const char* kRunConfigHeader = "# dit_mp run configuration";
+
+bool sealed(const std::string& head) { return head.rfind(kSealMagic, 0) == 0; }
+
+// The first `n` bytes of a regular file (the caller has ruled out FIFOs and devices).
+std::string head_of(const std::string& path, std::size_t n) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  if (fd < 0) return {};
+  std::string s(n, '\0');
+  const ssize_t got = ::pread(fd, s.data(), n, 0);
+  ::close(fd);
+  s.resize(got > 0 ? std::size_t(got) : 0);
+  return s;
+}
+
+bool hdf5_signature(const std::string& head) {
+  static const std::string sig("\x89HDF\r\n\x1a\n", 8);
+  for (std::size_t at = 0; at + sig.size() <= head.size(); at = at ? at * 2 : 512)
+    if (head.compare(at, sig.size(), sig) == 0) return true;
+  return false;
+}
+
+FileKind hdf5_kind(const std::string& path) {
+  h5::silence_errors();
+  try {
+    const h5::File f = h5::File::open_read(path);
+    if (f.exists("/classifier")) return FileKind::Classifier;
+    if (f.has_attr("/", "format_version") && f.has_attr("/", "step")) return FileKind::CheckpointIndex;
+    if (f.has_attr("/", "coord")) return FileKind::CheckpointShard;
+    if (f.has_attr("/", "format")) return FileKind::Inception;
+    if (f.exists("/samples") && f.exists("/labels")) return FileKind::RawSamples;
+    if (f.exists("/images")) return FileKind::Dataset;
+    if (f.exists("/config")) {
+      for (const char* g : {"forward", "loss", "schedule", "sample", "adamw", "ema", "prune", "distill", "timesteps"})
+        if (f.exists(std::string("/") + g)) return FileKind::Golden;
+      if (f.exists("/weights")) return FileKind::Weights;
+    }
+    return FileKind::OtherH5;
+  } catch (const std::exception&) {
+    return FileKind::Unknown;
+  }
+}
+
+FileKind text_kind(const std::string& head) {
+  if (head.find('\0') != std::string::npos) return FileKind::Unknown;
+  if (head.rfind(kRunConfigHeader, 0) == 0) return FileKind::RunConfig;
+  const std::size_t first = head.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (head[first] == '{' || head[first] == '[')) {
+    // "[section]" opens a TOML table; JSON's '[' is followed by a value.
+    const std::size_t close = head.find(']', first);
+    const bool toml_table = head[first] == '[' && close != std::string::npos &&
+                            head.find_first_of("\n,{\"", first) > close;
+    if (!toml_table) return FileKind::Json;
+  }
+  return FileKind::Text;
+}
+
+FileKind folder_kind(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / ckpt::kIndexFile, ec)) return FileKind::Checkpoint;
+  if (fs::exists(fs::path(path) / "config.toml", ec)) return FileKind::RunFolder;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n == "latest" || n.rfind("step_", 0) == 0) return FileKind::CheckpointRoot;
+  }
+  return FileKind::Folder;
+}
+
+bool folder_kind_p(FileKind k) {
+  return k == FileKind::Folder || k == FileKind::Checkpoint || k == FileKind::CheckpointRoot ||
+         k == FileKind::RunFolder;
+}
+
+// Whether a file of kind `actual` serves where `expected` is declared.
+bool fits(FileKind expected, FileKind actual) {
+  if (expected == actual) return true;
+  switch (expected) {
+    case FileKind::Config: return actual == FileKind::Text || actual == FileKind::RunConfig;
+    case FileKind::Folder: return folder_kind_p(actual);
+    case FileKind::RunFolder: return folder_kind_p(actual);
+    case FileKind::CheckpointRoot: return actual == FileKind::Folder || actual == FileKind::Checkpoint;
+    case FileKind::Checkpoint: return actual == FileKind::CheckpointRoot || actual == FileKind::CheckpointIndex;
+    case FileKind::WeightsOrCheckpoint:
+      return actual == FileKind::Weights || actual == FileKind::Checkpoint || actual == FileKind::CheckpointRoot ||
+             actual == FileKind::CheckpointIndex;
+    default: return false;
+  }
+}
+
+// Kinds whose reader gives the precise message (a damaged or foreign HDF5 file, no file at all).
+bool left_to_reader(FileKind actual) {
+  return actual == FileKind::Missing || actual == FileKind::Unknown || actual == FileKind::OtherH5 ||
+         actual == FileKind::DamagedSeal;
+}
+
+// What to give instead, for the mistakes that have a usual cause.
+std::string hint(FileKind expected, FileKind actual, const std::string& path) {
+  const bool ckpt_given = actual == FileKind::CheckpointIndex || actual == FileKind::CheckpointShard ||
+                          actual == FileKind::Checkpoint || actual == FileKind::CheckpointRoot;
+  if (expected == FileKind::Weights && ckpt_given) {
+    fs::path run = fs::path(path);
+    while (!run.empty() && run.filename() != "ckpt" && run.has_parent_path() && run != run.parent_path())
+      run = run.parent_path();
+    const std::string r = run.filename() == "ckpt" ? run.parent_path().string() : "RUN";
+    return ": give a weights file, e.g. the run's " + (fs::path(r) / "ema.h5").string() +
+           " (a checkpoint's weights are written there when the run finishes)";
+  }
+  if (expected == FileKind::Checkpoint && (actual == FileKind::Weights || actual == FileKind::Golden))
+    return ": give a checkpoint step folder or its root, e.g. RUN/ckpt";
+  if (expected == FileKind::Golden) return ": golden files come from tools/make_golden.py (tests/data/*_golden.h5)";
+  if (expected == FileKind::Config) return ": give a TOML file (e.g. configs/fashion_mnist.toml)";
+  return "";
+}
+
+struct Identity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string canonical;  // for a path not yet there
+  bool operator==(const Identity& o) const {
+    return exists == o.exists && (exists ? dev == o.dev && ino == o.ino : canonical == o.canonical);
+  }
+};
+
+Identity identity_of(const std::string& path) {
+  Identity id;
+  struct stat st {};
+  std::error_code ec;
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+  }
+  id.canonical = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal().string();
+  return id;
+}
+
+bool inside(const std::string& canonical, const std::string& folder) {
+  return canonical.size() > folder.size() && canonical.compare(0, folder.size(), folder) == 0 &&
+         canonical[folder.size()] == '/';
+}
+
+// "input --weights W.h5 (the weights being sampled)"
+std::string role_text(const FileUse& u) {
+  return (u.role == FileRole::Input ? "input " : "output ") + u.name + " " + u.path + " (" + u.what + ")";
+}
+
+}  // namespace
+
+std::string kind_name(FileKind kind) { return text_of(kind).name; }
+std::string kind_id(FileKind kind) { return text_of(kind).id; }
+
+FileKind detect_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return FileKind::Missing;
+  if (S_ISDIR(st.st_mode)) return folder_kind(path);
+  if (!S_ISREG(st.st_mode)) return FileKind::Special;
+  const std::string head = head_of(path, 4096);
+  if (sealed(head)) {
+    // The seal before HDF5 parses a byte (damaged structure can crash it); a large file's seal is
+    // left to its reader, which checks it anyway, rather than read twice at start.
+    if (st.st_size <= kSealCheckBytes) try {
+        h5::verify_seal(path, "");
+      } catch (const std::exception&) {
+        return FileKind::DamagedSeal;
+      }
+    return hdf5_kind(path);
+  }
+  if (hdf5_signature(head)) return hdf5_kind(path);
+  if (head.rfind("\x89PNG", 0) == 0) return FileKind::Png;
+  if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return FileKind::Zip;
+  return text_kind(head);
+}
+
+void expect_kind(const std::string& name, const std::string& path, FileKind expected) {
+  const FileKind actual = detect_kind(path);
+  if (actual == FileKind::Special)
+    DIT_FAIL(name, " ", path, " is a FIFO, device or socket, expected ", kind_name(expected),
+             ": give a regular file (dit_mp does not read from pipes)");
+  if (left_to_reader(actual) || fits(expected, actual)) return;
+  if (folder_kind_p(actual) && !folder_kind_p(expected))
+    DIT_FAIL(name, " = ", path, ": is not a file (a folder; expected ", kind_name(expected), ")");
+  // A golden file where a sealed file belongs: its reader's words ("no dit_mp seal") and what it is.
+  const bool wants_seal = expected == FileKind::Weights || expected == FileKind::Dataset;
+  if (wants_seal && actual == FileKind::Golden)
+    DIT_FAIL(name, " = ", path, ": no dit_mp seal: it is ", kind_name(actual), ", expected ", kind_name(expected),
+             hint(expected, actual, path));
+  DIT_FAIL(name, " ", path, " is ", kind_name(actual), ", expected ", kind_name(expected), hint(expected, actual, path));
+}
+
+std::string derived_path(const FileDecl& decl, const std::string& value) {
+  const std::string d = decl.derive;
+  if (d.rfind("dir:", 0) == 0) return (fs::path(value) / d.substr(4)).string();
+  if (d.rfind("ext:", 0) == 0) return fs::path(value).replace_extension(d.substr(4)).string();
+  return value;
+}
+
+void FilePlan::bind(const std::vector<FileDecl>& decls, const std::function<std::string(const FileDecl&)>& value) {
+  for (const FileDecl& d : decls) {
+    const std::string v = value(d);
+    if (v.empty()) continue;
+    const std::string option = *d.key ? d.key : d.option[0] == '@' ? d.option + 1 : d.option;
+    std::string name = option;
+    if (*d.derive) name += std::string(": its ") + (d.derive + 4) + (d.derive[0] == 'e' ? " file" : "");
+    add({name, option, d.what, derived_path(d, v), d.role, d.kind});
+  }
+}
+
+void FilePlan::check() const {
+  std::vector<Identity> ids;
+  for (const FileUse& u : uses_) {
+    ids.push_back(identity_of(u.path));
+    DIT_CHECK(detect_kind(u.path) != FileKind::Special, command_, ": ", u.name, " ", u.path,
+              " is a FIFO, device or socket, expected ", kind_name(u.kind), ": give a regular file");
+  }
+  for (std::size_t o = 0; o < uses_.size(); ++o) {
+    const FileUse& out = uses_[o];
+    if (out.role != FileRole::Output) continue;
+    for (std::size_t i = 0; i < uses_.size(); ++i) {
+      const FileUse& other = uses_[i];
+      if (i == o) continue;
+      const bool same = ids[i] == ids[o];
+      if (other.role == FileRole::Input && (same || (out.replaced_whole && inside(ids[i].canonical, ids[o].canonical))))
+        DIT_FAIL(command_, ": ", role_text(out), same ? " is " : " would replace ", role_text(other),
+                 same ? "" : " inside it", ": no output may overwrite an input; choose another ", out.option);
+      if (other.role == FileRole::Output && same && i > o)
+        DIT_FAIL(command_, ": ", role_text(out), " and ", role_text(other), " are one file: give them different names");
+    }
+  }
+  for (const FileUse& u : uses_) {
+    if (u.role == FileRole::Input) {
+      expect_kind(u.name, u.path, u.kind);
+      continue;
+    }
+    // A folder where a file goes is the writer's to name (its message says which file name to give).
+    const FileKind actual = detect_kind(u.path);
+    if (actual == FileKind::Missing || fits(u.kind, actual) || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
+      continue;
+    DIT_FAIL(command_, ": output ", u.name, " ", u.path, " (", u.what, ") exists and is ", kind_name(actual),
+             ", not ", kind_name(u.kind), " that dit_mp wrote: dit_mp replaces only its own outputs; move it or "
+             "choose another ", u.option);
+  }
+}
+
+std::string describe_file_roles(const std::vector<CommandFiles>& commands) {
+  std::ostringstream os;
+  for (const CommandFiles& c : commands)
+    for (const FileDecl& d : c.files)
+      os << c.command << ' ' << (d.role == FileRole::Input ? "input" : "output") << ' ' << d.option << ' '
+         << kind_id(d.kind) << ' ' << (*d.derive ? d.derive : "-") << (*d.key ? " " : "") << d.key << '\n';
+  return os.str();
+}
+
+}  // namespace dit
