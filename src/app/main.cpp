@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
     if (dit::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     rc = 1;
   }
-  // Every rank ends with the worst exit code (e.g. verify's result, known on rank 0).
+  // Every rank ends with the worst exit code (e.g. verify's result, known on rank 0), even when
+  // mpirun stops the others with SIGTERM once one has exited.
+  dit::defer_stop_signals();
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

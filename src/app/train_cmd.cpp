@@ -193,7 +193,7 @@ int run_train(const RunConfig& given, TrainMode mode) {
   // The plan of each stage, which the first step is checked against (and --layout auto ranked by).
   std::vector<MemoryAccount> planned;
   collective_check([&] { planned = planned_stage_memory(cfg, setup); });
-  training_started();  // a stop signal from here on is answered at a step boundary, with a checkpoint
+  defer_stop_signals();  // a stop signal from here on is answered at a step boundary, with a checkpoint
   Run run(cfg, setup, std::move(planned));
   return run.train();
 }

@@ -238,7 +238,10 @@ FileKind detect_kind(const std::string& path) {
 }
 
 void expect_kind(const std::string& name, const std::string& path, FileKind expected) {
-  const FileKind actual = detect_kind(path);
+  expect_kind_of(name, path, expected, detect_kind(path));
+}
+
+void expect_kind_of(const std::string& name, const std::string& path, FileKind expected, FileKind actual) {
   if (actual == FileKind::Special)
     DIT_FAIL(name, " ", path, " is a FIFO, device or socket, expected ", kind_name(expected),
              ": give a regular file (dit_mp does not read from pipes)");
@@ -273,9 +276,11 @@ void FilePlan::bind(const std::vector<FileDecl>& decls, const std::function<std:
 
 void FilePlan::check() const {
   std::vector<Identity> ids;
+  std::vector<FileKind> kinds;  // each file looked at once (a seal's check reads the whole file)
   for (const FileUse& u : uses_) {
     ids.push_back(identity_of(u.path));
-    DIT_CHECK(detect_kind(u.path) != FileKind::Special, command_, ": ", u.name, " ", u.path,
+    kinds.push_back(detect_kind(u.path));
+    DIT_CHECK(kinds.back() != FileKind::Special, command_, ": ", u.name, " ", u.path,
               " is a FIFO, device or socket, expected ", kind_name(u.kind), ": give a regular file");
   }
   for (std::size_t o = 0; o < uses_.size(); ++o) {
@@ -292,14 +297,18 @@ void FilePlan::check() const {
         DIT_FAIL(command_, ": ", role_text(out), " and ", role_text(other), " are one file: give them different names");
     }
   }
-  for (const FileUse& u : uses_) {
+  for (std::size_t i = 0; i < uses_.size(); ++i) {
+    const FileUse& u = uses_[i];
+    const FileKind actual = kinds[i];
     if (u.role == FileRole::Input) {
-      expect_kind(u.name, u.path, u.kind);
+      expect_kind_of(u.name, u.path, u.kind, actual);
       continue;
     }
-    // A folder where a file goes is the writer's to name (its message says which file name to give).
-    const FileKind actual = detect_kind(u.path);
-    if (actual == FileKind::Missing || fits(u.kind, actual) || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
+    // A folder where a file goes is the writer's to name (its message says which file name to give);
+    // an empty file holds nothing to lose (a run stopped before its first metrics line).
+    std::error_code ec;
+    const bool empty = actual == FileKind::Text && fs::file_size(u.path, ec) == 0 && !ec;
+    if (actual == FileKind::Missing || fits(u.kind, actual) || empty || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
       continue;
     DIT_FAIL(command_, ": output ", u.name, " ", u.path, " (", u.what, ") exists and is ", kind_name(actual),
              ", not ", kind_name(u.kind), " that dit_mp wrote: dit_mp replaces only its own outputs; move it or "

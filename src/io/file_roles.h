@@ -83,6 +83,8 @@ class FilePlan {
 // kinds, a folder) of kind `expected`, without opening a FIFO or device. A file that does not exist
 // or whose kind cannot be told is left to its reader, whose message is the precise one.
 void expect_kind(const std::string& name, const std::string& path, FileKind expected);
+// The same for a file already looked at (`actual` = detect_kind(path)).
+void expect_kind_of(const std::string& name, const std::string& path, FileKind expected, FileKind actual);
 
 // The path a declaration names for an option's value `value` (applies `derive`).
 std::string derived_path(const FileDecl& decl, const std::string& value);

@@ -5,34 +5,22 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdlib>
-#include <cstring>
 
 namespace dit {
 
 namespace {
 volatile std::sig_atomic_t g_first_signal = 0;
 volatile std::sig_atomic_t g_signals = 0;
-volatile std::sig_atomic_t g_training = 0;
-volatile std::sig_atomic_t g_says = 1;  // this process prints the early stop's line (rank 0, or alone)
+volatile std::sig_atomic_t g_deferred = 0;
 
 extern "C" void on_stop_signal(int sig) {
-  if (g_training == 0) {  // only async-signal-safe calls: write and _exit
-    static const char line[] = "dit_mp: stop signal before training started: stopped (nothing to save)\n";
-    if (g_says) {
-      const ssize_t n = ::write(2, line, sizeof line - 1);
-      static_cast<void>(n);
-    }
-    ::_exit(kExitPreempted);
-  }
+  if (g_deferred == 0) ::_exit(kExitPreempted);  // async-signal-safe; no line (the ranks would all print)
   if (g_first_signal == 0) g_first_signal = sig;
   g_signals = g_signals + 1;
 }
 }  // namespace
 
 void install_stop_handlers() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");  // mpirun sets it before MPI_Init
-  g_says = rank == nullptr || std::strcmp(rank, "0") == 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -41,7 +29,7 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-void training_started() { g_training = 1; }
+void defer_stop_signals() { g_deferred = 1; }
 
 const volatile std::sig_atomic_t* stop_signal_flag() { return &g_first_signal; }
 int stop_signal() { return g_first_signal; }

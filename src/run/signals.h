@@ -15,13 +15,15 @@ namespace dit {
 // EX_TEMPFAIL (sysexits.h): stopped on request after a checkpoint; run again with --resume auto.
 constexpr int kExitPreempted = 75;
 
-// Installs the handlers for SIGUSR1 and SIGTERM on this process. Until training_started(), a stop
-// signal ends the process at once with kExitPreempted (nothing to save yet, and a start-up blocked
-// in a read must not wait for a step boundary that never comes); after it, the handler sets a flag
-// (later signals, e.g. a second one during the checkpoint, only count).
+// Installs the handlers for SIGUSR1 and SIGTERM on this process. Until defer_stop_signals(), a stop
+// signal ends the process at once, quietly, with kExitPreempted (nothing to save yet, and a start-up
+// blocked in a read must not wait for a step boundary that never comes); after it, the handler sets
+// a flag (later signals, e.g. a second one during the checkpoint, only count).
 void install_stop_handlers();
-// From here on a stop signal waits for the next step boundary (the run can save a checkpoint).
-void training_started();
+// From here on a stop signal is only recorded: training answers it at the next step boundary with a
+// checkpoint, and a job that is ending (mpirun stops the other ranks once one has exited) ends with
+// its own exit code.
+void defer_stop_signals();
 // The flag the handler sets (for the communication watchdog, which shortens waits once it is set).
 const volatile std::sig_atomic_t* stop_signal_flag();
 // The first stop signal this process received, 0 if none, and how many it received in all.

@@ -31,7 +31,7 @@ expect_teacher_blocks "$SCRATCH/one.h5" "$SCRATCH/run/ema.h5" "$kept"
 cp "$SCRATCH/one.h5" "$SCRATCH/one_copy.h5"
 if "$DIT_MP" sample --weights "$SCRATCH/one.h5" --classes 0 --per-class 1 --steps 2 --out "$SCRATCH/one.png" \
   > "$SCRATCH/over.txt" 2>&1; then fail "sampling over the weights file was not refused"; fi
-grep -q "the weights being sampled; choose another --out" "$SCRATCH/over.txt" || { cat "$SCRATCH/over.txt"; fail "message"; }
+grep -q "is input --weights .*one.h5 (the weights being sampled): no output may overwrite an input; choose another --out" "$SCRATCH/over.txt" || { cat "$SCRATCH/over.txt"; fail "message"; }
 cmp "$SCRATCH/one.h5" "$SCRATCH/one_copy.h5" || fail "the weights file changed"
 # A weights file named index.h5 (no checkpoint's COMPLETE beside it) starts a run as weights.
 mkdir "$SCRATCH/w" && cp "$SCRATCH/one.h5" "$SCRATCH/w/index.h5"
