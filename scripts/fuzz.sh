@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the readers (TOML config, plan calibration, dataset, weights, checkpoint index, FID statistics
-# .npz, samples) with libFuzzer and AddressSanitizer: builds build-fuzz/ with clang (-DDIT_FUZZ=ON),
+# .npz, samples, safetensors) with libFuzzer and AddressSanitizer: builds build-fuzz/ with clang (-DDIT_FUZZ=ON),
 # runs each target for SECONDS (default 60) from its corpus in tests/data/fuzz/<target>/, then merges
 # the inputs that reach new code back into that corpus (the text corpora, config and calibration, by
 # default: the binary corpora stay small seeds; DIT_FUZZ_MERGE_ALL=1 merges them all). A crash,
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(config calibration dataset weights index npz samples)
+((${#targets[@]})) || targets=(config calibration dataset weights index npz samples safetensors)
 command -v clang++ > /dev/null || { echo "fuzz.sh: clang++ not found (scripts/install_deps.sh installs it)"; exit 1; }
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DDIT_FUZZ=ON -DDIT_CUDA=OFF -DDIT_BUILD_BENCHMARKS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-fuzz.cmake.log 2>&1 || { cat build-fuzz.cmake.log; exit 1; }

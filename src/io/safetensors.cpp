@@ -1,0 +1,370 @@
+// safetensors reading (see safetensors.h). The header is parsed by a small strict JSON reader that
+// knows what the format allows (an object of objects; strings, integers and arrays of integers) and
+// bounds its depth, so a hostile header cannot exhaust the stack or memory.
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sys/stat.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dit {
+
+namespace {
+
+// ---- a strict JSON subset ----------------------------------------------------------------------
+struct Json {
+  enum class Kind { Object, Array, String, Number, Other } kind = Kind::Other;
+  std::vector<std::pair<std::string, Json>> members;  // Object, in file order
+  std::vector<Json> items;                            // Array
+  std::string text;                                   // String; Number as written
+};
+
+class JsonReader {
+ public:
+  JsonReader(const std::string& s, const std::string& file) : s_(s), file_(file) {}
+  Json document() {
+    Json v = value(0);
+    skip_space();
+    if (pos_ != s_.size()) fail("text after the header's object");
+    return v;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 8;  // the format needs 3: header, tensor, shape
+
+  [[noreturn]] void fail(const std::string& what) const {
+    DIT_FAIL(file_, ": the safetensors header is not valid JSON at byte ", pos_, ": ", what,
+             " (a damaged or non-safetensors file?)");
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
+  }
+  char peek() {
+    skip_space();
+    if (pos_ >= s_.size()) fail("the header ends early");
+    return s_[pos_];
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  Json value(int depth) {
+    if (depth > kMaxDepth) fail("nested deeper than a safetensors header can be");
+    const char c = peek();
+    if (c == '{') return object(depth);
+    if (c == '[') return array(depth);
+    if (c == '"') return Json{Json::Kind::String, {}, {}, string()};
+    if (c == '-' || (c >= '0' && c <= '9')) return number();
+    for (const char* word : {"true", "false", "null"})
+      if (s_.compare(pos_, std::strlen(word), word) == 0) {
+        pos_ += std::strlen(word);
+        return Json{Json::Kind::Other, {}, {}, word};
+      }
+    fail("unexpected character");
+  }
+  Json object(int depth) {
+    Json o{Json::Kind::Object, {}, {}, {}};
+    expect('{');
+    if (peek() == '}') return ++pos_, o;
+    for (;;) {
+      if (peek() != '"') fail("expected a member name");
+      std::string key = string();
+      expect(':');
+      o.members.emplace_back(std::move(key), value(depth + 1));
+      if (peek() == ',') { ++pos_; continue; }
+      expect('}');
+      return o;
+    }
+  }
+  Json array(int depth) {
+    Json a{Json::Kind::Array, {}, {}, {}};
+    expect('[');
+    if (peek() == ']') return ++pos_, a;
+    for (;;) {
+      a.items.push_back(value(depth + 1));
+      if (peek() == ',') { ++pos_; continue; }
+      expect(']');
+      return a;
+    }
+  }
+  Json number() {
+    const std::size_t start = pos_;
+    if (s_[pos_] == '-') ++pos_;
+    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' ||
+                                s_[pos_] == 'e' || s_[pos_] == 'E' || s_[pos_] == '+' || s_[pos_] == '-'))
+      ++pos_;
+    return Json{Json::Kind::Number, {}, {}, s_.substr(start, pos_ - start)};
+  }
+  void append_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  unsigned hex4() {
+    if (pos_ + 4 > s_.size()) fail("a \\u escape ends early");
+    unsigned v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char h = s_[pos_++];
+      v <<= 4;
+      if (h >= '0' && h <= '9') v |= static_cast<unsigned>(h - '0');
+      else if (h >= 'a' && h <= 'f') v |= static_cast<unsigned>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F') v |= static_cast<unsigned>(h - 'A' + 10);
+      else fail("a \\u escape with a non-hex digit");
+    }
+    return v;
+  }
+  std::string string() {
+    ++pos_;  // the opening quote
+    std::string out;
+    for (;;) {
+      if (pos_ >= s_.size()) fail("a string is not closed");
+      const char c = s_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("a control character inside a string");
+      if (c != '\\') { out += c; continue; }
+      if (pos_ >= s_.size()) fail("an escape ends early");
+      const char e = s_[pos_++];
+      switch (e) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(pos_, 2, "\\u") == 0) {
+            pos_ += 2;
+            const unsigned lo = hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("an unpaired surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default: fail("an unknown escape");
+      }
+    }
+  }
+
+  const std::string& s_;
+  const std::string& file_;
+  std::size_t pos_ = 0;
+};
+
+// ---- the format ----------------------------------------------------------------------------------
+struct DtypeName {
+  StDtype t;
+  const char* name;
+  int size;
+};
+constexpr DtypeName kDtypes[] = {{StDtype::F64, "F64", 8}, {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2},
+                                 {StDtype::BF16, "BF16", 2}, {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4},
+                                 {StDtype::I16, "I16", 2}, {StDtype::I8, "I8", 1}, {StDtype::U8, "U8", 1},
+                                 {StDtype::Bool, "BOOL", 1}};
+
+// A non-negative integer of at most `max`, written as JSON digits only.
+std::uint64_t as_count(const Json& v, std::uint64_t max, const std::string& what) {
+  DIT_CHECK(v.kind == Json::Kind::Number && !v.text.empty() &&
+                std::all_of(v.text.begin(), v.text.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                v.text.size() <= 20,
+            what, " = ", v.text.empty() ? "(not a number)" : v.text, ": expected a whole number >= 0");
+  std::uint64_t n = 0;
+  for (char c : v.text) {
+    DIT_CHECK(n <= (max - static_cast<std::uint64_t>(c - '0')) / 10, what, " = ", v.text, ": expected at most ", max);
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return n;
+}
+
+StTensor parse_tensor(const std::string& file, const std::string& name, const Json& v) {
+  const std::string where = file + ": tensor " + name;
+  DIT_CHECK(v.kind == Json::Kind::Object, where, ": expected an object with dtype, shape and data_offsets");
+  const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
+  for (const auto& [k, m] : v.members) {
+    if (k == "dtype") dtype = &m;
+    else if (k == "shape") shape = &m;
+    else if (k == "data_offsets") offsets = &m;
+    else DIT_FAIL(where, ": unknown field \"", k, "\" (expected dtype, shape and data_offsets)");
+  }
+  DIT_CHECK(dtype && shape && offsets, where, ": missing ", !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+  StTensor t;
+  t.name = name;
+  DIT_CHECK(dtype->kind == Json::Kind::String, where, ": dtype is not a string");
+  const auto* d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                               [&](const DtypeName& x) { return dtype->text == x.name; });
+  DIT_CHECK(d != std::end(kDtypes), where, ": dtype ", dtype->text,
+            " is not one dit_mp reads (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  t.dtype = d->t;
+  DIT_CHECK(shape->kind == Json::Kind::Array && shape->items.size() <= 8, where,
+            ": shape is not a list of at most 8 dimensions");
+  std::uint64_t numel = 1;
+  constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 50;
+  for (const Json& dim : shape->items) {
+    const std::uint64_t n = as_count(dim, kMaxElements, where + " shape dimension");
+    DIT_CHECK(n == 0 || numel <= kMaxElements / n, where, ": shape ", "has more than 2^50 elements");
+    numel *= n;
+    t.shape.push_back(static_cast<std::int64_t>(n));
+  }
+  DIT_CHECK(offsets->kind == Json::Kind::Array && offsets->items.size() == 2, where,
+            ": data_offsets is not a list [begin, end]");
+  t.begin = as_count(offsets->items[0], std::numeric_limits<std::uint64_t>::max() / 2, where + " data_offsets begin");
+  t.end = as_count(offsets->items[1], std::numeric_limits<std::uint64_t>::max() / 2, where + " data_offsets end");
+  DIT_CHECK(t.begin <= t.end, where, ": data_offsets [", t.begin, ", ", t.end, "] end before they begin");
+  DIT_CHECK(t.end - t.begin == numel * static_cast<std::uint64_t>(d->size), where, ": ", d->name, " ",
+            t.shape_text(), " needs ", numel * static_cast<std::uint64_t>(d->size), " bytes, data_offsets [",
+            t.begin, ", ", t.end, "] give ", t.end - t.begin);
+  return t;
+}
+
+std::uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  DIT_CHECK(::stat(path.c_str(), &st) == 0, path, " does not exist");
+  DIT_CHECK(S_ISREG(st.st_mode), path, " is not a regular file (a safetensors file was expected)");
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+}  // namespace
+
+const char* st_dtype_name(StDtype t) {
+  for (const DtypeName& d : kDtypes)
+    if (d.t == t) return d.name;
+  return "?";
+}
+int st_dtype_size(StDtype t) {
+  for (const DtypeName& d : kDtypes)
+    if (d.t == t) return d.size;
+  return 0;
+}
+
+std::int64_t StTensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string StTensor::shape_text() const {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const std::uint64_t size = file_size(path);
+  DIT_CHECK(size >= 8, path, ": ", size, " bytes, shorter than a safetensors file's 8-byte header length");
+  std::ifstream in(path, std::ios::binary);
+  DIT_CHECK(in.good(), path, ": cannot be opened for reading");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  DIT_CHECK(n <= kMaxHeaderBytes, path, ": header length ", n, " bytes is over the format's ", kMaxHeaderBytes,
+            " (a damaged or non-safetensors file?)");
+  DIT_CHECK(n >= 2 && n <= size - 8, path, ": header length ", n, " bytes does not fit the ", size,
+            "-byte file (truncated, or not a safetensors file)");
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  DIT_CHECK(in.good(), path, ": the header could not be read");
+  DIT_CHECK(header[0] == '{', path, ": the header does not start with '{' (not a safetensors file?)");
+  const Json doc = JsonReader(header, path).document();
+  DIT_CHECK(doc.kind == Json::Kind::Object, path, ": the header is not a JSON object");
+  data_offset_ = 8 + n;
+  for (const auto& [name, v] : doc.members) {
+    if (name == "__metadata__") {
+      DIT_CHECK(v.kind == Json::Kind::Object, path, ": __metadata__ is not an object of strings");
+      for (const auto& [k, m] : v.members) {
+        DIT_CHECK(m.kind == Json::Kind::String, path, ": __metadata__ \"", k, "\" is not a string");
+        metadata_[k] = m.text;
+      }
+      continue;
+    }
+    DIT_CHECK(index_.count(name) == 0, path, ": tensor ", name, " appears twice in the header");
+    index_[name] = tensors_.size();
+    tensors_.push_back(parse_tensor(path, name, v));
+  }
+  // The data ranges tile the data exactly: no overlap, no hole, nothing past the end.
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const StTensor& a, const StTensor& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  const std::uint64_t data = size - data_offset_;
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    const StTensor& t = tensors_[i];
+    DIT_CHECK(t.end <= data, path, ": tensor ", t.name, " data_offsets [", t.begin, ", ", t.end, "] run past the ",
+              data, " bytes of data (a truncated file?)");
+    DIT_CHECK(t.begin == at, path, ": tensor ", t.name, " data_offsets [", t.begin, ", ", t.end, "] ",
+              t.begin < at ? "overlap the tensor before" : "leave a gap after the tensor before", " (which ends at ", at,
+              ")");
+    at = t.end;
+    index_[t.name] = i;
+  }
+  DIT_CHECK(at == data, path, ": ", data - at, " bytes of data after the last tensor (the header does not describe them)");
+}
+
+const StTensor* SafetensorsFile::find(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const StTensor& SafetensorsFile::at(const std::string& name) const {
+  const StTensor* t = find(name);
+  DIT_CHECK(t != nullptr, path_, " has no tensor ", name, " (it has ", tensors_.size(), " tensors",
+            tensors_.empty() ? "" : ", e.g. " + tensors_.front().name, ")");
+  return *t;
+}
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std::vector<std::int64_t>& want) const {
+  const StTensor& t = at(name);
+  if (!want.empty()) {
+    StTensor w;
+    w.shape = want;
+    DIT_CHECK(t.shape == want, path_, ": tensor ", name, " has shape ", t.shape_text(), ", expected ", w.shape_text());
+  }
+  const bool floating = t.dtype == StDtype::F32 || t.dtype == StDtype::F16 || t.dtype == StDtype::BF16 ||
+                        t.dtype == StDtype::F64;
+  DIT_CHECK(floating, path_, ": tensor ", name, " is ", st_dtype_name(t.dtype), ", expected F32, F16, BF16 or F64");
+  std::vector<unsigned char> raw(static_cast<std::size_t>(t.end - t.begin));
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(data_offset_ + t.begin));
+  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+  DIT_CHECK(in.good() || raw.empty(), path_, ": tensor ", name, " could not be read (the file changed or is truncated)");
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case StDtype::F32: std::memcpy(&out[i], raw.data() + 4 * i, 4); break;
+      case StDtype::F64: {
+        double d;
+        std::memcpy(&d, raw.data() + 8 * i, 8);
+        out[i] = static_cast<float>(d);
+        break;
+      }
+      default: {
+        std::uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[i] = t.dtype == StDtype::F16 ? f16_bits_to_float(h) : bf16_bits_to_float(h);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dit
