@@ -57,13 +57,9 @@ class FusedError : public Error {
 // the case as not served, with the library's message, rather than as a failure. Its text starts
 // with kNotServed.
 inline constexpr const char* kNotServed = "not served by";
-class FusedRefusal : public Error {
+class FusedRefusal : public FusedError {
  public:
-  FusedRefusal(FusedFailure kind, const std::string& what) : Error(what), kind_(kind) {}
-  FusedFailure kind() const { return kind_; }
-
- private:
-  FusedFailure kind_;
+  using FusedError::FusedError;
 };
 
 // The one line said when a problem falls back, and the short note a run records.
