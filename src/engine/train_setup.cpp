@@ -89,8 +89,10 @@ TrainSetup TrainSetup::make(const RunConfig& cfg, const Layout& layout) {
     const std::string& path = cfg.distill.teacher;
     const DiTConfig teacher = read_weights_config(path);
     std::vector<int> kept;
-    if (!cfg.run.init_from.empty() && std::filesystem::is_regular_file(cfg.run.init_from))
+    if (!cfg.run.init_from.empty() && std::filesystem::is_regular_file(cfg.run.init_from)) {
+      check_pruned_from(cfg.run.init_from, path, teacher.depth);
       kept = read_kept_layers(cfg.run.init_from);
+    }
     t.distill = distill_settings(cfg, teacher, kept);
   }
   return make(cfg.model.dit, t, layout);

@@ -204,7 +204,7 @@ void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
   require(std::abs(d.logit_normal_mean) <= kMaxLogitNormal, "diffusion.logit_normal_mean", d.logit_normal_mean,
           "a mean in [-10, 10] (t = sigmoid(mean + std u); 0 is SD3's and LightningDiT's)");
   require(d.logit_normal_std > 0 && d.logit_normal_std <= kMaxLogitNormal, "diffusion.logit_normal_std",
-          d.logit_normal_std, "a standard deviation in (0, 10] (t = sigmoid(mean + std u))");
+          d.logit_normal_std, "a standard deviation > 0 and at most 10 (t = sigmoid(mean + std u))");
   if (flow && d.loss_weight != LossWeight::None)
     DIT_FAIL("diffusion.loss_weight = \"", name_of(kLossWeightNames, d.loss_weight),
              "\": expected \"none\" with diffusion.objective = \"flow\" (Min-SNR weights epsilon prediction; "
@@ -223,7 +223,7 @@ void validate_diffusion(const DiffusionSection& d, const DiTConfig& m) {
 void validate_distill(const DistillSection& d) {
   if (d.teacher.empty()) return;
   // Weights beyond 1000 scale the loss's gradients past what fp32 keeps finite in a few steps.
-  const std::string range = "a weight in [0, " + show(kMaxDistillWeight) + "]";
+  const std::string range = "a weight >= 0 and at most " + show(kMaxDistillWeight);
   require(d.output_weight >= 0 && d.output_weight <= kMaxDistillWeight, "distill.output_weight", d.output_weight, range);
   require(d.target_weight >= 0 && d.target_weight <= kMaxDistillWeight, "distill.target_weight", d.target_weight, range);
   require(d.feature_weight >= 0 && d.feature_weight <= kMaxDistillWeight, "distill.feature_weight", d.feature_weight,

@@ -2,6 +2,7 @@
 // one sample per call as a single hyperslab, converting to float32 in the model's range.
 #include "io/h5_dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -146,6 +147,11 @@ int H5Dataset::get(std::int64_t index, float* out) const {
                path(), ": read sample ", index, " of 'images'");
   const std::int64_t numel = shape_.numel();
   if (latents_) {
+    // A file sealed by other means than prepare-data may hold NaN or Inf: name it here, not as a
+    // diverged loss steps later.
+    DIT_CHECK(std::all_of(out, out + numel, [](float v) { return std::isfinite(v); }), path(), ": sample ", index,
+              " of 'images' holds NaN or Inf values: expected finite latents (re-create the dataset with dit_mp "
+              "prepare-data latents)");
     const float scale = float(scale_);
     for (std::int64_t i = 0; i < numel; ++i) out[i] *= scale;
   } else {

@@ -92,4 +92,14 @@ void check_same_meaning(MeaningCheck check, const SavedMeaning& saved, const std
   }
 }
 
+void check_pruned_from(const std::string& student, const std::string& teacher, int teacher_depth) {
+  const WeightsProvenance p = read_weights_provenance(student);
+  if (p.empty() || p.teacher_depth == teacher_depth) return;
+  std::string kept;
+  for (int b : p.kept_layers) kept += (kept.empty() ? "" : ",") + std::to_string(b);
+  DIT_FAIL("run.init_from = ", student, " was pruned (", p.pruned_by, ") from a teacher of depth ", p.teacher_depth,
+           ", keeping its blocks ", kept, ", but distill.teacher = ", teacher, " has depth ", teacher_depth,
+           ": distil it from the teacher it was pruned from");
+}
+
 }  // namespace dit

@@ -34,4 +34,10 @@ enum class MeaningCheck { Resume, Teacher, TeacherFeatures };
 void check_same_meaning(MeaningCheck check, const SavedMeaning& saved, const std::string& saved_file,
                         const SavedMeaning& now, const std::string& now_source);
 
+// A student `dit_mp prune` made (`student` with a provenance: run.init_from) records the depth of
+// the teacher it was pruned from and the blocks it kept: the teacher given must have that depth
+// (its default feature pairs follow the kept blocks). Throws naming both files; nothing to check
+// for a student without a record.
+void check_pruned_from(const std::string& student, const std::string& teacher, int teacher_depth);
+
 }  // namespace dit

@@ -221,13 +221,24 @@ bool allowed(const std::optional<T>& fixed, const T& v) {
 
 }  // namespace
 
+// Whether a pipeline of pp stages can run the schedule and virtual stages the flags fix: GPipe and
+// the zero-bubble schedules need a pipeline, ZB-V 2 x pp chunks that divide the depth, interleaving
+// pp x v chunks of at least a block each (the grids a fixed schedule cannot use are not offered).
+static bool serves_fixed_schedule(const FitConstraints& f, int pp, int depth) {
+  if (f.schedule && *f.schedule != ScheduleKind::OneFOneB && pp < 2) return false;
+  if (f.schedule && *f.schedule == ScheduleKind::ZbV && depth % (2 * pp) != 0) return false;
+  return !f.virtual_stages || *f.virtual_stages == 1 || (pp >= 2 && pp * *f.virtual_stages <= depth);
+}
+
 std::vector<Layout> fit_grids(const FitRequest& req) {
   const DiTConfig& m = req.cfg.model.dit;
   std::vector<Layout> out;
   for (int tp = 1; tp <= std::min(req.gpus, req.hw.gpus_per_node); ++tp) {
     if (req.gpus % tp || m.num_heads % tp || m.mlp_hidden() % tp || m.ffn_hidden() % tp) continue;
     for (int pp = 1; pp <= std::min(req.gpus / tp, m.depth); ++pp) {
-      if ((req.gpus / tp) % pp || !allowed(req.fixed.tp, tp) || !allowed(req.fixed.pp, pp)) continue;
+      if ((req.gpus / tp) % pp || !allowed(req.fixed.tp, tp) || !allowed(req.fixed.pp, pp) ||
+          !serves_fixed_schedule(req.fixed, pp, m.depth))
+        continue;
       const Layout l{tp, pp, req.gpus / (tp * pp)};
       if (req.cfg.train.global_batch % l.dp == 0) out.push_back(l);
     }
@@ -406,7 +417,12 @@ std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, i
      << "the pipeline bubble, "
      << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
   os << format_fit_rows(rows, 0, top);
-  if (rows.empty()) os << "nothing fits: more GPUs, a smaller model or a smaller global batch\n";
+  if (rows.empty() && fit_grids(req).empty())
+    os << "no layout divides " << req.gpus << " GPUs: tp must divide model.num_heads = " << req.cfg.model.dit.num_heads
+       << " within a node of " << req.hw.gpus_per_node << ", pp at most model.depth = " << req.cfg.model.dit.depth
+       << ", dp must divide train.global_batch = " << req.cfg.train.global_batch << " (memory is not the reason)\n";
+  else if (rows.empty())
+    os << "nothing fits: more GPUs, a smaller model or a smaller global batch\n";
   return os.str();
 }
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The run is deterministic down to its files: two identical 4-step runs (pp 2, two ranks) in the same
 # run folder write byte-identical model.h5, ema.h5, samples.h5, samples.png and checkpoint files
-# (HDF5 records no object times), and the same losses in metrics.jsonl.
+# (HDF5 records no object times), and the same losses in metrics.jsonl. A run's identity (run.id,
+# recorded in config.toml and every checkpoint index) is random unless given: both runs are given one.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 for n in 1 2; do
   $MPIRUN -n 2 "$DIT_MP" --tp 1 --pp 2 --steps 4 --log-every 1 --data "$SCRATCH/fm_test.h5" \
-    --run-dir "$SCRATCH/run" "${TINY[@]}" > "$SCRATCH/log$n.txt" 2>&1 || { cat "$SCRATCH/log$n.txt"; fail "run $n failed"; }
+    --run-dir "$SCRATCH/run" "${TINY[@]}" --set run.id=\"0123456789abcdef0123456789abcdef\" > "$SCRATCH/log$n.txt" 2>&1 || { cat "$SCRATCH/log$n.txt"; fail "run $n failed"; }
   mv "$SCRATCH/run" "$SCRATCH/run$n"
 done
 files=(model.h5 ema.h5 samples.h5 samples.png ckpt/step_00000004/index.h5
