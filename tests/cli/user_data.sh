@@ -151,7 +151,7 @@ cal 'cores = 1e-300'
 refused "predict.cores = 1e-300: expected cores shared by a node's ranks \(0: a device per rank\) in \[0.01, 1e\+06\] or 0" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
 printf '[predict]\nflops_per_s = 1e-300\n' > "$SCRATCH/cal.toml"  # the predicted step time was inf
 refused "predict.flops_per_s = 1e-300: expected FLOP/s of one rank in \[1e\+06, 1e\+18\]" "$DIT_MP" plan --predict --calibration "$SCRATCH/cal.toml"
-refused "$SCRATCH: cannot read the calibration \(not a regular file" "$DIT_MP" plan --predict --calibration "$SCRATCH"
+refused "--calibration = $SCRATCH: is not a file \(a folder; expected a TOML config\)" "$DIT_MP" plan --predict --calibration "$SCRATCH"
 /usr/bin/python3 -c "print('[predict]\nx = ' + '['*10000 + ']'*10000)" > "$SCRATCH/nested.toml"
 refused "nested.toml:2: .*nest deeper than 64" "$DIT_MP" plan --predict --calibration "$SCRATCH/nested.toml"
 "$DIT_MP" plan --predict --calibration "$(dirname "$0")/../../docs/study_demo/calibration.toml" > "$SCRATCH/cal.txt" 2>&1 ||
