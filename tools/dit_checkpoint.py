@@ -305,6 +305,8 @@ def cmd_import(a):
     tmp = a.out + ".tmp"
     with h5py.File(tmp, "w", userblock_size=SEAL_BYTES) as f:
         c = f.create_group("config")
+        if a.diffusion_steps is not None:  # what a .pt cannot hold (dit_mp reads 1000 when absent)
+            cfg["diffusion_steps"] = a.diffusion_steps
         for k, v in cfg.items():
             c.attrs[k] = (np.float64(v) if isinstance(v, float) else v if isinstance(v, str)
                           else np.int64(v))
@@ -354,6 +356,10 @@ def rope_buffers(hidden, num_heads, grid):
 
 def cmd_export(a):
     tensors, cfg = read_weights(a.source, a.kind)
+    steps = int(cfg.get("diffusion_steps", 1000))
+    if steps != 1000:  # a state dict holds tensors only: say how to get the schedule back
+        print(f"note: {a.source} was trained with diffusion_steps = {steps}, which a .pt cannot hold: import it "
+              f"back with --diffusion-steps {steps}", file=sys.stderr)
     grid = int(cfg["input_size"]) // int(cfg["patch_size"])
     pos = torch_dit.get_2d_sincos_pos_embed(int(cfg["hidden_size"]), grid)
     state = {"pos_embed": torch.from_numpy(np.asarray(pos, dtype=np.float32)).unsqueeze(0)}
@@ -379,6 +385,13 @@ def cmd_export(a):
     print(f"wrote {a.out}: {len(state)} tensors")
 
 
+def diffusion_steps(text):
+    n = int(text)
+    if not 2 <= n <= 100000:
+        raise argparse.ArgumentTypeError(f"{n}: expected 2 to 100000 timesteps (dit_mp's diffusion.steps range)")
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -392,6 +405,8 @@ def main():
     i.add_argument("--family", choices=["dit", "sit", "lightning"],
                    help="whose state dict (default: lightning when its keys say so, else dit)")
     i.add_argument("--mlp-ratio", type=float, default=4.0, help="lightning with SwiGLU: the ratio w12 was built from")
+    i.add_argument("--diffusion-steps", type=diffusion_steps, metavar="N",
+                   help="the training schedule's length, recorded in the file (default: none recorded, read as 1000)")
     e = sub.add_parser("export", help="dit_mp weights or checkpoint -> official .pt")
     e.add_argument("source")
     e.add_argument("out")

@@ -45,6 +45,20 @@ for k in a:
     assert torch.equal(a[k], b[k]), k
 print(f"export: {len(a)} tensors equal to the official state dict")
 PY
+# 3b. A model trained at diffusion.steps = 500 (issue 34): export says the .pt cannot hold it, and an
+# import with --diffusion-steps 500 records it again, where sampling reads it.
+$PY - <<'PY'
+import h5py, numpy as np
+with h5py.File("imported.h5", "r+") as f:
+    f["config"].attrs["diffusion_steps"] = np.int64(500)
+PY
+$PY "$TOOLS/dit_checkpoint.py" seal imported.h5 > /dev/null || fail "reseal failed"
+$PY "$TOOLS/dit_checkpoint.py" export imported.h5 back500.pt > /dev/null 2> export500.txt || fail "export of the 500-step model"
+grep -q "was trained with diffusion_steps = 500, which a .pt cannot hold: import it back with --diffusion-steps 500" \
+  export500.txt || fail "export does not say diffusion_steps is lost: $(cat export500.txt)"
+$PY "$TOOLS/dit_checkpoint.py" import back500.pt again500.h5 --num-heads 4 --input-size 8 --diffusion-steps 500 \
+  > /dev/null || fail "import with --diffusion-steps"
+[[ $(attr again500.h5 diffusion_steps) == 500 ]] || fail "the re-imported model lost diffusion_steps = 500"
 # 4. A sharded checkpoint (written at tp 2 pp 2) exports through its index's virtual datasets.
 prepare_fashion_test
 $MPIRUN -n 4 "$DIT_MP" --tp 2 --pp 2 --steps 1 --data "$SCRATCH/fm_test.h5" --run-dir run "${TINY[@]}" > train.txt 2>&1 ||
