@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config
+  xz-utils  # scripts/pack_gpu.sh compresses the GPU pack (and cli.gpu_check unpacks it)
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools
   libeigen3-dev libtoml11-dev libcli11-dev
