@@ -1,9 +1,11 @@
 // Replacing a run folder under --overwrite, and nothing else (see run_folder.h).
 #include "run/run_folder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -41,12 +43,31 @@ bool written_by_dit_mp(const fs::path& config) {
 
 }  // namespace
 
+std::vector<std::string> checkpoint_folders(const std::string& dir) {
+  std::vector<std::string> out = {"ckpt"};
+  std::ifstream in(fs::path(dir) / "config.toml", std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string recorded;
+  try {
+    recorded = RunConfig::from_toml(text.str(), dir + "/config.toml").run.checkpoint_dir;
+  } catch (const Error&) {  // not a config this version reads: only ckpt/
+  }
+  if (recorded.empty()) return out;
+  std::error_code ec;
+  const fs::path r = fs::weakly_canonical(fs::absolute(recorded, ec), ec);
+  if (!ec && r.parent_path() == fs::weakly_canonical(fs::absolute(dir, ec), ec) && r.filename() != "ckpt")
+    out.push_back(r.filename().string());
+  return out;
+}
+
 std::vector<std::string> foreign_entries(const std::string& dir) {
   std::vector<std::string> out;
+  const std::vector<std::string> roots = checkpoint_folders(dir);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.is_directory() && !e.is_symlink()) {
-      if (name != "ckpt") {
+      if (std::find(roots.begin(), roots.end(), name) == roots.end()) {
         out.push_back(name + "/");
         continue;
       }
@@ -81,9 +102,10 @@ void check_overwritable(const RunConfig& cfg) {
 
 void clear_run_folder(const std::string& dir) {
   if (!fs::exists(dir)) return;
+  const std::vector<std::string> roots = checkpoint_folders(dir);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name == "ckpt" && e.is_directory() && !e.is_symlink()) {
+    if (std::find(roots.begin(), roots.end(), name) != roots.end() && e.is_directory() && !e.is_symlink()) {
       for (const auto& c : fs::directory_iterator(e.path()))
         if (checkpoint_root_entry(c.path().filename().string())) fs::remove_all(c.path());
       std::error_code ec;

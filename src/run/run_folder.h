@@ -11,6 +11,10 @@
 
 namespace dit {
 
+// The checkpoint folders of the run in `dir` that --overwrite replaces with it: ckpt/, and the
+// run.checkpoint_dir its config.toml records when that lies directly in `dir`.
+std::vector<std::string> checkpoint_folders(const std::string& dir);
+
 // The entries of `dir` that a run did not write (relative names; folders end in '/'); empty when
 // everything in it is a run's output.
 std::vector<std::string> foreign_entries(const std::string& dir);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "run/run_folder.h"
 
 namespace dit {
 
@@ -18,7 +19,7 @@ namespace {
 
 bool same_folder(const fs::path& a, const fs::path& b) {
   std::error_code ec;
-  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
+  return fs::weakly_canonical(fs::absolute(a, ec), ec) == fs::weakly_canonical(fs::absolute(b, ec), ec);
 }
 
 std::string run_name(const std::string& id) {
@@ -54,7 +55,9 @@ std::string recorded_run_id(const std::string& run_dir) {
 void check_new_checkpoint_root(const RunConfig& cfg, const std::string& root) {
   const std::vector<std::string> found = complete_checkpoints(root);
   if (found.empty()) return;
-  if (cfg.run.overwrite && same_folder(root, fs::path(cfg.run.dir) / "ckpt")) return;
+  if (cfg.run.overwrite)  // the folder --overwrite clears with the run folder (make_folder)
+    for (const std::string& name : checkpoint_folders(cfg.run.dir))
+      if (same_folder(root, fs::path(cfg.run.dir) / name)) return;
   std::string owner = "a run whose index cannot be read";
   try {
     owner = run_name(read_checkpoint_meta(found.front()).run_id);

@@ -20,7 +20,8 @@ std::string recorded_run_id(const std::string& run_dir);
 
 // A fresh run (no run.resume) writes its checkpoints into `root`: throws, naming the folder, the
 // run that wrote them and its newest step, when it already holds checkpoints (the default
-// <run.dir>/ckpt under run.overwrite excepted: make_folder clears it).
+// <run.dir>/ckpt, or the one its config.toml records inside run.dir, under run.overwrite excepted:
+// make_folder clears them).
 void check_new_checkpoint_root(const RunConfig& cfg, const std::string& root);
 
 // A resume continues the run whose checkpoint `meta` is. `folder_id` is the run.id of run.dir

@@ -4,7 +4,8 @@
 # is refused, naming that run, and leaves the folder as it was; a resume in another run's folder
 # refuses the first run's checkpoints; the run itself resumes them, keeping its identity; a new folder
 # may continue a checkpoint (it takes the run's identity); a checkpoint from before run ids is taken
-# with a note; a config.toml given with --config does not carry its run's identity into a new run.
+# with a note; a config.toml given with --config does not carry its run's identity into a new run;
+# --overwrite replaces a run folder with the checkpoint folder it recorded inside it.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 R=(--data "$SCRATCH/fm_test.h5" "${TINY[@]}" --tp 1 --pp 1 --log-every 1 --checkpoint-every 1)
@@ -67,6 +68,16 @@ train "$SCRATCH/d" 6 --resume "$SCRATCH/a/ckpt"
 train "$SCRATCH/e" 1 --config "$SCRATCH/a/config.toml" --checkpoint-dir "$SCRATCH/e/ckpt"
 E=$(run_id "$SCRATCH/e")
 [[ $E =~ ^[0-9a-f]{32}$ && $E != "$A" ]] || fail "--config carried run a's identity into a new run: '$E'"
+
+# --overwrite replaces a run folder whose checkpoints went to a folder of its own inside it
+# (--checkpoint-dir), that folder included; the new run has a new identity.
+train "$SCRATCH/f" 2 --checkpoint-dir "$SCRATCH/f/mine"
+F=$(run_id "$SCRATCH/f")
+train "$SCRATCH/f" 1 --checkpoint-dir "$SCRATCH/f/mine" --overwrite
+[[ -e "$SCRATCH/f/mine/step_00000001" && ! -e "$SCRATCH/f/mine/step_00000002" ]] ||
+  fail "--overwrite did not replace the checkpoints in f/mine"
+[[ $(run_id "$SCRATCH/f") != "$F" && $(index_id "$SCRATCH/f/mine/step_00000001") == $(run_id "$SCRATCH/f") ]] ||
+  fail "the replacing run kept the old identity"
 
 # A checkpoint from before run ids: the run_id attribute removed (its marker's index sum renewed).
 cp -r "$SCRATCH/c" "$SCRATCH/old"
