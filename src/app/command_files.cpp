@@ -154,11 +154,18 @@ void check_evaluate_files(const EvaluateOptions& opt, const EvalPaths& defaults)
 }
 
 void check_prune_files(const PruneOptions& opt) {
+  // Without --data, score and learned pruning read the run's data.path (or the demo's).
+  std::string data = opt.data;
+  if (data.empty() && opt.method != "index") {
+    const fs::path config = fs::path(opt.run_dir) / "config.toml";
+    const bool run_config = !opt.run_dir.empty() && fs::is_regular_file(config);
+    data = (run_config ? RunConfig::from_file(config.string()) : RunConfig::demo()).data.path;
+  }
   check_bound("prune", [&](const FileDecl& d) -> std::string {
     const std::string o = d.option;
     if (o == "--run") return opt.run_dir;
     if (o == "--weights") return opt.weights;
-    if (o == "--data") return opt.data;
+    if (o == "--data") return data;
     return opt.out;
   });
 }

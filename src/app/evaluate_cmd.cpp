@@ -62,6 +62,8 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
                 (from_weights || !opt.samples_file.empty() || opt.train_classifier),
             "evaluate: give one of --run DIR, --weights FILE or --samples FILE (or only --train-classifier)");
   DIT_CHECK(opt.sample.run_dir.empty() || opt.sample.weights.empty(), "evaluate: give --run or --weights, not both");
+  DIT_CHECK(!inception || (!opt.inception.empty() && !opt.reference_stats.empty()),
+            "evaluate: --inception FILE.h5 and --reference-stats FILE.npz go together");
   std::string config = opt.config;
   if (config.empty() && !opt.sample.run_dir.empty()) {
     config = (fs::path(opt.sample.run_dir) / "config.toml").string();
@@ -78,8 +80,6 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
   if (!opt.classifier.empty()) paths.classifier = opt.classifier;
   if (!opt.train_data.empty()) paths.train_data = opt.train_data;
   if (inception) {
-    DIT_CHECK(!opt.inception.empty() && !opt.reference_stats.empty(),
-              "evaluate: --inception FILE.h5 and --reference-stats FILE.npz go together");
     DIT_CHECK(fs::is_regular_file(opt.inception), "--inception ", opt.inception, ": no such file");
     DIT_CHECK(fs::is_regular_file(opt.reference_stats), "--reference-stats ", opt.reference_stats, ": no such file");
     return paths;

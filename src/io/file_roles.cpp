@@ -172,6 +172,8 @@ std::string hint(FileKind expected, FileKind actual, const std::string& path) {
   if (expected == FileKind::Checkpoint && (actual == FileKind::Weights || actual == FileKind::Golden))
     return ": give a checkpoint step folder or its root, e.g. RUN/ckpt";
   if (expected == FileKind::Golden) return ": golden files come from tools/make_golden.py (tests/data/*_golden.h5)";
+  if (expected == FileKind::RawSamples)
+    return ": expected datasets 'samples' (N, C, H, W) and 'labels' (N,), as dit_mp sample writes";
   if (expected == FileKind::Config) return ": give a TOML file (e.g. configs/fashion_mnist.toml)";
   return "";
 }

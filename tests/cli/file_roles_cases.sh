@@ -48,6 +48,9 @@ refused "output --out: its .h5 file .*fm_test.h5 .the raw samples. exists and is
 cp "$SCRATCH/fm_test.h5" "$SCRATCH/calib.h5"
 refused "output --out .*calib.h5 .* is input --data" "$DIT_MP" prune --weights "$SCRATCH/W.h5" --depth 1 \
   --method score --data "$SCRATCH/calib.h5" --out "$SCRATCH/calib.h5"
+# ... and without --data, the run's data.path is the calibration dataset.
+refused "output --out .*fm_test.h5 .* is input --data .*fm_test.h5 .the calibration data." "$DIT_MP" prune --run "$R" \
+  --depth 1 --method score --out "$SCRATCH/fm_test.h5"
 # 7. verify: weights are not a golden file; a golden file with nothing to compare is a failure.
 refused "--golden .*W.h5 is a weights file, expected a golden file" "$DIT_MP" verify --golden "$SCRATCH/W.h5"
 if /usr/bin/python3 -c "import h5py" 2>/dev/null; then
