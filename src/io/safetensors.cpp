@@ -21,8 +21,8 @@ namespace {
 // ---- a strict JSON subset ----------------------------------------------------------------------
 struct Json {
   enum class Kind { Object, Array, String, Number, Other } kind = Kind::Other;
-  std::vector<std::pair<std::string, Json>> members;  // Object, in file order
-  std::vector<Json> items;                            // Array
+  std::vector<std::string> keys;  // Object: member names, in file order
+  std::vector<Json> items;        // Object: member values (keys[i]'s); Array: the items
   std::string text;                                   // String; Number as written
 };
 
@@ -75,9 +75,9 @@ class JsonReader {
     if (peek() == '}') return ++pos_, o;
     for (;;) {
       if (peek() != '"') fail("expected a member name");
-      std::string key = string();
+      o.keys.push_back(string());
       expect(':');
-      o.members.emplace_back(std::move(key), value(depth + 1));
+      o.items.push_back(value(depth + 1));
       if (peek() == ',') { ++pos_; continue; }
       expect('}');
       return o;
@@ -200,7 +200,9 @@ StTensor parse_tensor(const std::string& file, const std::string& name, const Js
   const std::string where = file + ": tensor " + name;
   DIT_CHECK(v.kind == Json::Kind::Object, where, ": expected an object with dtype, shape and data_offsets");
   const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
-  for (const auto& [k, m] : v.members) {
+  for (std::size_t i = 0; i < v.keys.size(); ++i) {
+    const std::string& k = v.keys[i];
+    const Json& m = v.items[i];
     if (k == "dtype") dtype = &m;
     else if (k == "shape") shape = &m;
     else if (k == "data_offsets") offsets = &m;
@@ -288,12 +290,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const Json doc = JsonReader(header, path).document();
   DIT_CHECK(doc.kind == Json::Kind::Object, path, ": the header is not a JSON object");
   data_offset_ = 8 + n;
-  for (const auto& [name, v] : doc.members) {
+  for (std::size_t i = 0; i < doc.keys.size(); ++i) {
+    const std::string& name = doc.keys[i];
+    const Json& v = doc.items[i];
     if (name == "__metadata__") {
       DIT_CHECK(v.kind == Json::Kind::Object, path, ": __metadata__ is not an object of strings");
-      for (const auto& [k, m] : v.members) {
-        DIT_CHECK(m.kind == Json::Kind::String, path, ": __metadata__ \"", k, "\" is not a string");
-        metadata_[k] = m.text;
+      for (std::size_t j = 0; j < v.keys.size(); ++j) {
+        DIT_CHECK(v.items[j].kind == Json::Kind::String, path, ": __metadata__ \"", v.keys[j], "\" is not a string");
+        metadata_[v.keys[j]] = v.items[j].text;
       }
       continue;
     }
