@@ -96,7 +96,8 @@ std::vector<int> parse_ranks(const std::string& list) {
 
 // Asks `ranks` (world ranks) and whoever their answers name; returns a clause naming the ranks
 // that did not answer and what the others wait for, or "" when nothing could be learnt.
-std::string inquire(const std::vector<int>& ranks) {
+// `lowest_waiting` gets the lowest world rank that answered (alive, in a polled wait), or -1.
+std::string inquire(const std::vector<int>& ranks, int& lowest_waiting) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   std::set<int> asked;
@@ -132,6 +133,7 @@ std::string inquire(const std::vector<int>& ranks) {
   std::set<int> silent;
   for (int r : asked)
     if (!answers.count(r)) silent.insert(r);
+  lowest_waiting = answers.empty() ? -1 : answers.begin()->first;
   // Who waits on a silent rank directly (the last link of the chain), else a few of the waiters.
   std::string waiting;
   int listed = 0;
@@ -147,6 +149,21 @@ std::string inquire(const std::vector<int>& ranks) {
           (silent.size() == 1 ? " does" : " do") + " not answer (stopped, hung, or cut off)";
   if (!waiting.empty()) out += (out.empty() ? "every rank asked is itself waiting: " : "; ") + waiting;
   return out;
+}
+
+// One message per failure: a timed-out rank above the lowest rank it knows to be waiting too
+// leaves the report to that rank (main prints it and aborts the job), answering inquiries
+// meanwhile; if the job is still there after the grace (that rank stopped as well), it reports.
+constexpr double kReportGraceSeconds = 5;
+void leave_report_to(int lowest_waiting) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (lowest_waiting < 0 || lowest_waiting > me) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kReportGraceSeconds) {
+    serve_inquiries();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace
@@ -261,7 +278,14 @@ void MpiComm::timed_out(const Wait& w, double waited) const {
   if (watch_->stopping()) limit += ", or " + std::to_string(int(CommWatch::kStopGrace)) + " s after a stop signal";
   if (watch_->factor != 1) limit += ", x" + std::to_string(int(watch_->factor)) + " during " + watch_->phase;
   limit += ")";
-  const std::string found = inquire(waited_on(w));
+  // The world's lowest ranks are asked too: whether one of them waits as well decides who reports.
+  std::vector<int> ask = waited_on(w);
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  for (int r = 0; r < std::min(world, 4); ++r) ask.push_back(r);
+  int lowest_waiting = -1;
+  const std::string found = inquire(ask, lowest_waiting);
+  leave_report_to(lowest_waiting);
   if (w.peer >= 0) {
     const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
     DIT_FAIL("communication timeout: waited ", limit, " for ", describe(w), " during ", watch_->where(), "; ",

@@ -74,6 +74,9 @@ grep "communication timeout" "$SCRATCH/stopped.log" | grep -Eq "world rank 5 |wo
   { grep "communication timeout" "$SCRATCH/stopped.log"; fail "stopped: no message names rank 5 or its group"; }
 grep "communication timeout" "$SCRATCH/stopped.log" | grep -q "during training at step [0-9]*" ||
   fail "stopped: the message names no step"
+# One failure, one line: the lowest waiting rank reports it, the others leave it to that rank.
+n=$(grep -c "communication timeout" "$SCRATCH/stopped.log")
+[[ $n -eq 1 ]] || { grep "communication timeout" "$SCRATCH/stopped.log"; fail "stopped: $n ranks printed the failure, not one"; }
 echo "watchdog: rank 5 stopped -> every rank gone in $took s (timeout 2 s); first message:"
 grep -m1 "communication timeout" "$SCRATCH/stopped.log"
 python3 -c "import sys; t=float(sys.argv[1]); assert 1 <= t < 15, t" "$took" || fail "stopped: took $took s"
