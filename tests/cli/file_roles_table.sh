@@ -47,6 +47,8 @@ BASE = {  # options that get each command past its first checks; a pair's own op
     "dit_checkpoint.py seal": [("@source", f"{RUN}/ema.h5")],
 }
 EXCLUSIVE = [{"--run", "--weights", "--samples"}]  # one source only
+TOGETHER = {("evaluate", "--inception"): ("--reference-stats", f"{S}/missing/stats.npz"),  # given as a pair
+            ("evaluate", "--reference-stats"): ("--inception", f"{S}/missing/inception.h5")}
 POSITIONAL = {"prepare-data": ["@kind", "@dir"], "dit_checkpoint.py import": ["@source", "@out"],
               "dit_checkpoint.py export": ["@source", "@out"], "dit_checkpoint.py seal": ["@source", "@out"]}
 
@@ -82,6 +84,10 @@ def argv(cmd, given):
                 for other in group - {o}:
                     opts.pop(other, None)
     opts.update(given)
+    for o in given:
+        partner = TOGETHER.get((cmd, o))
+        if partner and partner[0] not in opts:
+            opts[partner[0]] = partner[1]
     tool = cmd.startswith("dit_checkpoint.py")
     args = os.environ["TOOL"].split() + [cmd.split()[1]] if tool else [os.environ["DIT_MP"], cmd]
     for p in POSITIONAL.get(cmd, []):
