@@ -246,7 +246,7 @@ run ev_pc "${EV[@]}" --set eval.per_class=3
 differs ev ev_pc eval eval.per_class
 run ev_steps "${EV[@]}" --set eval.num_steps=3
 differs ev ev_steps eval eval.num_steps
-refused "fm_test.h5: no /classifier group" "${EV[@]}" --set eval.classifier=\""$SCRATCH/fm_test.h5"\"
+refused "eval.classifier .*fm_test.h5 is a dataset, expected a classifier" "${EV[@]}" --set eval.classifier=\""$SCRATCH/fm_test.h5"\"
 refused "the reference set .*nowhere.h5 does not exist" "${EV[@]}" --set eval.reference=\""$SCRATCH/nowhere.h5"\" \
   --set data.prepare=\"none\"
 
