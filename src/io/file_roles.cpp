@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <sstream>
 
@@ -110,10 +111,20 @@ FileKind text_kind(const std::string& head) {
   if (head.rfind(kRunConfigHeader, 0) == 0) return FileKind::RunConfig;
   const std::size_t first = head.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (head[first] == '{' || head[first] == '[')) {
-    // "[section]" opens a TOML table; JSON's '[' is followed by a value.
+    // "[section]" (or "[[section]]") opens a TOML table: a bare key starts with a letter or '_',
+    // which no JSON value does (true/false/null aside), however long the header line; else
+    // JSON's '[' is followed by a value, and a TOML header closes before a newline, comma,
+    // brace or quote.
+    std::size_t key = first + 1;
+    if (key < head.size() && head[key] == '[') ++key;
+    key = head.find_first_not_of(" \t", key);
+    const bool bare_key = key != std::string::npos &&
+                          (std::isalpha(static_cast<unsigned char>(head[key])) || head[key] == '_') &&
+                          head.compare(key, 4, "true") != 0 && head.compare(key, 5, "false") != 0 &&
+                          head.compare(key, 4, "null") != 0;
     const std::size_t close = head.find(']', first);
-    const bool toml_table = head[first] == '[' && close != std::string::npos &&
-                            head.find_first_of("\n,{\"", first) > close;
+    const bool toml_table = head[first] == '[' &&
+                            (bare_key || (close != std::string::npos && head.find_first_of("\n,{\"", first) > close));
     if (!toml_table) return FileKind::Json;
   }
   return FileKind::Text;
