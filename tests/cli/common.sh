@@ -26,6 +26,20 @@ TINY=("${OFFICIAL[@]}" --set model.hidden_size=64 --set model.depth=2 --set mode
       --set train.lr_schedule=\"constant\" --set train.log_every=10
       --set sample.num_steps=4 --set sample.per_class=2)
 
+# A small latent dataset at $1: 16 standard-normal latents of 4x8x8, 3 classes (fast-DiT's .npy
+# layout, prepared by dit_mp; the .npy folders stay in the scratch folder).
+prepare_latents() {
+  mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
+  /usr/bin/python3 - "$SCRATCH" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+for i in range(16):
+    np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
+    np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
+PY
+  "$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$1" > /dev/null
+}
+
 # The tests of the python tools: PY (Debian's python3, which has PyTorch and h5py) and TOOLS; without
 # them the test prints why and ends as passed, skipped.
 python_tools_or_skip() {

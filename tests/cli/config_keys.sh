@@ -209,15 +209,7 @@ echo "ok: parallel.timeout_s is read (its effect: no_hang.sh)"
 
 # [data]
 refused "none.h5 does not exist" --set data.path="$SCRATCH/none.h5" --set data.prepare=none
-mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
-/usr/bin/python3 - "$SCRATCH" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(0)
-for i in range(16):
-    np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
-    np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
-PY
-"$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$SCRATCH/lat.h5" > /dev/null
+prepare_latents "$SCRATCH/lat.h5"
 LAT=(--set data.path="$SCRATCH/lat.h5" --set model.in_channels=4 --set model.input_size=8 --set model.patch_size=2
      --set model.num_classes=3)
 run lat "${LAT[@]}"

@@ -87,15 +87,7 @@ grep -q "poisoned: model/final_layer.linear.bias holds NaN or Inf values" "$SCRA
   { cat "$SCRATCH/init_bad.log"; fail "--init-from's refusal does not name the tensor"; }
 
 # A NaN inside a latent dataset sealed by hand is named with the dataset, not met as a diverged loss.
-mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
-/usr/bin/python3 - "$SCRATCH" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(0)
-for i in range(16):
-    np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
-    np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
-PY
-"$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$SCRATCH/lat.h5" > /dev/null
+prepare_latents "$SCRATCH/lat.h5"
 /usr/bin/python3 - "$SCRATCH/lat.h5" <<'PY'
 import h5py, sys
 with h5py.File(sys.argv[1], "r+") as f:
