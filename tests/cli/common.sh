@@ -26,18 +26,36 @@ TINY=("${OFFICIAL[@]}" --set model.hidden_size=64 --set model.depth=2 --set mode
       --set train.lr_schedule=\"constant\" --set train.log_every=10
       --set sample.num_steps=4 --set sample.per_class=2)
 
-# A small latent dataset at $1: 16 standard-normal latents of 4x8x8, 3 classes (fast-DiT's .npy
-# layout, prepared by dit_mp; the .npy folders stay in the scratch folder).
+# A small latent dataset at $1: $2 (default 16) standard-normal latents of 4x8x8, 3 classes
+# (fast-DiT's .npy layout, prepared by dit_mp; the .npy folders stay in the scratch folder).
 prepare_latents() {
   mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
-  /usr/bin/python3 - "$SCRATCH" <<'PY'
+  /usr/bin/python3 - "$SCRATCH" "${2:-16}" <<'PY'
 import sys, numpy as np
 rng = np.random.default_rng(0)
-for i in range(16):
+for i in range(int(sys.argv[2])):
     np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
     np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
 PY
-  "$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$1" > /dev/null
+  "$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$1" > /dev/null ||
+    fail "prepare-data latents failed"
+}
+
+# Writes `value` into element `index` of dataset `name` in the checkpoint folder $1's shards (the
+# first shard holding it, or every one with `all`), as a damaged file would hold it; HDF5 renews
+# the checksum, so only the value is wrong.
+poison_checkpoint() {
+  /usr/bin/python3 - "$@" <<'PY'
+import glob, h5py, sys
+folder, name, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+every = len(sys.argv) > 5 and sys.argv[5] == "all"
+for path in sorted(glob.glob(f"{folder}/shard_*.h5")):
+    with h5py.File(path, "r+") as f:
+        if name in f:
+            f[name][index] = value
+            if not every:
+                break
+PY
 }
 
 # The tests of the python tools: PY (Debian's python3, which has PyTorch and h5py) and TOOLS; without

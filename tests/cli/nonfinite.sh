@@ -51,14 +51,7 @@ grep -q "not finite at 1 steps in a row (to step 2" "$SCRATCH/first.log" || fail
 # A checkpoint holding a NaN (written in by hand, its checksum renewed by HDF5): named by inspect,
 # skipped by --resume auto, refused by --init-from.
 cp -r "$SCRATCH/one" "$SCRATCH/bad"
-/usr/bin/python3 - "$SCRATCH/bad/ckpt/step_00000004" <<'PY'
-import glob, h5py, sys
-for path in sorted(glob.glob(f"{sys.argv[1]}/shard_*.h5")):
-    with h5py.File(path, "r+") as f:
-        if "ema/blocks.1.mlp.fc1.bias" in f:
-            f["ema/blocks.1.mlp.fc1.bias"][3] = float("nan")
-            break
-PY
+poison_checkpoint "$SCRATCH/bad/ckpt/step_00000004" ema/blocks.1.mlp.fc1.bias 3 nan
 if "$DIT_MP" inspect "$SCRATCH/bad/ckpt/step_00000004" > "$SCRATCH/inspect.txt" 2>&1; then
   fail "inspect passed a checkpoint with a NaN"
 fi
@@ -72,13 +65,7 @@ grep -q "resumed from .*step_00000003 at step 3" "$SCRATCH/bad.log" || fail "the
 if "$DIT_MP" --tp 1 --pp 1 --steps 2 --run-dir "$SCRATCH/init" "${R[@]}" \
      --init-from "$SCRATCH/one/ckpt/step_00000004" > /dev/null 2>&1; then :; else fail "--init-from a good checkpoint"; fi
 cp -r "$SCRATCH/one/ckpt/step_00000004" "$SCRATCH/poisoned"
-/usr/bin/python3 - "$SCRATCH/poisoned" <<'PY'
-import glob, h5py, sys
-for path in sorted(glob.glob(f"{sys.argv[1]}/shard_*.h5")):
-    with h5py.File(path, "r+") as f:
-        if "model/final_layer.linear.bias" in f:
-            f["model/final_layer.linear.bias"][0] = float("inf")
-PY
+poison_checkpoint "$SCRATCH/poisoned" model/final_layer.linear.bias 0 inf all
 if "$DIT_MP" --tp 1 --pp 1 --steps 2 --run-dir "$SCRATCH/init_bad" "${R[@]}" --init-from "$SCRATCH/poisoned" \
      > "$SCRATCH/init_bad.log" 2>&1; then
   fail "--init-from a checkpoint with an Inf was accepted"

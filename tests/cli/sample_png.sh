@@ -49,16 +49,7 @@ for bad in "--cfg-t-max 1e9" "--cfg-t-min nan" "--cfg-t-max -0.5"; do
   grep -q -- "expected 0 <= min <= max <= 1 (noise levels)" <<<"$out" || fail "$bad: $out"
 done
 # A latent model (4 channels, fast-DiT .npy features) trains to the end and writes raw samples only.
-mkdir -p "$SCRATCH/feat" "$SCRATCH/lab"
-/usr/bin/python3 - "$SCRATCH" <<'PY'
-import sys, numpy as np
-rng = np.random.default_rng(0)
-for i in range(8):
-    np.save(f"{sys.argv[1]}/feat/{i}.npy", rng.standard_normal((1, 4, 8, 8)).astype(np.float32))
-    np.save(f"{sys.argv[1]}/lab/{i}.npy", np.array([i % 3], dtype=np.int64))
-PY
-"$DIT_MP" prepare-data latents --features "$SCRATCH/feat" --labels "$SCRATCH/lab" --out "$SCRATCH/lat.h5" > /dev/null ||
-  fail "prepare-data latents failed"
+prepare_latents "$SCRATCH/lat.h5" 8
 $MPIRUN -n 2 "$DIT_MP" --tp 2 --pp 1 --steps 2 --data "$SCRATCH/lat.h5" --run-dir "$SCRATCH/lrun" "${TINY[@]}" \
   --set model.in_channels=4 --set model.input_size=8 --set model.patch_size=2 --set model.num_classes=3 \
   --set train.global_batch=4 > "$SCRATCH/lat.txt" 2>&1 || { cat "$SCRATCH/lat.txt"; fail "latent training failed"; }
