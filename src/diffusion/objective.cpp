@@ -39,7 +39,7 @@ DrawnTime draw_time(Philox& rng, const TrainObjective& o, int num_timesteps) {
   DrawnTime d;
   if (o.objective == Objective::Ddpm) {
     DIT_CHECK(o.timesteps.sampling == TimestepSampling::Uniform,
-              "diffusion.timestep_sampling = \"logit_normal\" needs diffusion.objective = \"flow\"");
+              "logit-normal timesteps are for the flow objective, not DDPM's discrete timesteps");
     d.index = rng.below(static_cast<std::uint32_t>(num_timesteps));
   } else if (o.timesteps.sampling == TimestepSampling::Uniform) {
     d.t = rng.uniform_f64();

@@ -10,17 +10,14 @@
 namespace dit {
 
 BatchPlan BatchPlan::make(std::int64_t global_batch, int dp, int micro_batch) {
-  DIT_CHECK(global_batch > 0 && dp > 0 && micro_batch > 0, "train.global_batch = ", global_batch,
-            ", train.micro_batch = ", micro_batch, ": both must be positive");
-  DIT_CHECK(global_batch % (std::int64_t(dp) * micro_batch) == 0, "train.global_batch = ",
-            global_batch, " is not divisible by dp (", dp, ") x train.micro_batch (", micro_batch,
-            ") = ", std::int64_t(dp) * micro_batch, "; e.g. global_batch = ",
-            std::int64_t(dp) * micro_batch * ((global_batch + dp * micro_batch - 1) / (dp * micro_batch)),
-            " would fit");
+  // Invariants: TrainSetup::make names the keys when a run's batch does not split.
+  DIT_CHECK(global_batch > 0 && dp > 0 && micro_batch > 0, "a batch of ", global_batch, " over dp ", dp,
+            " in microbatches of ", micro_batch, ": all must be positive");
+  DIT_CHECK(global_batch % (std::int64_t(dp) * micro_batch) == 0, "a batch of ", global_batch,
+            " does not split over dp ", dp, " x microbatches of ", micro_batch);
   const std::int64_t microbatches = global_batch / (std::int64_t(dp) * micro_batch);
-  DIT_CHECK(microbatches <= kMaxMicrobatches, "train.global_batch = ", global_batch, " is ", microbatches,
-            " microbatches of train.micro_batch = ", micro_batch, " per dp rank (dp = ", dp, "), at most ",
-            kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
+  DIT_CHECK(microbatches <= kMaxMicrobatches, "a batch of ", global_batch, " is ", microbatches,
+            " microbatches per dp rank, at most ", kMaxMicrobatches, " fit a step");
   BatchPlan p;
   p.global_batch = global_batch;
   p.dp = dp;

@@ -21,16 +21,16 @@ void upload_stage_inputs(Backend& be, const DiTConfig& cfg, std::int64_t n, cons
 }
 
 std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v, const std::vector<int>& layers) {
-  DIT_CHECK(pp >= 1, "parallel.pp = ", pp, ": expected at least 1");
-  DIT_CHECK(v >= 1, "parallel.virtual_stages = ", v, ": expected at least 1");
+  DIT_CHECK(pp >= 1, pp, " pipeline stages: expected at least 1");
+  DIT_CHECK(v >= 1, v, " model chunks per rank: expected at least 1");
   const int n = pp * v;  // model chunks
   if (v == 1)
-    DIT_CHECK(pp <= cfg.depth, "parallel.pp = ", pp, " pipeline stages for a model of depth ",
+    DIT_CHECK(pp <= cfg.depth, "pp = ", pp, " pipeline stages for a model of depth ",
               cfg.depth, ": every stage needs at least one block, so pp <= ", cfg.depth);
   else
-    DIT_CHECK(n <= cfg.depth, "parallel.pp x parallel.virtual_stages = ", pp, " x ", v, " = ", n,
+    DIT_CHECK(n <= cfg.depth, "pp x virtual stages = ", pp, " x ", v, " = ", n,
               " model chunks for a model of depth ", cfg.depth,
-              ": every chunk needs at least one block, so pp x virtual_stages <= ", cfg.depth);
+              ": every chunk needs at least one block, so pp x virtual stages <= ", cfg.depth);
   std::vector<int> counts = layers;
   if (counts.empty()) {  // 64-bit: (s + 1) * depth overflows an int for deep models
     const std::int64_t d = cfg.depth;
@@ -38,15 +38,15 @@ std::vector<StageLayout> partition_chunks(const DiTConfig& cfg, int pp, int v, c
   }
   std::ostringstream os;
   for (int c : counts) os << (os.tellp() > 0 ? "," : "") << c;
-  DIT_CHECK(static_cast<int>(counts.size()) == n, "parallel.pp_layers = ", os.str(), " has ",
-            counts.size(), " entries for ", n, v == 1 ? " pipeline stages" : " model chunks (pp x virtual_stages)");
+  DIT_CHECK(static_cast<int>(counts.size()) == n, "the stage split ", os.str(), " has ",
+            counts.size(), " entries for ", n, v == 1 ? " pipeline stages" : " model chunks (pp x virtual stages)");
   const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
-  DIT_CHECK(sum == cfg.depth, "parallel.pp_layers = ", os.str(), " sums to ", sum,
+  DIT_CHECK(sum == cfg.depth, "the stage split ", os.str(), " sums to ", sum,
             " blocks, the model has ", cfg.depth);
   std::vector<StageLayout> out;
   int first = 0;
   for (int s = 0; s < n; ++s) {
-    DIT_CHECK(counts[s] >= 1, "parallel.pp_layers = ", os.str(), ": ", v == 1 ? "stage " : "model chunk ",
+    DIT_CHECK(counts[s] >= 1, "the stage split ", os.str(), ": ", v == 1 ? "stage " : "model chunk ",
               s, " has no block");
     out.push_back({first, first + counts[s], s == 0, s == n - 1});
     first += counts[s];
@@ -63,7 +63,7 @@ std::vector<StageLayout> chunks_of_stage(const std::vector<StageLayout>& model_c
   DIT_CHECK(pp >= 1 && model_chunks.size() % pp == 0 && stage >= 0 && stage < pp,
             "chunks of stage ", stage, " of ", pp, " from ", model_chunks.size(), " model chunks");
   const int v = static_cast<int>(model_chunks.size()) / pp;
-  DIT_CHECK(placement == ChunkPlacement::Interleaved || v == 2, "parallel.schedule = \"zb-v\" needs 2 chunks per rank, got ", v);
+  DIT_CHECK(placement == ChunkPlacement::Interleaved || v == 2, "a V placement (zb-v) needs 2 chunks per rank, got ", v);
   std::vector<StageLayout> out;
   for (int c = 0; c < v; ++c) out.push_back(model_chunks[model_chunk(pp, stage, c, placement)]);
   return out;

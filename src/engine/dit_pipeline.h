@@ -14,7 +14,7 @@
 namespace dit {
 
 // Blocks [first, end) of each stage: balanced (stage s gets floor((s+1)L/pp) - floor(sL/pp)), or
-// the given counts (--pp-layers 3,4,4,3). Every stage needs at least one block.
+// the given counts (e.g. 3,4,4,3). Every stage needs at least one block.
 std::vector<StageLayout> partition_stages(const DiTConfig& cfg, int pp,
                                           const std::vector<int>& layers = {});
 // With v virtual stages per rank: the pp * v model chunks in model order, balanced the same way

@@ -242,8 +242,8 @@ std::vector<float> sample_images(Backend& be, ParallelContext& ctx, const DiTSta
                                  const SampleRequest& req) {
   const DiTConfig& cfg = stage.config();
   const bool flow = !diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm);
-  DIT_CHECK(!flow || !cfg.learn_sigma, "sample.sampler = \"", name_of(diffusion::kSamplerNames, req.sampler),
-            "\" integrates a flow model, which learns no variance, but this model has learn_sigma = true");
+  DIT_CHECK(!flow || !cfg.learn_sigma, "the ", name_of(diffusion::kSamplerNames, req.sampler),
+            " sampler integrates a flow model, which learns no variance, but this model learns one");
   SamplingRun run(be, ctx, stage, req);
   const std::int64_t total = static_cast<std::int64_t>(req.labels.size()), n = run.n(), lo = run.lo();
   const std::int64_t per = std::int64_t(cfg.in_channels) * cfg.input_size * cfg.input_size;

@@ -72,37 +72,35 @@ DiTConfig dit_preset(const std::string& name) {
 }
 
 void DiTConfig::validate() const {
-  // Every size is range-checked before any product of sizes is formed, so no message ever shows
-  // an overflowed value. The bounds are far past the official DiT-XL/2 (1152 wide, 28 deep).
-  auto in_range = [](const char* field, auto v, auto most, const std::string& what = "") {
-    DIT_CHECK(v > 0, "model.", field, " = ", v, ": expected a positive value");
-    DIT_CHECK(v <= most, "model.", field, " = ", v, ": expected at most ", what.empty() ? "" : what + " = ",
-              most);
+  // The model's invariants, in its own words (the run configuration names the keys first,
+  // io/config_validate.cpp). Every size is range-checked before any product of sizes is formed, so
+  // no message ever shows an overflowed value.
+  auto in_range = [](const char* what, auto v, auto most, const char* bound = "") {
+    DIT_CHECK(v > 0, "the model's ", what, " ", v, " is not positive");
+    DIT_CHECK(v <= most, "the model's ", what, " ", v, " is above ", *bound ? bound : "its limit", " ", most);
   };
-  in_range("input_size", input_size, kMaxModelSide);
-  in_range("patch_size", patch_size, input_size, "model.input_size");
-  in_range("in_channels", in_channels, 4096);
-  in_range("hidden_size", hidden_size, 65536);
+  in_range("input size", input_size, kMaxModelSide);
+  in_range("patch size", patch_size, input_size, "its input size");
+  in_range("channel count", in_channels, 4096);
+  in_range("hidden size", hidden_size, 65536);
   in_range("depth", depth, 4096);
-  in_range("num_heads", num_heads, hidden_size, "model.hidden_size");
-  in_range("mlp_ratio", mlp_ratio, 64.0);
-  in_range("num_classes", num_classes, 1 << 24);
-  in_range("frequency_embedding_size", frequency_embedding_size, 65536);
-  in_range("layernorm_eps", layernorm_eps, 1.0);
-  DIT_CHECK(input_size % patch_size == 0, "model.input_size = ", input_size,
-            " is not divisible by model.patch_size = ", patch_size);
-  DIT_CHECK(hidden_size % num_heads == 0, "model.hidden_size = ", hidden_size,
-            " is not divisible by model.num_heads = ", num_heads);
-  DIT_CHECK(hidden_size % 4 == 0, "model.hidden_size = ", hidden_size,
-            " must be divisible by 4 (2-D sin-cos positional embedding)");
-  DIT_CHECK(mlp_hidden() > 0, "model.mlp_ratio = ", mlp_ratio, " gives an empty MLP");
-  DIT_CHECK(ffn_hidden() > 0, "model.mlp = \"swiglu\" with model.mlp_ratio = ", mlp_ratio,
-            " gives an empty SwiGLU hidden layer (int(2/3 * ", mlp_hidden(), ") = 0)");
-  DIT_CHECK(pos_embed != PosEmbed::Rope || head_dim() % 4 == 0, "model.pos_embed = \"rope\" needs a head dim (model.hidden_size / model.num_heads = ",
-            head_dim(), ") divisible by 4: the 2-D rotary embedding rotates pairs of the head's two halves (rows, columns of the ",
-            grid(), " x ", grid(), " token grid)");
-  DIT_CHECK(class_dropout_prob >= 0 && class_dropout_prob < 1, "model.class_dropout_prob = ",
-            class_dropout_prob, ": expected a value in [0, 1)");
+  in_range("head count", num_heads, hidden_size, "its hidden size");
+  in_range("MLP ratio", mlp_ratio, 64.0);
+  in_range("class count", num_classes, 1 << 24);
+  in_range("frequency embedding size", frequency_embedding_size, 65536);
+  in_range("norm epsilon", layernorm_eps, 1.0);
+  DIT_CHECK(input_size % patch_size == 0, "the model's input size ", input_size, " is not divisible by its patch size ",
+            patch_size);
+  DIT_CHECK(hidden_size % num_heads == 0, "the model's hidden size ", hidden_size, " is not divisible by its ",
+            num_heads, " heads");
+  DIT_CHECK(hidden_size % 4 == 0, "the model's hidden size ", hidden_size,
+            " is not divisible by 4 (2-D sin-cos positional embedding)");
+  DIT_CHECK(mlp_hidden() > 0, "the model's MLP ratio ", mlp_ratio, " gives an empty MLP");
+  DIT_CHECK(ffn_hidden() > 0, "the model's SwiGLU hidden layer is empty (int(2/3 * ", mlp_hidden(), ") = 0)");
+  DIT_CHECK(pos_embed != PosEmbed::Rope || head_dim() % 4 == 0, "RoPE needs a head dim divisible by 4, not ",
+            head_dim(), " (the 2-D rotary embedding rotates pairs of the head's two halves)");
+  DIT_CHECK(class_dropout_prob >= 0 && class_dropout_prob < 1, "the model's class dropout probability ",
+            class_dropout_prob, " is outside [0, 1)");
 }
 
 long long DiTConfig::num_params() const {

@@ -21,16 +21,14 @@ std::vector<ParamSpec> DiTStage::declare(const DiTConfig& cfg, const std::vector
 }
 
 void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages) {
-  DIT_CHECK(opt.recompute_blocks >= 0, "train.recompute_blocks = ", opt.recompute_blocks,
-            ": expected 0 (every block) or a positive count");
+  DIT_CHECK(opt.recompute_blocks >= 0, "recomputing ", opt.recompute_blocks, " blocks per stage: expected 0 (every block) or a positive count");
   if (opt.recompute_blocks == 0) return;
-  DIT_CHECK(opt.recompute == Recompute::Full, "train.recompute_blocks = ", opt.recompute_blocks,
-            " needs train.recompute = \"full\" (it is \"", recompute_name(opt.recompute), "\")");
+  DIT_CHECK(opt.recompute == Recompute::Full, "recomputing ", opt.recompute_blocks,
+            " blocks per stage needs full recomputation (it is \"", recompute_name(opt.recompute), "\")");
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const int blocks = stages[s].end_block - stages[s].first_block;
-    DIT_CHECK(opt.recompute_blocks <= blocks, "train.recompute_blocks = ", opt.recompute_blocks,
-              " but pipeline stage ", s, " has only ", blocks, " block", blocks == 1 ? "" : "s",
-              "; use at most ", blocks, " (or 0 for every block)");
+    DIT_CHECK(opt.recompute_blocks <= blocks, "recomputing ", opt.recompute_blocks, " blocks per stage, but pipeline stage ",
+              s, " has only ", blocks, " block", blocks == 1 ? "" : "s");
   }
 }
 

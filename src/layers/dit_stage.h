@@ -40,8 +40,8 @@ struct StageOptions {
                : recompute;
   }
 };
-// Throws naming train.recompute_blocks when it asks for more blocks than some stage (with
-// virtual stages: some chunk) has.
+// Throws when the options ask to recompute more blocks than some stage (with virtual stages: some
+// chunk) has, or a count without full recomputation (TrainSetup::make names the keys first).
 void check_stage_options(const StageOptions& opt, const std::vector<StageLayout>& stages);
 
 // A gate on one block's residual (learned pruning, engine/layer_gates.h): per sample n,

@@ -24,10 +24,6 @@
 
 namespace dit {
 
-// (chunk, microbatch) pairs of one step are told apart by MPI tags; this many fit the tag space any
-// MPI grants.
-inline constexpr int kMaxMicrobatches = 15999;
-
 // What a stage does for one microbatch of one of its chunks (chunk 0 unless interleaved). Tensors
 // it returns must live in `arena` (the microbatch's own arena, kept until its backward is done and
 // its messages have left).

@@ -50,7 +50,7 @@ std::vector<Action> make_gpipe(int pp, int stage, int m) {
 // s weight backwards to run in its cool-down.
 std::vector<Action> make_zb_h1(int pp, int stage, int m) {
   check_args(pp, stage, m);
-  DIT_CHECK(pp >= 2, "parallel.schedule = \"zb-h1\" needs parallel.pp >= 2 (it is ", pp, ")");
+  DIT_CHECK(pp >= 2, "the zb-h1 schedule needs at least 2 pipeline stages, not ", pp);
   const int warmup = std::min(pp - stage - 1, m), held = stage;
   std::vector<Action> a;
   int f = 0, b = 0, w = 0;
@@ -88,7 +88,7 @@ struct VTable {
 // The ZB-V table (see the header), stage s of p: chunk 0 runs down the ranks, chunk 1 back up.
 std::vector<Action> make_zb_v(int pp, int stage, int m) {
   check_args(pp, stage, m);
-  DIT_CHECK(pp >= 2, "parallel.schedule = \"zb-v\" needs parallel.pp >= 2 (it is ", pp, ")");
+  DIT_CHECK(pp >= 2, "the zb-v schedule needs at least 2 pipeline stages, not ", pp);
   constexpr Op F = Op::Forward, B = Op::BackwardInput, W = Op::BackwardWeight;
   const int s = stage, p = pp;
   VTable t{m, {}};
@@ -130,29 +130,28 @@ std::vector<Action> visit_order(Op op, int pp, int m, int v) {
 }  // namespace
 
 void check_virtual_stages(ScheduleKind kind, int pp, int m, int v) {
-  DIT_CHECK(v >= 1, "parallel.virtual_stages = ", v, ": expected 1 or more chunks per rank");
+  const std::string name = schedule_name(kind);
+  DIT_CHECK(v >= 1, v, " model chunks per rank: expected 1 or more");
   if (is_zero_bubble(kind))
-    DIT_CHECK(pp >= 2, "parallel.schedule = \"", schedule_name(kind), "\" needs parallel.pp >= 2 (it is ", pp,
-              "): zero-bubble schedules fill pipeline bubbles; use \"1f1b\" without a pipeline");
+    DIT_CHECK(pp >= 2, "the ", name, " schedule needs at least 2 pipeline stages, not ", pp,
+              ": zero-bubble schedules fill pipeline bubbles; use 1f1b without a pipeline");
   if (kind == ScheduleKind::ZbV) {
-    DIT_CHECK(v == 2, "parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2 (it is ", v,
-              "): ZB-V runs two model chunks per rank in a V");
+    DIT_CHECK(v == 2, "the zb-v schedule needs 2 model chunks per rank, not ", v, ": ZB-V runs two chunks per rank in a V");
   } else if (kind == ScheduleKind::ZbH1) {
-    DIT_CHECK(v == 1, "parallel.schedule = \"zb-h1\" needs parallel.virtual_stages = 1 (it is ", v,
-              "): for two chunks per rank use \"zb-v\"");
+    DIT_CHECK(v == 1, "the zb-h1 schedule runs 1 model chunk per rank, not ", v, ": for two chunks per rank use zb-v");
   }
   if (v == 1) return;
-  DIT_CHECK(kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZbV, "parallel.virtual_stages = ", v,
-            " needs parallel.schedule = \"1f1b\" (interleaved 1F1B); GPipe has no virtual stages");
-  DIT_CHECK(pp >= 2, "parallel.virtual_stages = ", v, " needs parallel.pp >= 2 (it is ", pp,
-            "): virtual stages interleave chunks over pipeline ranks");
-  DIT_CHECK(m * v <= 16000, "parallel.virtual_stages = ", v, " with ", m,
-            " microbatches: at most 16000 (chunk, microbatch) pairs per step (MPI tag space)");
+  DIT_CHECK(kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZbV, v, " model chunks per rank need the 1f1b schedule "
+            "(interleaved 1F1B), not ", name, "; GPipe has no virtual stages");
+  DIT_CHECK(pp >= 2, v, " model chunks per rank need at least 2 pipeline stages, not ", pp,
+            ": virtual stages interleave chunks over pipeline ranks");
+  DIT_CHECK(std::int64_t(m) * v <= kMaxMicrobatches, v, " model chunks per rank with ", m, " microbatches: at most ",
+            kMaxMicrobatches, " (chunk, microbatch) pairs per step (MPI tag space)");
 }
 
 void check_v_split(int pp, int blocks) {
-  DIT_CHECK(pp >= 1 && blocks % (2 * pp) == 0, "parallel.schedule = \"zb-v\" needs model.depth = ", blocks,
-            " to split evenly into 2 x parallel.pp = ", 2 * pp, " chunks (a multiple of ", 2 * pp, ")");
+  DIT_CHECK(pp >= 1 && blocks % (2 * pp) == 0, "the zb-v schedule needs the ", blocks,
+            " blocks to split evenly into 2 x ", pp, " pipeline stages = ", 2 * pp, " chunks (a multiple of ", 2 * pp, ")");
 }
 
 std::vector<Action> make_interleaved(int pp, int stage, int m, int v) {

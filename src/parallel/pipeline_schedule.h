@@ -80,10 +80,14 @@ std::vector<Action> make_zb_v(int pp, int stage, int microbatches);  // two chun
 std::vector<Action> make_interleaved(int pp, int stage, int microbatches, int v);
 // kind with v virtual stages per rank: v > 1 under 1F1B (it is then interleaved) and ZB-V (v = 2).
 std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1);
-// Throws one line naming parallel.virtual_stages or parallel.schedule when (kind, pp, m, v) has no
-// schedule: virtual stages other than 1F1B's and ZB-V's, ZB-V with v != 2, zero-bubble at pp 1.
+// (chunk, microbatch) pairs of one step are told apart by MPI tags; this many fit the tag space any
+// MPI grants.
+inline constexpr int kMaxMicrobatches = 15999;
+// Throws one line when (kind, pp, m, v) has no schedule: virtual stages other than 1F1B's and
+// ZB-V's, ZB-V with v != 2, zero-bubble at pp 1, more (chunk, microbatch) pairs than kMaxMicrobatches. An
+// invariant: the run configuration's check (io/config_validate.cpp, TrainSetup::make) names the keys.
 void check_virtual_stages(ScheduleKind kind, int pp, int microbatches, int v);
-// ZB-V's even split: throws naming parallel.schedule unless `blocks` splits into 2 pp equal chunks.
+// ZB-V's even split: throws unless `blocks` splits into 2 pp equal chunks.
 void check_v_split(int pp, int blocks);
 // The model chunk (0 .. pp * v - 1, in model order) that chunk c of stage s holds.
 inline int model_chunk(int pp, int stage, int chunk, ChunkPlacement pl = ChunkPlacement::Interleaved) {

@@ -56,7 +56,7 @@ void collective_check(const std::function<void()>& check) {
 
 Layout layout_for_world(int tp, int pp) {
   const int n = world_size();
-  DIT_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " --pp ", pp, ": both must be at least 1");
+  DIT_CHECK(tp >= 1 && pp >= 1, "a layout of tp ", tp, " x pp ", pp, ": both must be at least 1");
   DIT_CHECK(n % (tp * pp) == 0, "the job has ", n, " ranks, which is not a multiple of tp x pp = ",
             tp, " x ", pp, " = ", tp * pp, "; run with a multiple of ", tp * pp,
             " ranks (e.g. mpirun -np ", tp * pp, ")");

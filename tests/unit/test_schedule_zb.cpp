@@ -192,20 +192,20 @@ std::string message_of(ScheduleKind kind, int pp, int v) {
 }  // namespace
 
 TEST(ZeroBubble, ClearMessages) {
-  EXPECT_NE(message_of(ScheduleKind::ZbV, 2, 1).find("parallel.schedule = \"zb-v\" needs parallel.virtual_stages = 2"),
+  EXPECT_NE(message_of(ScheduleKind::ZbV, 2, 1).find("the zb-v schedule needs 2 model chunks per rank, not 1"),
             std::string::npos) << message_of(ScheduleKind::ZbV, 2, 1);
-  EXPECT_NE(message_of(ScheduleKind::ZbV, 2, 3).find("parallel.schedule = \"zb-v\""), std::string::npos);
-  EXPECT_NE(message_of(ScheduleKind::ZbH1, 1, 1).find("parallel.schedule = \"zb-h1\" needs parallel.pp >= 2"),
+  EXPECT_NE(message_of(ScheduleKind::ZbV, 2, 3).find("the zb-v schedule needs 2 model chunks per rank, not 3"), std::string::npos);
+  EXPECT_NE(message_of(ScheduleKind::ZbH1, 1, 1).find("the zb-h1 schedule needs at least 2 pipeline stages, not 1"),
             std::string::npos);
-  EXPECT_NE(message_of(ScheduleKind::ZbV, 1, 2).find("parallel.pp >= 2"), std::string::npos);
-  EXPECT_NE(message_of(ScheduleKind::ZbH1, 2, 2).find("parallel.schedule = \"zb-h1\""), std::string::npos);
+  EXPECT_NE(message_of(ScheduleKind::ZbV, 1, 2).find("the zb-v schedule needs at least 2 pipeline stages, not 1"), std::string::npos);
+  EXPECT_NE(message_of(ScheduleKind::ZbH1, 2, 2).find("the zb-h1 schedule runs 1 model chunk per rank, not 2"), std::string::npos);
   EXPECT_EQ(message_of(ScheduleKind::ZbV, 4, 2), "");
   EXPECT_EQ(message_of(ScheduleKind::ZbH1, 4, 1), "");
   try {
     check_v_split(2, 6);
     FAIL() << "depth 6 into 4 chunks";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.schedule = \"zb-v\" needs model.depth = 6"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("the zb-v schedule needs the 6 blocks to split evenly into 2 x 2 pipeline stages = 4 chunks"), std::string::npos)
         << e.what();
   }
   EXPECT_NO_THROW(check_v_split(2, 8));
