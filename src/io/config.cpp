@@ -16,6 +16,7 @@
 #include <limits>
 #include <sstream>
 #include <toml.hpp>
+#include <type_traits>
 #include <variant>
 
 #include "core/error.h"
@@ -34,16 +35,15 @@ std::vector<Section> sections(RunConfig& c) {
   TrainSection& t = c.train;
   ParallelSection& p = c.parallel;
   SampleSection& s = c.sample;
+  std::vector<Field> model = {{"preset", &c.model.preset}};
+  for_each_model_field([&](const char* key, auto field, Stored) {
+    if constexpr (std::is_member_object_pointer_v<decltype(field)>)
+      model.push_back({key, &(m.*field)});
+    else
+      model.push_back({key, choice(&(m.*field.member), field.names())});
+  });
   return {
-      {"model",
-       {{"preset", &c.model.preset}, {"input_size", &m.input_size}, {"patch_size", &m.patch_size},
-        {"in_channels", &m.in_channels}, {"hidden_size", &m.hidden_size}, {"depth", &m.depth},
-        {"num_heads", &m.num_heads}, {"mlp_ratio", &m.mlp_ratio}, {"num_classes", &m.num_classes},
-        {"learn_sigma", &m.learn_sigma}, {"class_dropout_prob", &m.class_dropout_prob},
-        {"frequency_embedding_size", &m.frequency_embedding_size},
-        {"layernorm_eps", &m.layernorm_eps}, {"mlp", choice(&m.mlp, kMlpNames)},
-        {"norm", choice(&m.norm, kNormNames)}, {"pos_embed", choice(&m.pos_embed, kPosEmbedNames)},
-        {"qk_norm", &m.qk_norm}}},
+      {"model", std::move(model)},
       {"diffusion",
        {{"steps", &c.diffusion.steps}, {"objective", choice(&c.diffusion.objective, diffusion::kObjectiveNames)},
         {"timestep_sampling", choice(&c.diffusion.timestep_sampling, diffusion::kTimestepSamplingNames)},
@@ -412,16 +412,15 @@ toml::value parse_toml(const std::string& text, const std::string& origin) {
 }  // namespace
 
 bool ModelSection::operator==(const ModelSection& o) const {
-  // DiTConfig has no operator== of its own; every field is listed (keep in step with it).
-  const DiTConfig &a = dit, &b = o.dit;
-  return preset == o.preset && a.input_size == b.input_size && a.patch_size == b.patch_size &&
-         a.in_channels == b.in_channels && a.hidden_size == b.hidden_size && a.depth == b.depth &&
-         a.num_heads == b.num_heads && a.mlp_ratio == b.mlp_ratio &&
-         a.num_classes == b.num_classes && a.learn_sigma == b.learn_sigma &&
-         a.class_dropout_prob == b.class_dropout_prob &&
-         a.frequency_embedding_size == b.frequency_embedding_size &&
-         a.layernorm_eps == b.layernorm_eps && a.mlp == b.mlp && a.norm == b.norm &&
-         a.pos_embed == b.pos_embed && a.qk_norm == b.qk_norm;
+  // DiTConfig has no operator== of its own: every field of the model's one table is compared.
+  bool same = preset == o.preset;
+  config_fields::for_each_model_field([&](const char*, auto field, config_fields::Stored) {
+    if constexpr (std::is_member_object_pointer_v<decltype(field)>)
+      same = same && dit.*field == o.dit.*field;
+    else
+      same = same && dit.*field.member == o.dit.*field.member;
+  });
+  return same;
 }
 
 diffusion::TrainObjective DiffusionSection::train_objective() const {

@@ -3,19 +3,23 @@
 
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/named.h"
+#include "io/config_fields.h"
 
 namespace dit::h5 {
 
+using config_fields::for_each_model_field;
+using config_fields::Stored;
+
 namespace {
 
-// A /config string attribute naming one value of an enum table, or `fallback` when absent.
+// A /config string attribute naming one value of an enum table.
 template <class E, std::size_t N>
-E read_choice(const File& f, const char* attr, const Named<E> (&table)[N], E fallback) {
+E read_choice(const File& f, const char* attr, const Named<E> (&table)[N]) {
   const std::string c = "/config";
-  if (!f.has_attr(c, attr)) return fallback;
   const std::string v = f.attr_string(c, attr);
   const auto e = value_of(table, v);
   DIT_CHECK(e.has_value(), f.path(), ": /config ", attr, " = '", v, "': expected ", names_of(table, " or "));
@@ -30,14 +34,9 @@ void check_fixed(const File& f, const char* attr, double ours, const char* what)
             " but dit_mp's ", what, " is ", ours);
 }
 
-// LightningDiT's block variants: string attrs mlp, norm, pos_embed and int qk_norm. Absent
-// attributes mean DiT's block, so files written before the variants read unchanged; they are
-// written only where they are not DiT's, so files of DiT models stay as they were.
-void read_block_variants(const File& f, DiTConfig& cfg) {
-  cfg.mlp = read_choice(f, "mlp", kMlpNames, MlpKind::Gelu);
-  cfg.norm = read_choice(f, "norm", kNormNames, NormKind::LayerNorm);
-  cfg.pos_embed = read_choice(f, "pos_embed", kPosEmbedNames, PosEmbed::Sincos);
-  if (f.has_attr("/config", "qk_norm")) cfg.qk_norm = f.attr_int("/config", "qk_norm") != 0;
+// What LightningDiT's block variants fix, when a file records it (the variants themselves, string
+// attrs mlp, norm, pos_embed and int qk_norm, are fields of the table: absent means DiT's block).
+void check_block_variants(const File& f, const DiTConfig& cfg) {
   if (f.has_attr("/config", "mlp_hidden"))
     DIT_CHECK(f.attr_int("/config", "mlp_hidden") == cfg.ffn_hidden(), f.path(), ": /config mlp_hidden = ",
               f.attr_int("/config", "mlp_hidden"), " but mlp = ", name_of(kMlpNames, cfg.mlp),
@@ -47,33 +46,24 @@ void read_block_variants(const File& f, DiTConfig& cfg) {
   if (cfg.pos_embed == PosEmbed::Rope) check_fixed(f, "rope_theta", 10000.0, "RoPE theta");
 }
 
-void write_block_variants(hid_t g, const DiTConfig& cfg, const std::string& where) {
-  if (cfg.mlp != MlpKind::Gelu) write_attr_string(g, "mlp", name_of(kMlpNames, cfg.mlp), where);
-  if (cfg.norm != NormKind::LayerNorm) write_attr_string(g, "norm", name_of(kNormNames, cfg.norm), where);
-  if (cfg.pos_embed != PosEmbed::Sincos) write_attr_string(g, "pos_embed", name_of(kPosEmbedNames, cfg.pos_embed), where);
-  if (cfg.qk_norm) write_attr_ints(g, "qk_norm", {1}, AttrShape::Scalar, where);
-}
-
 }  // namespace
 
 Handle write_model_config(hid_t file, const DiTConfig& c, const std::string& where) {
   Handle g = create_group(file, "/config", where);
   const hid_t id = g.get();
-  auto i = [&](const char* k, std::int64_t v) { write_attr_ints(id, k, {v}, AttrShape::Scalar, where); };
-  auto d = [&](const char* k, double v) { write_attr_double(id, k, v, where); };
-  i("input_size", c.input_size);
-  i("patch_size", c.patch_size);
-  i("in_channels", c.in_channels);
-  i("hidden_size", c.hidden_size);
-  i("depth", c.depth);
-  i("num_heads", c.num_heads);
-  d("mlp_ratio", c.mlp_ratio);
-  i("num_classes", c.num_classes);
-  i("learn_sigma", c.learn_sigma ? 1 : 0);
-  d("class_dropout_prob", c.class_dropout_prob);
-  i("frequency_embedding_size", c.frequency_embedding_size);
-  d("layernorm_eps", c.layernorm_eps);
-  write_block_variants(id, c, where);
+  const DiTConfig dits;  // the block variants are written only where they differ from DiT's
+  for_each_model_field([&](const char* key, auto field, Stored stored) {
+    using F = decltype(field);
+    if constexpr (std::is_same_v<F, double DiTConfig::*>) {
+      write_attr_double(id, key, c.*field, where);
+    } else if constexpr (std::is_member_object_pointer_v<F>) {  // int or bool
+      if (stored == Stored::UnlessDits && c.*field == dits.*field) return;
+      write_attr_ints(id, key, {std::int64_t(c.*field)}, AttrShape::Scalar, where);
+    } else {
+      if (stored == Stored::UnlessDits && c.*field.member == dits.*field.member) return;
+      write_attr_string(id, key, name_of(field.names(), c.*field.member), where);
+    }
+  });
   return g;
 }
 
@@ -86,21 +76,22 @@ DiTConfig read_model_config(const File& f, LaterFields later, const std::string&
     return static_cast<int>(v);
   };
   const bool defaulted = later == LaterFields::Defaulted;
-  DiTConfig c;
-  c.input_size = geti("input_size");
-  c.patch_size = geti("patch_size");
-  c.in_channels = geti("in_channels");
-  c.hidden_size = geti("hidden_size");
-  c.depth = geti("depth");
-  c.num_heads = geti("num_heads");
-  c.mlp_ratio = read_attr_double(f, g, "mlp_ratio");
-  c.num_classes = geti("num_classes");
-  c.learn_sigma = read_attr_int(f, g, "learn_sigma") != 0;
-  c.class_dropout_prob = read_attr_double(f, g, "class_dropout_prob");
-  if (!defaulted || f.has_attr(g, "frequency_embedding_size"))
-    c.frequency_embedding_size = geti("frequency_embedding_size");
-  if (!defaulted || f.has_attr(g, "layernorm_eps")) c.layernorm_eps = read_attr_double(f, g, "layernorm_eps");
-  read_block_variants(f, c);
+  DiTConfig c;  // an absent field that may be absent keeps its default
+  for_each_model_field([&](const char* key, auto field, Stored stored) {
+    using F = decltype(field);
+    if (stored == Stored::UnlessDits || (stored == Stored::Later && defaulted))
+      if (!f.has_attr(g, key)) return;
+    if constexpr (std::is_same_v<F, int DiTConfig::*>) {
+      c.*field = geti(key);
+    } else if constexpr (std::is_same_v<F, double DiTConfig::*>) {
+      c.*field = read_attr_double(f, g, key);
+    } else if constexpr (std::is_same_v<F, bool DiTConfig::*>) {
+      c.*field = (stored == Stored::UnlessDits ? f.attr_int(g, key) : read_attr_int(f, g, key)) != 0;
+    } else {
+      c.*field.member = read_choice(f, key, field.names());
+    }
+  });
+  check_block_variants(f, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -119,22 +110,12 @@ std::string config_differences(const DiTConfig& a, const DiTConfig& b) {
     if (x == y) return;
     os << (os.tellp() > 0 ? ", " : "") << name << " " << x << " vs " << y;
   };
-  field("input_size", a.input_size, b.input_size);
-  field("patch_size", a.patch_size, b.patch_size);
-  field("in_channels", a.in_channels, b.in_channels);
-  field("hidden_size", a.hidden_size, b.hidden_size);
-  field("depth", a.depth, b.depth);
-  field("num_heads", a.num_heads, b.num_heads);
-  field("mlp_ratio", a.mlp_ratio, b.mlp_ratio);
-  field("num_classes", a.num_classes, b.num_classes);
-  field("learn_sigma", a.learn_sigma, b.learn_sigma);
-  field("class_dropout_prob", a.class_dropout_prob, b.class_dropout_prob);
-  field("frequency_embedding_size", a.frequency_embedding_size, b.frequency_embedding_size);
-  field("layernorm_eps", a.layernorm_eps, b.layernorm_eps);
-  field("mlp", std::string(name_of(kMlpNames, a.mlp)), std::string(name_of(kMlpNames, b.mlp)));
-  field("norm", std::string(name_of(kNormNames, a.norm)), std::string(name_of(kNormNames, b.norm)));
-  field("pos_embed", std::string(name_of(kPosEmbedNames, a.pos_embed)), std::string(name_of(kPosEmbedNames, b.pos_embed)));
-  field("qk_norm", a.qk_norm, b.qk_norm);
+  for_each_model_field([&](const char* key, auto f, Stored) {
+    if constexpr (std::is_member_object_pointer_v<decltype(f)>)
+      field(key, a.*f, b.*f);
+    else
+      field(key, std::string(name_of(f.names(), a.*f.member)), std::string(name_of(f.names(), b.*f.member)));
+  });
   return os.str();
 }
 
