@@ -10,8 +10,6 @@
 
 #include "core/error.h"
 #include "engine/rank_backend.h"
-#include "parallel/mpi_comm.h"
-#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "plan/auto_layout.h"
 
@@ -97,14 +95,15 @@ RunConfig choose_here(const AutoLayoutRequest& r, std::string& text) {
   return out;
 }
 
-// CUDA without a memory given: the free memory of the device this rank computes on, before the run
-// allocates (a backend made and let go for the reading).
-double device_free_bytes(const RunConfig& cfg) {
-  if (cfg.train.backend != BackendKind::Cuda || cfg.parallel.memory_gib > 0 || !cfg.parallel.hardware.empty())
-    return 0;
-  const std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
+// CUDA without a memory given: the search plans for the free memory of the device this rank
+// computes on, read before the run allocates (from a backend made and let go for the reading).
+bool reads_device_memory(const RunConfig& cfg) {
+  return cfg.train.backend == BackendKind::Cuda && cfg.parallel.memory_gib <= 0 && cfg.parallel.hardware.empty();
+}
+
+double device_free_bytes(const Backend* be) {
   std::size_t free = 0, total = 0;
-  return be->device_memory(&free, &total) ? double(free) : 0.0;
+  return be && be->device_memory(&free, &total) ? double(free) : 0.0;
 }
 
 }  // namespace
@@ -129,15 +128,16 @@ RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed)
   r.ranks_per_node = std::max(1, world_size() / node_count());
   SearchOn on = SearchOn::Rank0;
   collective_check([&] { on = search_on_from_env(); });
-  std::unique_ptr<Comm> world;
-  if (mpi_running()) {
-    auto watch = std::make_shared<CommWatch>();
-    watch->timeout_s = 0;  // rank 0 may search for long
-    world = MpiComm::world(watch);
-  }
-  // Collective on CUDA (the rank's GPU placement); every rank plans for the tightest device.
-  r.device_free_bytes = device_free_bytes(cfg);
-  if (world) r.device_free_bytes = -world->all_reduce_max(-r.device_free_bytes);
+  // The job's ranks as one data-parallel group, whose world agrees on the choice (no watchdog: rank 0
+  // may search for long); on CUDA the backend whose free memory is read (collective: the rank's GPU
+  // placement). Every rank plans for the tightest device.
+  const RankSetup rank = make_rank({.backend = reads_device_memory(cfg) ? cfg.backend_str() : "",
+                                    .precision = cfg.precision_str(),
+                                    .layout = {1, 1, world_size()},
+                                    .timeout_s = 0,
+                                    .comms = TensorComms::Leave});
+  Comm& world = *rank.ctx.world;
+  r.device_free_bytes = -world.all_reduce_max(-device_free_bytes(rank.backend.get()));
   const bool searches = on == SearchOn::Each || world_rank() == 0;
   RunConfig out = cfg;
   std::string text;
@@ -146,7 +146,7 @@ RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed)
   });
   std::vector<double> mine = searches ? encode(out) : std::vector<double>(encode(out).size(), 0.0);
   std::vector<double> sum = mine;
-  if (world) world->all_reduce_sum(sum.data(), static_cast<int>(sum.size()));
+  world.all_reduce_sum(sum.data(), static_cast<int>(sum.size()));
   collective_check([&] {
     if (on == SearchOn::Rank0) return decode(sum, out);
     for (std::size_t i = 0; i < sum.size(); ++i)

@@ -115,9 +115,9 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   collective_check([&] { src = resolve_source(requested); });
   const SampleOptions& opt = src.opt;
   const SampleSection& s = src.sample;
-  std::unique_ptr<Backend> be = make_rank_backend(opt.backend, opt.precision);
-  ParallelContext ctx = make_mpi_context(src.layout);
-  attach_backend_comms(ctx, *be);
+  RankSetup rank = make_rank({.backend = opt.backend, .precision = opt.precision, .layout = src.layout});
+  const std::unique_ptr<Backend>& be = rank.backend;
+  ParallelContext& ctx = rank.ctx;
   const auto stages = partition_stages(src.model, src.layout.pp);
   DiTStage stage(*be, src.model, stages[ctx.coord.pp], *ctx.tp, src.layout.dp);
   collective_check([&] { load_weights(src.weights, stage.params()); });  // every rank reads it: one message

@@ -291,13 +291,15 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   }
 }
 
-int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
-  check_verify_inputs(opt, ctx.layout);
+int run_verify(const VerifyOptions& opt, const Layout& layout) {
+  check_verify_inputs(opt, layout);
   GoldenFile golden(opt.golden);
   const std::vector<std::string> groups = groups_to_run(opt, golden);
   const DiTConfig& c = golden.config();
-  auto be = make_rank_backend(opt.backend, opt.precision);
-  const std::string comms = attach_backend_comms(ctx, *be);
+  RankSetup rank = make_rank({.backend = opt.backend, .precision = opt.precision, .layout = layout});
+  const std::unique_ptr<Backend>& be = rank.backend;
+  ParallelContext& ctx = rank.ctx;
+  const std::string& comms = rank.comms;
   DIT_CHECK(comms != "nccl" || opt.virtual_stages == 1, "--virtual-stages ", opt.virtual_stages,
             " runs over MPI point-to-point only: set DIT_COMM=mpi or use 1");
   const DType dt = be->compute_dtype();
@@ -324,10 +326,7 @@ int run_verify(const VerifyOptions& opt, ParallelContext& ctx) {
   return rep.finish(header) == 0 ? 0 : 1;
 }
 
-int run_verify(const VerifyOptions& opt) {
-  ParallelContext ctx = make_single_context();
-  return run_verify(opt, ctx);
-}
+int run_verify(const VerifyOptions& opt) { return run_verify(opt, Layout{}); }
 
 std::function<int()> add_verify_command(CLI::App& app) {
   struct Flags {
@@ -374,8 +373,7 @@ std::function<int()> add_verify_command(CLI::App& app) {
       layout = layout_for_world(f->tp, f->pp);
       check_verify_inputs(opt, layout);
     });
-    ParallelContext ctx = make_mpi_context(layout);
-    return run_verify(opt, ctx);
+    return run_verify(opt, layout);
   };
 }
 

@@ -33,8 +33,9 @@ const std::vector<std::string>& verify_group_names();
 // Checks the file, groups and layout before any communication (throws naming what is wrong).
 void check_verify_inputs(const VerifyOptions& opt, const Layout& layout);
 
-// Returns the process exit code: 0 when every row passes. Rank 0 prints.
-int run_verify(const VerifyOptions& opt, ParallelContext& ctx);
+// Returns the process exit code: 0 when every row passes. Rank 0 prints. Sets up the ranks at
+// `layout` (engine/rank_backend.h: make_rank).
+int run_verify(const VerifyOptions& opt, const Layout& layout);
 // On one rank.
 int run_verify(const VerifyOptions& opt);
 

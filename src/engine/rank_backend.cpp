@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "backend/cpu/cpu_backend.h"
+#include "parallel/backend_comms.h"
 #include "parallel/device_placement.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/world.h"
@@ -47,6 +48,23 @@ std::unique_ptr<Backend> make_rank_backend(const std::string& backend, const std
     be = make_backend(name);
   });
   return be;
+}
+
+RankSetup make_rank(const RankRequest& r) {
+  RankSetup rank;
+  if (!r.backend.empty()) rank.backend = make_rank_backend(r.backend, r.precision);
+  if (mpi_running()) {
+    rank.ctx = make_mpi_context(r.layout);
+  } else {  // a process without MPI (unit tests): one rank on its own
+    DIT_CHECK(r.layout.world() == 1, "layout ", r.layout.str(), " needs ", r.layout.world(),
+              " ranks, but this process runs without MPI");
+    rank.ctx = make_single_context();
+  }
+  rank.ctx.watch->timeout_s = r.timeout_s;
+  rank.ctx.watch->stop_signal = r.stop_signal;
+  if (rank.backend && r.comms == TensorComms::Attach) rank.comms = attach_backend_comms(rank.ctx, *rank.backend);
+  if (r.backend.rfind("cuda", 0) == 0) rank.device = "cuda:" + std::to_string(place_rank_on_gpu().device);
+  return rank;
 }
 
 }  // namespace dit
