@@ -62,6 +62,25 @@ void check_batch(std::int64_t global_batch, int dp, int micro_batch) {
             " microbatches of train.micro_batch = ", micro_batch, " per dp rank (dp = ", dp, "), at most ",
             kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
 }
+// distill.student_layers / teacher_layers against both models' depths, and the widths feature pairs
+// compare (RunConfig::validate checked that the lists pair up; the default pairs fit by construction).
+void check_feature_pairs(const DistillSection& d, const DiTConfig& student, const DiTConfig& teacher) {
+  if (d.feature_weight <= 0) return;
+  std::vector<bool> seen(static_cast<std::size_t>(student.depth), false);
+  for (std::size_t k = 0; k < d.student_layers.size() && k < d.teacher_layers.size(); ++k) {
+    const int s = d.student_layers[k], t = d.teacher_layers[k];
+    DIT_CHECK(s >= 0 && s < student.depth, "distill.student_layers: block ", s, " is outside the student's ",
+              student.depth, " blocks (expected 0..", student.depth - 1, ")");
+    DIT_CHECK(t >= 0 && t < teacher.depth, "distill.teacher_layers: block ", t, " is outside the teacher's ",
+              teacher.depth, " blocks (expected 0..", teacher.depth - 1, ")");
+    DIT_CHECK(!seen[static_cast<std::size_t>(s)], "distill.student_layers: student block ", s,
+              " appears twice (one feature pair per student block)");
+    seen[static_cast<std::size_t>(s)] = true;
+  }
+  DIT_CHECK(student.hidden_size == teacher.hidden_size, "distill.feature_weight > 0 pairs hidden states of the ",
+            "student (hidden_size ", student.hidden_size, ") and the teacher (hidden_size ", teacher.hidden_size,
+            "): expected equal widths, or distill.feature_weight = 0 (output KD only)");
+}
 }  // namespace
 
 TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, const Layout& layout) {
@@ -119,6 +138,7 @@ TrainSetup TrainSetup::make(const RunConfig& cfg, const Layout& layout) {
     check_teacher(cfg);
     const std::string& path = cfg.distill.teacher;
     const DiTConfig teacher = read_weights_config(path);
+    check_feature_pairs(cfg.distill, cfg.model.dit, teacher);
     std::vector<int> kept;
     if (!cfg.run.init_from.empty() && std::filesystem::is_regular_file(cfg.run.init_from)) {
       check_pruned_from(cfg.run.init_from, path, teacher.depth);
