@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config
+  ccache  # CMake compiles through it when found: test.sh's CPU-only pass reuses the first build's objects
   xz-utils  # scripts/pack_gpu.sh compresses the GPU pack (and cli.gpu_check unpacks it)
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools
