@@ -92,8 +92,6 @@ expect_teacher_blocks() {
   h5diff "$1" "$2" /weights/final_layer.linear.weight > /dev/null || fail "$1: the final layer is not the teacher's"
 }
 
-# compare_resumed_losses FULL RESUMED SAME(0|1): a run resumed at step 2 logged steps 1-4, and its
-# losses at steps 3 and 4 equal the uninterrupted run's (SAME=1: bit for bit; 0: within 1e-5).
 # Learned pruning of the depth-4 run $SCRATCH/run to depth 2 (prune_learned.sh, prune_lora.sh):
 # learned_prune NAME RANKS ARGS... writes $SCRATCH/NAME.h5, the log in $SCRATCH/NAME.txt.
 learned_prune() {
@@ -115,6 +113,8 @@ sys.exit(0 if err > float(sys.argv[3]) else 1)
 PY
 }
 
+# compare_resumed_losses FULL RESUMED SAME(0|1): a run resumed at step 2 logged steps 1-4, and its
+# losses at steps 3 and 4 equal the uninterrupted run's (SAME=1: bit for bit; 0: within 1e-5).
 compare_resumed_losses() {
   python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
 import json, sys
