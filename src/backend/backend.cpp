@@ -1,5 +1,8 @@
-// Shape rules shared by every backend.
+// Shape rules shared by every backend, and the per-sample losses built and checked once.
 #include "backend/backend.h"
+
+#include <algorithm>
+#include <variant>
 
 namespace dit {
 
@@ -25,6 +28,58 @@ void Backend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpos
             " values for C", c.shape.str(), " (2-D, one value per column)");
   gemm(a, ta, b, tb, c, Accumulate::Overwrite);
   add_rowwise(c, bias);
+}
+
+math::SampleLoss diffusion_loss_fn(const math::LossKind& kind, const Tensor& x0, float grad_scale) {
+  const std::int64_t n = x0.shape.rank > 0 ? x0.dim(0) : 0, p = x0.numel() / std::max<std::int64_t>(n, 1);
+  if (kind.target == math::LossTarget::Epsilon)
+    return math::EpsilonLoss{p, kind, grad_scale * (1.0 / (static_cast<double>(p) * static_cast<double>(n)))};
+  DIT_CHECK(!kind.learn_sigma() && x0.shape.rank == 4, "diffusion loss: velocity prediction takes data (N, C, H, W) "
+            "and no learned variance; got x0 ", x0.shape.str(), ", learned variance ", kind.learn_sigma());
+  const std::int64_t hw = x0.dim(2) * x0.dim(3);
+  const double scale = grad_scale;
+  return math::VelocityLoss{x0.dim(1), hw, kind.cosine, scale / (static_cast<double>(p) * static_cast<double>(n)),
+                            scale / (static_cast<double>(hw) * static_cast<double>(n))};
+}
+
+math::SampleLoss output_distill_fn(const math::LossKind& kind, const Tensor& x0, const Tensor& tout,
+                                   float grad_scale) {
+  const std::int64_t n = x0.shape.rank > 0 ? x0.dim(0) : 0, p = x0.numel() / std::max<std::int64_t>(n, 1);
+  const std::int64_t per_t = n > 0 ? tout.numel() / n : 0;
+  DIT_CHECK((per_t == p || per_t == 2 * p) && tout.numel() == n * per_t && (!kind.learn_sigma() || per_t == 2 * p),
+            "output distillation: teacher out ", tout.shape.str(), " does not fit x0 ", x0.shape.str(),
+            " (learned variance: ", kind.learn_sigma(), ")");
+  return math::OutputKdLoss{p, per_t, kind.learn_sigma(),
+                            static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n))};
+}
+
+math::SampleLoss feature_distill_fn(const Tensor& fs, double sigma, float grad_scale) {
+  const std::int64_t n = fs.shape.rank > 0 ? fs.dim(0) : 0, m = n > 0 ? fs.numel() / n : 0;
+  DIT_CHECK(m > 1, "feature distillation: student features ", fs.shape.str(), " hold fewer than 2 values a sample");
+  return math::FeatureKdLoss{m, sigma,
+                             static_cast<double>(grad_scale) / (static_cast<double>(m) * static_cast<double>(n))};
+}
+
+std::int64_t check_sample_loss(const math::SampleLoss& loss, const LossTensors& io) {
+  const math::LossShape sh = std::visit([](const auto& f) { return f.shape(); }, loss);
+  const char* name = std::visit([](const auto& f) { return f.kName; }, loss);
+  const Tensor& lead = sh.x > 0 ? io.x0 : io.a;
+  const std::int64_t n = lead.shape.rank > 0 ? lead.dim(0) : 0;
+  const auto fits = [n](const Tensor& x, std::int64_t per) { return x.numel() == n * per; };
+  DIT_CHECK(fits(io.a, sh.a) && io.grad.numel() == io.a.numel() && io.grad.dtype == io.a.dtype &&
+                (sh.b == 0 || (fits(io.b, sh.b) && io.b.dtype == io.a.dtype)) &&
+                (sh.x == 0 || (fits(io.x0, sh.x) && fits(io.noise, sh.x))) && fits(io.terms, sh.terms) &&
+                io.terms.dtype == DType::F32,
+            name, ": out ", io.a.shape.str(), ", teacher ", io.b.shape.str(), ", grad ", io.grad.shape.str(), ", x0 ",
+            io.x0.shape.str(), ", noise ", io.noise.shape.str(), ", terms ", io.terms.shape.str(),
+            " do not fit ", n, " samples of ", sh.a, " values (fp32 terms of ", sh.terms, ")");
+  if (sh.uses_row) {
+    DIT_CHECK(io.t.dtype == DType::I32 && io.t.numel() == n, "diffusion: t must be (", n,
+              ") int32 schedule indices, got ", io.t.shape.str(), " ", dtype_name(io.t.dtype));
+    DIT_CHECK(io.coefs.shape.rank == 2 && io.coefs.dim(1) == math::kNumLossCoefs, "diffusion: coefs ",
+              io.coefs.shape.str(), " is not a (T, ", int(math::kNumLossCoefs), ") schedule table");
+  }
+  return n;
 }
 
 }  // namespace dit

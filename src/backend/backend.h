@@ -60,6 +60,31 @@ struct GemmShape {
 // Throws naming the three shapes when they do not agree.
 GemmShape gemm_shape(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& c);
 
+// The tensors of one per-sample loss (Backend::sample_loss) over a microbatch of N samples: a and
+// b the model's side in the storage dtype (the output and the teacher's output, or the student's
+// and teacher's features; b empty when the loss reads none), grad a's gradient (a's shape and
+// dtype: written, or added to by output distillation), x0 and noise (N, C, H, W) fp32, t (N) int32
+// rows of coefs (R, math::kNumLossCoefs) fp32, the path's coefficients (math.h LossCoef: for DDPM
+// the schedule table, t the schedule index; for flow one row per sample, t = 0..N-1; read when
+// the loss uses_row), terms (N, kTerms) fp32.
+struct LossTensors {
+  Tensor a = {}, b = {}, grad = {}, x0 = {}, noise = {}, t = {}, coefs = {}, terms = {};
+};
+
+// The training step's losses, built from its tensors' shapes (one line naming the tensors when a
+// kind does not fit them); grad_scale multiplies the gradient of the mean over the N samples.
+// The diffusion loss of `kind` on the output (N, Co, H, W), Co = kind.out_factor() C: EpsilonLoss
+// or, for LossTarget::Velocity, VelocityLoss (x0 must be (N, C, H, W); no learned variance).
+math::SampleLoss diffusion_loss_fn(const math::LossKind& kind, const Tensor& x0, float grad_scale);
+// Output distillation against the teacher's output tout (N, Ct, H, W), Ct = C or 2C; the VB term
+// when kind learns the variance (then Ct = 2C).
+math::SampleLoss output_distill_fn(const math::LossKind& kind, const Tensor& x0, const Tensor& tout,
+                                   float grad_scale);
+// Masked feature distillation of student features fs (N, T, D) at `sigma` deviations.
+math::SampleLoss feature_distill_fn(const Tensor& fs, double sigma, float grad_scale);
+// The loss's N, after checking io's sizes against loss.shape(): one line naming them when not.
+std::int64_t check_sample_loss(const math::SampleLoss& loss, const LossTensors& io);
+
 class Backend : public Allocator {
  public:
   ~Backend() override = default;
@@ -213,34 +238,30 @@ class Backend : public Allocator {
   // (DDPM: sqrt(abar_t), sqrt(1 - abar_t); flow: t, 1 - t), in x_t's dtype.
   virtual void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t,
                         const Tensor& coefs, const Tensor& x_t) = 0;
-  // The training loss of `kind` on the model output out (N, Co, H, W), Co = kind.out_factor() C.
-  // Epsilon (math::loss_element; diffusion/losses.h is the float64 reference): mse of the first
-  // C channels against the noise, times the row's kLossWeight with LossWeighting::Table, plus the
-  // VB term with LossVariance::Learned. Velocity (math::flow_pixel; diffusion/objective.h):
-  // mse against u = x0 - noise, plus 1 - cos with LossCosine::Yes. Writes dout = grad_scale *
-  // d mean_N(loss) / d out (out's shape and dtype) and terms (N, 3) fp32 = per-sample
-  // (loss, mse, extra): mse unweighted, extra = vb in bits per dim (DDPM) or the cosine term (flow).
-  virtual void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                              const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                              float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
+  // ---- per-sample losses (math.h: the closed list SampleLoss) ----------------------------------
+  // Applies `loss` to every sample of a microbatch (math.h says what a loss is): its passes over
+  // the sample's items, then the sample's terms row. One entry point for every recipe's loss: a
+  // new loss is a functor in math.h, not a method here. The tensors' per-sample sizes are checked
+  // against loss.shape() (check_sample_loss); a schedule index outside coefs is an error.
+  virtual void sample_loss(const math::SampleLoss& loss, const LossTensors& io) = 0;
 
-  // Output distillation (TinyFusion's training_losses_kd_rep; diffusion/distill.h is the float64
-  // reference) of the student output out (N, Co, H, W) against the teacher's tout (N, Ct, H, W),
-  // Co and Ct = C or 2C: per sample kd = mean over (C, H, W) of (out - tout)^2 of the prediction
-  // channels, plus with LossVariance::Learned (both learn the variance) the VB term of the
-  // student against the teacher (math::kd_element) in bits per dim. dout += grad_scale *
-  // d mean_N(kd) / d out; terms (N, 2) fp32 = per-sample (kd mse, kd vb). `t` and `coefs` are
-  // read only for the VB term.
-  virtual void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                                   const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                   float grad_scale, const Tensor& dout, const Tensor& terms) = 0;
-  // Masked feature distillation of a student hidden state fs against the teacher's ft (N, T, D):
-  // per sample, the elements farther than `sigma` standard deviations (unbiased, over T x D) from
-  // the sample's mean are zeroed in each (sigma = 0: nothing is); loss = mean over (T, D) of
-  // (ms fs - mt ft)^2. dfs = grad_scale * d mean_N(loss) / d fs (written; the masks held
-  // constant); terms (N) fp32 += loss.
-  virtual void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
-                               const Tensor& dfs, const Tensor& terms) = 0;
+  // The step's losses through sample_loss, as their callers knew them (kept while the callers
+  // move to sample_loss with the builders above; see those for the meaning).
+  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
+                      const math::LossKind& kind, float grad_scale, const Tensor& dout, const Tensor& terms) {
+    sample_loss(diffusion_loss_fn(kind, x0, grad_scale),
+                {.a = out, .grad = dout, .x0 = x0, .noise = noise, .t = t, .coefs = coefs, .terms = terms});
+  }
+  void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
+                           const Tensor& t, const Tensor& coefs, const math::LossKind& kind, float grad_scale,
+                           const Tensor& dout, const Tensor& terms) {
+    sample_loss(output_distill_fn(kind, x0, tout, grad_scale),
+                {.a = out, .b = tout, .grad = dout, .x0 = x0, .noise = noise, .t = t, .coefs = coefs, .terms = terms});
+  }
+  void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale, const Tensor& dfs,
+                       const Tensor& terms) {
+    sample_loss(feature_distill_fn(fs, sigma, grad_scale), {.a = fs, .b = ft, .grad = dfs, .terms = terms});
+  }
 
   // ---- optimizer over flat ranges -----------------------------------------------------------
   // AdamW on fp32 master params with fp32 moments; grad may be any float dtype.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <variant>
 
 #if defined(__CUDACC__)
 #define DIT_HD __host__ __device__ __forceinline__
@@ -162,7 +163,7 @@ enum LossCoef : int {
   kNumLossCoefs
 };
 
-// What a loss kernel computes (Backend::diffusion_loss; diffusion/losses.h and
+// What the diffusion loss computes (EpsilonLoss, VelocityLoss below; diffusion/losses.h and
 // diffusion/objective.h are the float64 references).
 enum class LossTarget : std::uint8_t {
   Epsilon,   // DDPM: the output's first C channels predict the noise
@@ -317,5 +318,177 @@ DIT_HD FlowPixel flow_pixel(const V& v, const float* x, const float* e, std::int
   }
   return {sq, 1.0 - cs};
 }
+
+
+// ---- per-sample losses: the closed list behind Backend::sample_loss ----------------------------
+//
+// A recipe's loss is one struct of scalars here (the same on host and device) that a backend
+// applies to every sample of a microbatch through its one entry point, Backend::sample_loss. It has
+//   kName               its name in messages
+//   kPasses             reductions over a sample's items before its terms (the feature loss needs
+//                       3: the means, the deviations, the loss); kTerms: floats of its terms row
+//   shape()             the per-sample sizes of the tensors it reads (the backend checks them)
+//   items()             the items each pass visits (elements; pixels for the flow loss)
+//   uses_row()          whether it reads the sample's schedule row c (else c is null)
+//   item(pass, s, j, c, done, acc)   item j's share of pass `pass` added to acc (done: the
+//                       earlier passes' sums); the last pass also writes the gradient
+//   finish(s, c, done)  the sample's terms from every pass's sums
+// s is the backend's view of one sample: s.a(k) and s.b(k) read the model's tensors (the output
+// and the teacher's, or the student's and teacher's features) as float, s.g(k) reads and
+// s.set_g(k, v) writes the gradient (all three in the storage dtype), s.x0 and s.noise point at
+// the sample's fp32 data and noise, s.terms at its terms row. The CPU runs each pass's items in
+// order, one sample per thread; the GPU strides them over a block and sums the block. A new loss
+// is a struct here and one entry in SampleLoss: no Backend method, no backend file.
+
+struct LossSums {
+  double a = 0, b = 0;
+};
+// The per-sample sizes a loss reads: a and its gradient, b (0: none), x0 and noise (0: none).
+struct LossShape {
+  std::int64_t a, b, x;
+  int terms;
+  bool uses_row;
+};
+
+inline constexpr double kInvLn2 = 1.0 / 0.6931471805599453;  // nats to bits
+
+// flow_pixel's reader and writer of one sample's output and gradient.
+template <class S>
+struct SampleOut {
+  const S& s;
+  DIT_HD double operator()(std::int64_t j) const { return static_cast<double>(s.a(j)); }
+};
+template <class S>
+struct SampleGrad {
+  const S& s;
+  DIT_HD void operator()(std::int64_t j, double d) const { s.set_g(j, d); }
+};
+
+// DDPM, epsilon prediction (diffusion/losses.h is the float64 reference): mse of the first C
+// channels against the noise, times the row's kLossWeight with LossWeighting::Table, plus the VB
+// term with LossVariance::Learned. g = grad_inv d loss / d out; terms (loss, mse, vb in bits/dim).
+struct EpsilonLoss {
+  static constexpr const char* kName = "diffusion loss (epsilon)";
+  static constexpr int kPasses = 1, kTerms = 3;
+  std::int64_t p;   // elements of a sample's data (C H W)
+  LossKind kind;
+  double grad_inv;  // grad_scale / (p N)
+  LossShape shape() const { return {kind.out_factor() * p, 0, p, kTerms, true}; }
+  DIT_HD std::int64_t items() const { return p; }
+  DIT_HD bool uses_row() const { return true; }
+  DIT_HD double weight(const float* c) const { return kind.weighting == LossWeighting::Table ? c[kLossWeight] : 1.0; }
+  template <class S>
+  DIT_HD void item(int, const S& s, std::int64_t j, const float* c, const LossSums*, LossSums& acc) const {
+    const bool learn_sigma = kind.learn_sigma();
+    const LossElement le = loss_element(s.a(j), learn_sigma ? s.a(p + j) : 0.0, s.x0[j], s.noise[j], c, learn_sigma);
+    acc.a += le.mse;
+    acc.b += le.vb;
+    s.set_g(j, grad_inv * weight(c) * le.d_eps);
+    if (learn_sigma) s.set_g(p + j, grad_inv * le.d_v * kInvLn2);
+  }
+  template <class S>
+  DIT_HD void finish(const S& s, const float* c, const LossSums* done) const {
+    const double m = done[0].a / static_cast<double>(p);
+    const double v = kind.learn_sigma() ? done[0].b / static_cast<double>(p) * kInvLn2 : 0.0;
+    s.terms[0] = static_cast<float>(weight(c) * m + v), s.terms[1] = static_cast<float>(m);
+    s.terms[2] = static_cast<float>(v);
+  }
+};
+
+// Flow, velocity prediction (diffusion/objective.h): mse against u = x0 - noise, plus 1 - cos over
+// channels per pixel with LossCosine::Yes (flow_pixel, one item per pixel). terms (loss, mse, cos).
+struct VelocityLoss {
+  static constexpr const char* kName = "diffusion loss (velocity)";
+  static constexpr int kPasses = 1, kTerms = 3;
+  std::int64_t channels, hw;
+  LossCosine cosine;
+  double mse_scale, cos_scale;  // grad_scale / (C hw N), grad_scale / (hw N)
+  LossShape shape() const { return {channels * hw, 0, channels * hw, kTerms, true}; }
+  DIT_HD std::int64_t items() const { return hw; }
+  DIT_HD bool uses_row() const { return true; }
+  template <class S>
+  DIT_HD void item(int, const S& s, std::int64_t q, const float*, const LossSums*, LossSums& acc) const {
+    const FlowPixel px =
+        flow_pixel(SampleOut<S>{s}, s.x0, s.noise, q, channels, hw, cosine, mse_scale, cos_scale, SampleGrad<S>{s});
+    acc.a += px.sq;
+    acc.b += px.one_minus_cos;
+  }
+  template <class S>
+  DIT_HD void finish(const S& s, const float*, const LossSums* done) const {
+    const double m = done[0].a / static_cast<double>(channels * hw);
+    const double c = cosine == LossCosine::Yes ? done[0].b / static_cast<double>(hw) : 0.0;
+    s.terms[0] = static_cast<float>(m + c), s.terms[1] = static_cast<float>(m), s.terms[2] = static_cast<float>(c);
+  }
+};
+
+// Output distillation (TinyFusion's training_losses_kd_rep; tools/distill_golden.py is the
+// float64 reference) of the student's output a against the teacher's b (kd_element per element): g +=
+// grad_inv d kd / d out; terms (kd mse, kd vb in bits/dim).
+struct OutputKdLoss {
+  static constexpr const char* kName = "output distillation";
+  static constexpr int kPasses = 1, kTerms = 2;
+  std::int64_t p, per_teacher;  // the data's elements; the teacher output's per sample (p or 2p)
+  bool learn_sigma;             // both learn the variance: the VB term
+  double grad_inv;              // grad_scale / (p N)
+  LossShape shape() const { return {(learn_sigma ? 2 : 1) * p, per_teacher, p, kTerms, learn_sigma}; }
+  DIT_HD std::int64_t items() const { return p; }
+  DIT_HD bool uses_row() const { return learn_sigma; }
+  template <class S>
+  DIT_HD void item(int, const S& s, std::int64_t j, const float* c, const LossSums*, LossSums& acc) const {
+    const KdElement k = kd_element(s.a(j), learn_sigma ? s.a(p + j) : 0.0, s.b(j), learn_sigma ? s.b(p + j) : 0.0,
+                                   s.x0[j], s.noise[j], c, learn_sigma);
+    acc.a += k.sq;
+    acc.b += k.vb;
+    s.set_g(j, s.g(j) + grad_inv * k.d_s);
+    if (learn_sigma) s.set_g(p + j, s.g(p + j) + grad_inv * k.d_sv * kInvLn2);
+  }
+  template <class S>
+  DIT_HD void finish(const S& s, const float*, const LossSums* done) const {
+    s.terms[0] = static_cast<float>(done[0].a / static_cast<double>(p));
+    s.terms[1] = static_cast<float>(learn_sigma ? done[0].b / static_cast<double>(p) * kInvLn2 : 0.0);
+  }
+};
+
+// Masked feature distillation of the student's hidden state a against the teacher's b (m values
+// per sample): values farther than sigma unbiased standard deviations from the sample's mean are
+// zeroed in each (sigma = 0: none; the masks held constant), loss = mean (ms a - mt b)^2. g =
+// grad_inv d loss / d a (written); terms (1) += loss.
+struct FeatureKdLoss {
+  static constexpr const char* kName = "feature distillation";
+  static constexpr int kPasses = 3, kTerms = 1;
+  std::int64_t m;
+  double sigma, grad_inv;  // grad_inv = grad_scale / (m N)
+  LossShape shape() const { return {m, m, 0, kTerms, false}; }
+  DIT_HD std::int64_t items() const { return m; }
+  DIT_HD bool uses_row() const { return false; }
+  DIT_HD double mean(double sum) const { return sum / static_cast<double>(m); }
+  DIT_HD double bound(double sq) const { return sigma * sqrt(sq / static_cast<double>(m - 1)); }
+  template <class S>
+  DIT_HD void item(int pass, const S& s, std::int64_t j, const float*, const LossSums* done, LossSums& acc) const {
+    if (pass == 0) {  // the sums, for the means
+      acc.a += s.a(j), acc.b += s.b(j);
+      return;
+    }
+    const double ms = mean(done[0].a), mt = mean(done[0].b);
+    if (pass == 1) {  // the squared deviations (two passes in double: torch.var_mean)
+      acc.a += (s.a(j) - ms) * (s.a(j) - ms), acc.b += (s.b(j) - mt) * (s.b(j) - mt);
+      return;
+    }
+    const double bs = bound(done[1].a), bt = bound(done[1].b);
+    const float a = s.a(j), b = s.b(j);
+    const double ks = sigma <= 0 || fabs(a - ms) < bs ? 1.0 : 0.0;
+    const double kt = sigma <= 0 || fabs(b - mt) < bt ? 1.0 : 0.0;
+    const double d = ks * a - kt * b;
+    acc.a += d * d;
+    s.set_g(j, grad_inv * 2.0 * ks * d);
+  }
+  template <class S>
+  DIT_HD void finish(const S& s, const float*, const LossSums* done) const {
+    s.terms[0] = static_cast<float>(s.terms[0] + done[2].a / static_cast<double>(m));
+  }
+};
+
+// The closed list: Backend::sample_loss takes any of these; each backend dispatches it once.
+using SampleLoss = std::variant<EpsilonLoss, VelocityLoss, OutputKdLoss, FeatureKdLoss>;
 
 }  // namespace dit::math

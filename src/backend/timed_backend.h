@@ -148,19 +148,8 @@ class TimedBackend final : public Backend {
                 const Tensor& x_t) override {
     timed([&] { in_.q_sample(x0, noise, t, coefs, x_t); });
   }
-  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
-                      const Tensor& coefs, const math::LossKind& kind, float grad_scale, const Tensor& dout,
-                      const Tensor& terms) override {
-    timed([&] { in_.diffusion_loss(out, x0, noise, t, coefs, kind, grad_scale, dout, terms); });
-  }
-  void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                           const Tensor& t, const Tensor& coefs, const math::LossKind& kind, float grad_scale,
-                           const Tensor& dout, const Tensor& terms) override {
-    timed([&] { in_.distill_output_loss(out, tout, x0, noise, t, coefs, kind, grad_scale, dout, terms); });
-  }
-  void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale, const Tensor& dfs,
-                       const Tensor& terms) override {
-    timed([&] { in_.feature_distill(fs, ft, sigma, grad_scale, dfs, terms); });
+  void sample_loss(const math::SampleLoss& loss, const LossTensors& io) override {
+    timed([&] { in_.sample_loss(loss, io); });
   }
   void adamw_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                   const math::AdamWParams& h) override {

@@ -129,7 +129,8 @@ double mean_loss(Backend& be, const DiTStage& model, const Calibration& cal, con
     feed.inputs(d, first, n, in, saved);
     const Tensor out = forward_chunks(model, in, saved, scratch).final.out;
     const Tensor dout = saved.tensor(out.shape, out.dtype), terms = saved.tensor({n, 3}, DType::F32);
-    be.diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, 1.0f, dout, terms);
+    be.sample_loss(diffusion_loss_fn(kind, d.x0, 1.0f),
+                   {.a = out, .grad = dout, .x0 = d.x0, .noise = d.noise, .t = d.t, .coefs = d.coefs, .terms = terms});
     const std::vector<float> h = to_host(be, terms);
     for (std::int64_t i = 0; i < n; ++i) sum += h[3 * i];
   }

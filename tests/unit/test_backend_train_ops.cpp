@@ -95,7 +95,8 @@ TEST_P(TrainOps, DiffusionLossFollowsTheFloat64Reference) {
     Tensor dout = alloc({n, co, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
     math::LossKind kind;
     kind.variance = learn_sigma ? math::LossVariance::Learned : math::LossVariance::Fixed;
-    be().diffusion_loss(tout, tx0, tnoise, tt, coefs, kind, scale, dout, terms);
+    be().sample_loss(diffusion_loss_fn(kind, tx0, scale),
+                     {.a = tout, .grad = dout, .x0 = tx0, .noise = tnoise, .t = tt, .coefs = coefs, .terms = terms});
     const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
     const std::vector<std::int64_t> t64(t.begin(), t.end());
     const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
@@ -130,8 +131,14 @@ TEST_P(TrainOps, MinSnrWeightedLossFollowsTheFloat64Reference) {
   math::LossKind kind;
   kind.variance = math::LossVariance::Learned;
   kind.weighting = math::LossWeighting::Table;
-  be().diffusion_loss(tout, upload(x0, {n, c, h, w}, DType::F32), upload(noise, {n, c, h, w}, DType::F32),
-                      upload_ints(t), upload(table, {1000, math::kNumLossCoefs}, DType::F32), kind, 1.f, dout, terms);
+  const Tensor tx0 = upload(x0, {n, c, h, w}, DType::F32);
+  be().sample_loss(diffusion_loss_fn(kind, tx0, 1.f), {.a = tout,
+                                                       .grad = dout,
+                                                       .x0 = tx0,
+                                                       .noise = upload(noise, {n, c, h, w}, DType::F32),
+                                                       .t = upload_ints(t),
+                                                       .coefs = upload(table, {1000, math::kNumLossCoefs}, DType::F32),
+                                                       .terms = terms});
   const Vec o64(held.begin(), held.end()), x64(x0.begin(), x0.end()), e64(noise.begin(), noise.end());
   const std::vector<std::int64_t> t64(t.begin(), t.end());
   const auto ref = diffusion::training_losses(sched, {n, c, h, w}, {o64, x64, e64, t64});
@@ -166,9 +173,15 @@ TEST_P(TrainOps, FlowLossFollowsTheFloat64Reference) {
     const std::vector<float> held = download(tout);
     Tensor dout = alloc({n, c, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
     const float scale = 2.f;
-    be().diffusion_loss(tout, upload(x1, {n, c, h, w}, DType::F32), upload(x0, {n, c, h, w}, DType::F32),
-                        upload_ints(idx), upload(rows, {n, math::kNumLossCoefs}, DType::F32),
-                        diffusion::loss_kind(o, false), scale, dout, terms);
+    const Tensor data = upload(x1, {n, c, h, w}, DType::F32);
+    be().sample_loss(diffusion_loss_fn(diffusion::loss_kind(o, false), data, scale),
+                     {.a = tout,
+                      .grad = dout,
+                      .x0 = data,
+                      .noise = upload(x0, {n, c, h, w}, DType::F32),
+                      .t = upload_ints(idx),
+                      .coefs = upload(rows, {n, math::kNumLossCoefs}, DType::F32),
+                      .terms = terms});
     const auto ref = diffusion::flow_training_losses({n, c, h, w}, {Vec(held.begin(), held.end()),
                                                                     Vec(x1.begin(), x1.end()), Vec(x0.begin(), x0.end())},
                                                      cosine);
@@ -191,6 +204,26 @@ TEST_P(TrainOps, FlowLossFollowsTheFloat64Reference) {
                           diffusion::flow_xt({n, c, h, w}, Vec(x1.begin(), x1.end()), Vec(x0.begin(), x0.end()), t)),
               tol);
   }
+}
+
+// Every per-sample loss is checked once, against its shape(): a tensor of the wrong size is one
+// message naming the loss and the tensors, whatever the backend.
+TEST_P(TrainOps, SampleLossRefusesTensorsThatDoNotFit) {
+  const std::int64_t n = 2, c = 1, h = 4, w = 4;
+  const std::vector<float> zeros(n * 2 * c * h * w, 0.f);
+  const Tensor x0 = upload(zeros, {n, c, h, w}, DType::F32), out = upload(zeros, {n, 2 * c, h, w}, dt());
+  const Tensor dout = alloc({n, 2 * c, h, w}, dt()), terms = alloc({n, 3}, DType::F32);
+  math::LossKind kind;  // fixed variance: the output must have C channels, not 2C
+  try {
+    be().sample_loss(diffusion_loss_fn(kind, x0, 1.f), {.a = out, .grad = dout, .x0 = x0, .noise = x0,
+                                                        .t = upload_ints({0, 1}), .terms = terms});
+    FAIL() << "an output of 2C channels was taken for a fixed-variance loss";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("diffusion loss (epsilon)"), std::string::npos) << e.what();
+  }
+  const Tensor fs = alloc({n, 3, 5}, dt()), small = alloc({n, 3, 4}, dt()), fterms = alloc({n}, DType::F32);
+  EXPECT_THROW(be().sample_loss(feature_distill_fn(fs, 1.0, 1.f), {.a = fs, .b = small, .grad = fs, .terms = fterms}),
+               Error);
 }
 
 TEST_P(TrainOps, QSampleFollowsTheFloat64Reference) {

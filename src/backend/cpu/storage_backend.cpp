@@ -368,29 +368,11 @@ void CpuStorageBackend::q_sample(const Tensor& x0, const Tensor& noise, const Te
   w.commit();
 }
 
-void CpuStorageBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                       const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                       float grad_scale, const Tensor& dout, const Tensor& terms) {
+void CpuStorageBackend::sample_loss(const math::SampleLoss& loss, const LossTensors& io) {
   Widened w;
-  fp32_.diffusion_loss(w.in(out), w.in(x0), w.in(noise), t, w.in(coefs), kind, grad_scale,
-                       w.out(dout), w.out(terms));
-  w.commit();
-}
-
-void CpuStorageBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0,
-                                            const Tensor& noise, const Tensor& t, const Tensor& coefs,
-                                            const math::LossKind& kind, float grad_scale, const Tensor& dout,
-                                            const Tensor& terms) {
-  Widened w;
-  fp32_.distill_output_loss(w.in(out), w.in(tout), w.in(x0), w.in(noise), t, w.in(coefs), kind, grad_scale,
-                            w.out(dout), w.out(terms));
-  w.commit();
-}
-
-void CpuStorageBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
-                                        const Tensor& dfs, const Tensor& terms) {
-  Widened w;
-  fp32_.feature_distill(w.in(fs), w.in(ft), sigma, grad_scale, w.out(dfs), w.out(terms));
+  const auto in = [&w](const Tensor& t) { return t.data ? w.in(t) : t; };
+  fp32_.sample_loss(loss, {.a = in(io.a), .b = in(io.b), .grad = w.out(io.grad), .x0 = in(io.x0),
+                           .noise = in(io.noise), .t = io.t, .coefs = in(io.coefs), .terms = w.out(io.terms)});
   w.commit();
 }
 

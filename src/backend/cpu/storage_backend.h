@@ -95,14 +95,7 @@ class CpuStorageBackend final : public Backend {
                      std::uint64_t first, const Tensor& noise) override;
   void q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
                 const Tensor& x_t) override;
-  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t,
-                      const Tensor& coefs, const math::LossKind& kind, float grad_scale, const Tensor& dout,
-                      const Tensor& terms) override;
-  void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                           const Tensor& t, const Tensor& coefs, const math::LossKind& kind, float grad_scale,
-                           const Tensor& dout, const Tensor& terms) override;
-  void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale, const Tensor& dfs,
-                       const Tensor& terms) override;
+  void sample_loss(const math::SampleLoss& loss, const LossTensors& io) override;
 
  private:
   ComposedAttention* composed();  // nullptr unless the composed attention is chosen

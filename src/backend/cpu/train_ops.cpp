@@ -1,9 +1,8 @@
-// CPU backend: the training step's own primitives: keyed noise, q_sample and the diffusion loss
-// over a microbatch (math.h's per-element functors), and the optimizer's one-pass norm and fused
-// AdamW + EMA over a flat shard.
+// CPU backend: the training step's own primitives: keyed noise, q_sample, the per-sample losses
+// of a microbatch (math.h's SampleLoss functors, one driver for all), and the optimizer's
+// one-pass norm and fused AdamW + EMA over a flat shard.
 #include <cmath>
-#include <numbers>
-#include <utility>
+#include <variant>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/philox.h"
@@ -70,142 +69,45 @@ void CpuBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& t
 
 namespace {
 
-// Epsilon prediction: one sample's (loss, mse, vb) and gradient (math::loss_element).
-void epsilon_loss_row(const float* eps, const float* a, const float* e, const float* c, std::int64_t p,
-                      const math::LossKind& kind, double g_scale, float* g, float* tr) {
-  const bool learn_sigma = kind.learn_sigma();
-  const double w = kind.weighting == math::LossWeighting::Table ? c[math::kLossWeight] : 1.0;
-  const double vb_scale = 1.0 / std::numbers::ln2;
-  double mse = 0, vb = 0;
-  for (std::int64_t j = 0; j < p; ++j) {
-    const math::LossElement le = math::loss_element(eps[j], learn_sigma ? eps[p + j] : 0.0, a[j], e[j], c, learn_sigma);
-    mse += le.mse;
-    vb += le.vb;
-    g[j] = static_cast<float>(g_scale * w * le.d_eps);
-    if (learn_sigma) g[p + j] = static_cast<float>(g_scale * le.d_v * vb_scale);
-  }
-  const double m = mse / static_cast<double>(p), v = learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0;
-  tr[0] = static_cast<float>(w * m + v), tr[1] = static_cast<float>(m), tr[2] = static_cast<float>(v);
-}
+// One sample of a per-sample loss, as math.h's functors read it: fp32 host pointers.
+struct HostSample {
+  const float *pa, *pb;
+  float* pg;
+  const float *x0, *noise;
+  float* terms;
+  float a(std::int64_t k) const { return pa[k]; }
+  float b(std::int64_t k) const { return pb[k]; }
+  float g(std::int64_t k) const { return pg[k]; }
+  void set_g(std::int64_t k, double v) const { pg[k] = static_cast<float>(v); }
+};
 
-// Velocity prediction: one sample's (loss, mse, cos) and gradient (math::flow_pixel per pixel).
-void velocity_loss_row(const float* v, const float* a, const float* e, std::int64_t channels, std::int64_t hw,
-                       const math::LossKind& kind, double grad_scale, std::int64_t n, float* g, float* tr) {
-  const double p = static_cast<double>(channels * hw);
-  const double mse_scale = grad_scale / (p * static_cast<double>(n));
-  const double cos_scale = grad_scale / (static_cast<double>(hw) * static_cast<double>(n));
-  double sq = 0, cos = 0;
-  for (std::int64_t q = 0; q < hw; ++q) {
-    const math::FlowPixel px = math::flow_pixel([v](std::int64_t j) { return static_cast<double>(v[j]); }, a, e, q,
-                                                channels, hw, kind.cosine, mse_scale, cos_scale,
-                                                [g](std::int64_t j, double d) { g[j] = static_cast<float>(d); });
-    sq += px.sq;
-    cos += px.one_minus_cos;
+const float* f32_or_null(const Tensor& t, const char* what) { return t.data ? f32(t, what) : nullptr; }
+
+// Every sample in its own thread; each pass over the sample's items in order.
+template <class F>
+void run_sample_loss(const F& f, const LossTensors& io, std::int64_t n) {
+  const math::LossShape sh = f.shape();
+  const LossRows rows = sh.uses_row ? loss_rows(io.t, io.coefs, n) : LossRows{};
+  const float *a = f32(io.a, "loss out"), *b = f32_or_null(io.b, "loss teacher");
+  const float *x0 = f32_or_null(io.x0, "loss x0"), *noise = f32_or_null(io.noise, "loss noise");
+  float *g = f32_out(io.grad, "loss grad"), *terms = f32_out(io.terms, "loss terms");
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* c = sh.uses_row ? rows.row(i) : nullptr;
+    const HostSample s{a + i * sh.a,  b ? b + i * sh.b : nullptr, g + i * sh.a, x0 ? x0 + i * sh.x : nullptr,
+                       noise ? noise + i * sh.x : nullptr, terms + i * sh.terms};
+    math::LossSums done[F::kPasses];
+    for (int pass = 0; pass < F::kPasses; ++pass)
+      for (std::int64_t j = 0; j < f.items(); ++j) f.item(pass, s, j, c, done, done[pass]);
+    f.finish(s, c, done);
   }
-  const double m = sq / p, c = kind.cosine == math::LossCosine::Yes ? cos / static_cast<double>(hw) : 0.0;
-  tr[0] = static_cast<float>(m + c), tr[1] = static_cast<float>(m), tr[2] = static_cast<float>(c);
 }
 
 }  // namespace
 
-void CpuBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                float grad_scale, const Tensor& dout, const Tensor& terms) {
-  const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
-  const std::int64_t per_out = kind.out_factor() * p;
-  const bool velocity = kind.target == math::LossTarget::Velocity;
-  DIT_CHECK(out.numel() == n * per_out && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
-                terms.numel() == 3 * n && (!velocity || (!kind.learn_sigma() && x0.shape.rank == 4)),
-            "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", noise ",
-            noise.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(),
-            " do not fit (learned variance: ", kind.learn_sigma(), ", velocity: ", velocity, ")");
-  const LossRows rows = loss_rows(t, coefs, n);
-  const float *o = f32(out, "loss out"), *a = f32(x0, "loss x0"), *e = f32(noise, "loss noise");
-  float *g = f32_out(dout, "loss dout"), *tr = f32_out(terms, "loss terms");
-  const double inv = 1.0 / (static_cast<double>(p) * static_cast<double>(n));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* c = rows.row(i);
-    if (velocity)
-      velocity_loss_row(o + i * p, a + i * p, e + i * p, x0.dim(1), x0.dim(2) * x0.dim(3), kind, grad_scale, n,
-                        g + i * p, tr + 3 * i);
-    else
-      epsilon_loss_row(o + i * per_out, a + i * p, e + i * p, c, p, kind, grad_scale * inv, g + i * per_out,
-                       tr + 3 * i);
-  }
-}
-
-void CpuBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                                     const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                     float grad_scale, const Tensor& dout, const Tensor& terms) {
-  const std::int64_t n = x0.dim(0), p = x0.numel() / std::max<std::int64_t>(n, 1);
-  const std::int64_t per_out = kind.out_factor() * p, per_t = n > 0 ? tout.numel() / n : 0;
-  const bool learn_sigma = kind.learn_sigma();
-  DIT_CHECK(out.numel() == n * per_out && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
-                (per_t == p || per_t == 2 * p) && tout.numel() == n * per_t && (!learn_sigma || per_t == 2 * p) &&
-                terms.numel() == 2 * n,
-            "distill_output_loss: out ", out.shape.str(), ", teacher out ", tout.shape.str(), ", x0 ",
-            x0.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(),
-            " do not fit (learned variance: ", learn_sigma, ")");
-  const float *o = f32(out, "kd out"), *to = f32(tout, "kd teacher out"), *a = f32(x0, "kd x0"),
-              *e = f32(noise, "kd noise");
-  float *g = f32_out(dout, "kd dout"), *tr = f32_out(terms, "kd terms");
-  const LossRows rows = learn_sigma ? loss_rows(t, coefs, n) : LossRows{};
-  const double g_scale = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
-  const double vb_scale = 1.0 / std::numbers::ln2;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* c = learn_sigma ? rows.row(i) : nullptr;
-    const float *s = o + i * per_out, *te = to + i * per_t;
-    float* gi = g + i * per_out;
-    double sq = 0, vb = 0;
-    for (std::int64_t j = 0; j < p; ++j) {
-      const math::KdElement k = math::kd_element(s[j], learn_sigma ? s[p + j] : 0.0, te[j],
-                                                 learn_sigma ? te[p + j] : 0.0, a[i * p + j], e[i * p + j], c,
-                                                 learn_sigma);
-      sq += k.sq;
-      vb += k.vb;
-      gi[j] = static_cast<float>(gi[j] + g_scale * k.d_s);
-      if (learn_sigma) gi[p + j] = static_cast<float>(gi[p + j] + g_scale * k.d_sv * vb_scale);
-    }
-    tr[2 * i] = static_cast<float>(sq / static_cast<double>(p));
-    tr[2 * i + 1] = static_cast<float>(learn_sigma ? vb / static_cast<double>(p) * vb_scale : 0.0);
-  }
-}
-
-void CpuBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
-                                 const Tensor& dfs, const Tensor& terms) {
-  const std::int64_t n = fs.shape.rank > 0 ? fs.dim(0) : 0, m = n > 0 ? fs.numel() / n : 0;
-  DIT_CHECK(ft.shape == fs.shape && dfs.numel() == fs.numel() && terms.numel() == n && m > 1,
-            "feature_distill: student ", fs.shape.str(), ", teacher ", ft.shape.str(), ", dfs ", dfs.shape.str(),
-            ", terms ", terms.shape.str(), " do not fit");
-  const float *s = f32(fs, "feature kd student"), *te = f32(ft, "feature kd teacher");
-  float *g = f32_out(dfs, "feature kd dfs"), *tr = f32_out(terms, "feature kd terms");
-  const double g_scale = static_cast<double>(grad_scale) / (static_cast<double>(m) * static_cast<double>(n));
-  // Whether |x - mean| < sigma * std of the sample's values (two passes in double: torch.var_mean).
-  const auto keep = [sigma](const float* x, std::int64_t count) {
-    double sum = 0, sq = 0;
-    for (std::int64_t j = 0; j < count; ++j) sum += x[j];
-    const double mean = sum / static_cast<double>(count);
-    for (std::int64_t j = 0; j < count; ++j) sq += (x[j] - mean) * (x[j] - mean);
-    const double bound = sigma * std::sqrt(sq / static_cast<double>(count - 1));
-    return std::pair<double, double>{mean, bound};
-  };
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float *si = s + i * m, *ti = te + i * m;
-    const auto [ms, bs] = keep(si, m);
-    const auto [mt, bt] = keep(ti, m);
-    double loss = 0;
-    for (std::int64_t j = 0; j < m; ++j) {
-      const double ks = sigma <= 0 || std::abs(si[j] - ms) < bs ? 1.0 : 0.0;
-      const double kt = sigma <= 0 || std::abs(ti[j] - mt) < bt ? 1.0 : 0.0;
-      const double d = ks * si[j] - kt * ti[j];
-      loss += d * d;
-      g[i * m + j] = static_cast<float>(g_scale * 2.0 * ks * d);
-    }
-    tr[i] = static_cast<float>(tr[i] + loss / static_cast<double>(m));
-  }
+void CpuBackend::sample_loss(const math::SampleLoss& loss, const LossTensors& io) {
+  const std::int64_t n = check_sample_loss(loss, io);
+  std::visit([&](const auto& f) { run_sample_loss(f, io, n); }, loss);
 }
 
 void CpuBackend::adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,

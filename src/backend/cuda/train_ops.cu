@@ -1,6 +1,10 @@
-// CUDA backend: the training step's own primitives (see backend.h): keyed noise, q_sample and the
-// diffusion loss of a microbatch (math.h's per-element functor, one block per sample), the fused
-// AdamW + EMA pass and the global norm's single reduction over the counted ranges of a shard.
+// CUDA backend: the training step's own primitives (see backend.h): keyed noise, q_sample, the
+// per-sample losses of a microbatch (math.h's SampleLoss functors through one kernel, a block per
+// sample), the fused AdamW + EMA pass and the global norm's single reduction over the counted
+// ranges of a shard.
+#include <type_traits>
+#include <variant>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "core/philox.h"
@@ -14,7 +18,6 @@ using cuda::to_f32;
 namespace {
 
 constexpr int kFaultBadTimestep = 2;
-constexpr double kLn2 = 0.6931471805599453;
 
 __global__ void philox_normal_kernel(std::uint64_t seed, std::uint32_t purpose, std::uint64_t step,
                                      std::uint64_t first, i64 p, i64 n, float* out) {
@@ -45,88 +48,6 @@ __global__ void q_sample_kernel(const float* x0, const float* noise, const std::
   }
 }
 
-// One block per sample: every element's terms and gradient, then the sample's sums.
-template <typename T>
-__global__ void diffusion_loss_kernel(const T* out, const float* x0, const float* noise,
-                                      const std::int32_t* t, const float* coefs, i64 steps, i64 p,
-                                      math::LossKind kind, double grad_inv, T* dout, float* terms,
-                                      int* fault) {
-  const bool learn_sigma = kind.learn_sigma();
-  const i64 i = blockIdx.x, per_out = kind.out_factor() * p;
-  const float* c = loss_row(coefs, t, i, steps, fault);
-  if (!c) return;
-  const double w = kind.weighting == math::LossWeighting::Table ? c[math::kLossWeight] : 1.0;
-  double mse = 0, vb = 0;
-  for (i64 j = threadIdx.x; j < p; j += blockDim.x) {
-    const T* o = out + i * per_out;
-    const math::LossElement e =
-        math::loss_element(to_f32(o[j]), learn_sigma ? to_f32(o[p + j]) : 0.f, x0[i * p + j],
-                           noise[i * p + j], c, learn_sigma);
-    mse += e.mse;
-    vb += e.vb;
-    dout[i * per_out + j] = from_f32<T>(static_cast<float>(w * e.d_eps * grad_inv));
-    if (learn_sigma) dout[i * per_out + p + j] = from_f32<T>(static_cast<float>(e.d_v * grad_inv / kLn2));
-  }
-  double m = cuda::block_sum(mse), v = cuda::block_sum(vb);
-  if (threadIdx.x != 0) return;
-  m /= static_cast<double>(p);
-  v = learn_sigma ? v / static_cast<double>(p) / kLn2 : 0.0;
-  terms[3 * i] = static_cast<float>(w * m + v);
-  terms[3 * i + 1] = static_cast<float>(m);
-  terms[3 * i + 2] = static_cast<float>(v);
-}
-
-// The flow loss: one block per sample, one thread per pixel (math::flow_pixel over its channels).
-template <typename T>
-__global__ void velocity_loss_kernel(const T* out, const float* x0, const float* noise, i64 channels, i64 hw,
-                                     math::LossCosine cosine, double mse_scale, double cos_scale, T* dout,
-                                     float* terms) {
-  const i64 i = blockIdx.x, p = channels * hw;
-  const T* v = out + i * p;
-  T* g = dout + i * p;
-  double sq = 0, cos = 0;
-  for (i64 q = threadIdx.x; q < hw; q += blockDim.x) {
-    const math::FlowPixel px = math::flow_pixel([v](i64 j) { return static_cast<double>(to_f32(v[j])); },
-                                                x0 + i * p, noise + i * p, q, channels, hw, cosine, mse_scale,
-                                                cos_scale, [g](i64 j, double d) { g[j] = from_f32<T>(static_cast<float>(d)); });
-    sq += px.sq;
-    cos += px.one_minus_cos;
-  }
-  double m = cuda::block_sum(sq), c = cuda::block_sum(cos);
-  if (threadIdx.x != 0) return;
-  m /= static_cast<double>(p);
-  c = cosine == math::LossCosine::Yes ? c / static_cast<double>(hw) : 0.0;
-  terms[3 * i] = static_cast<float>(m + c);
-  terms[3 * i + 1] = static_cast<float>(m);
-  terms[3 * i + 2] = static_cast<float>(c);
-}
-
-// Output distillation: one block per sample (math::kd_element per element, then the sums).
-template <typename T>
-__global__ void distill_output_kernel(const T* out, const T* tout, const float* x0, const float* noise,
-                                      const std::int32_t* t, const float* coefs, i64 steps, i64 p, i64 per_t,
-                                      bool learn_sigma, double grad_inv, T* dout, float* terms, int* fault) {
-  const i64 i = blockIdx.x, per_out = (learn_sigma ? 2 : 1) * p;
-  const float* c = learn_sigma ? loss_row(coefs, t, i, steps, fault) : nullptr;
-  if (learn_sigma && !c) return;
-  const T *s = out + i * per_out, *te = tout + i * per_t;
-  T* g = dout + i * per_out;
-  double sq = 0, vb = 0;
-  for (i64 j = threadIdx.x; j < p; j += blockDim.x) {
-    const math::KdElement k = math::kd_element(to_f32(s[j]), learn_sigma ? to_f32(s[p + j]) : 0.f, to_f32(te[j]),
-                                               learn_sigma ? to_f32(te[p + j]) : 0.f, x0[i * p + j],
-                                               noise[i * p + j], c, learn_sigma);
-    sq += k.sq;
-    vb += k.vb;
-    g[j] = from_f32<T>(static_cast<float>(to_f32(g[j]) + grad_inv * k.d_s));
-    if (learn_sigma) g[p + j] = from_f32<T>(static_cast<float>(to_f32(g[p + j]) + grad_inv * k.d_sv / kLn2));
-  }
-  const double total_sq = cuda::block_sum(sq), total_vb = cuda::block_sum(vb);
-  if (threadIdx.x != 0) return;
-  terms[2 * i] = static_cast<float>(total_sq / static_cast<double>(p));
-  terms[2 * i + 1] = static_cast<float>(learn_sigma ? total_vb / static_cast<double>(p) / kLn2 : 0.0);
-}
-
 // The sum over the block, on every thread.
 __device__ double block_sum_all(double v) {
   __shared__ double total;
@@ -138,34 +59,52 @@ __device__ double block_sum_all(double v) {
   return out;
 }
 
-// Masked feature distillation: one block per sample; the two samples' means and unbiased
-// deviations in two passes, then the loss and the gradient.
+// One sample of a per-sample loss, as math.h's functors read it: the model's tensors in the
+// storage type T, read and written as float.
 template <typename T>
-__global__ void feature_distill_kernel(const T* fs, const T* ft, i64 m, double sigma, double grad_inv, T* dfs,
-                                       float* terms) {
+struct DeviceSample {
+  const T *pa, *pb;
+  T* pg;
+  const float *x0, *noise;
+  float* terms;
+  __device__ float a(i64 k) const { return to_f32(pa[k]); }
+  __device__ float b(i64 k) const { return to_f32(pb[k]); }
+  __device__ float g(i64 k) const { return to_f32(pg[k]); }
+  __device__ void set_g(i64 k, double v) const { pg[k] = from_f32<T>(static_cast<float>(v)); }
+};
+
+template <typename T>
+struct DeviceLossIo {
+  const T *a, *b;
+  T* g;
+  const float *x0, *noise;
+  float* terms;
+  const std::int32_t* t;
+  const float* coefs;
+  i64 steps;
+};
+
+// Any per-sample loss F (math.h SampleLoss): one block per sample; each pass's items strided
+// over the block's threads and summed over the block; thread 0 writes the sample's terms.
+template <typename F, typename T>
+__global__ void sample_loss_kernel(F f, math::LossShape sh, DeviceLossIo<T> io, int* fault) {
   const i64 i = blockIdx.x;
-  const T *s = fs + i * m, *te = ft + i * m;
-  double ss = 0, st = 0;
-  for (i64 j = threadIdx.x; j < m; j += blockDim.x) ss += to_f32(s[j]), st += to_f32(te[j]);
-  const double mean_s = block_sum_all(ss) / static_cast<double>(m), mean_t = block_sum_all(st) / static_cast<double>(m);
-  double vs = 0, vt = 0;
-  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
-    const double a = to_f32(s[j]) - mean_s, b = to_f32(te[j]) - mean_t;
-    vs += a * a, vt += b * b;
+  const float* c = nullptr;
+  if (sh.uses_row) {
+    c = loss_row(io.coefs, io.t, i, io.steps, fault);
+    if (!c) return;  // the whole block: one sample
   }
-  const double bound_s = sigma * sqrt(block_sum_all(vs) / static_cast<double>(m - 1));
-  const double bound_t = sigma * sqrt(block_sum_all(vt) / static_cast<double>(m - 1));
-  double loss = 0;
-  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
-    const double a = to_f32(s[j]), b = to_f32(te[j]);
-    const double ks = sigma <= 0 || fabs(a - mean_s) < bound_s ? 1.0 : 0.0;
-    const double kt = sigma <= 0 || fabs(b - mean_t) < bound_t ? 1.0 : 0.0;
-    const double d = ks * a - kt * b;
-    loss += d * d;
-    dfs[i * m + j] = from_f32<T>(static_cast<float>(grad_inv * 2.0 * ks * d));
+  const DeviceSample<T> s{io.a + i * sh.a,  io.b ? io.b + i * sh.b : nullptr, io.g + i * sh.a,
+                          io.x0 ? io.x0 + i * sh.x : nullptr, io.noise ? io.noise + i * sh.x : nullptr,
+                          io.terms + i * sh.terms};
+  math::LossSums done[F::kPasses];
+  for (int pass = 0; pass < F::kPasses; ++pass) {
+    math::LossSums acc;
+    for (i64 j = threadIdx.x; j < f.items(); j += blockDim.x) f.item(pass, s, j, c, done, acc);
+    done[pass].a = block_sum_all(acc.a);
+    done[pass].b = block_sum_all(acc.b);
   }
-  const double total = cuda::block_sum(loss);
-  if (threadIdx.x == 0) terms[i] += static_cast<float>(total / static_cast<double>(m));
+  if (threadIdx.x == 0) f.finish(s, c, done);
 }
 
 template <typename G, typename P>
@@ -250,88 +189,37 @@ void CudaBackend::q_sample(const Tensor& x0, const Tensor& noise, const Tensor& 
   });
 }
 
-void CudaBackend::diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise,
-                                 const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                 float grad_scale, const Tensor& dout, const Tensor& terms) {
-  const i64 n = x0.dim(0), p = x0.numel() / std::max<i64>(n, 1);
-  const bool velocity = kind.target == math::LossTarget::Velocity;
-  DIT_CHECK(out.numel() == n * kind.out_factor() * p && dout.numel() == out.numel() &&
-                noise.numel() == x0.numel() && terms.numel() == 3 * n &&
-                (!velocity || (!kind.learn_sigma() && x0.shape.rank == 4)),
-            "diffusion_loss: out ", out.shape.str(), ", x0 ", x0.shape.str(), ", dout ",
-            dout.shape.str(), ", terms ", terms.shape.str(), " do not fit");
-  cuda::same_dtype(out, dout, "diffusion_loss out and dout");
-  cuda::check_f32(x0, "loss x0");
-  cuda::check_f32(noise, "loss noise");
-  cuda::check_f32(terms, "loss terms");
-  for (const Tensor* x : {&out, &dout}) cuda::check_on_device(*x, "diffusion_loss");
-  check_table(t, coefs, n);
+void CudaBackend::sample_loss(const math::SampleLoss& loss, const LossTensors& io) {
+  const i64 n = check_sample_loss(loss, io);
+  const math::LossShape sh = std::visit([](const auto& f) { return f.shape(); }, loss);
+  for (const Tensor* x : {&io.a, &io.b, &io.grad, &io.x0, &io.noise, &io.terms})
+    if (x->data) cuda::check_on_device(*x, "sample_loss");
+  if (sh.x > 0) {
+    cuda::check_f32(io.x0, "loss x0");
+    cuda::check_f32(io.noise, "loss noise");
+  }
+  cuda::check_f32(io.terms, "loss terms");
+  if (sh.uses_row) check_table(io.t, io.coefs, n);
   if (n == 0) return;
-  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
-  cuda::dispatch_float(out.dtype, "diffusion_loss out", [&](auto tag) {
-    using T = decltype(tag);
-    if (velocity) {
-      const i64 hw = x0.dim(2) * x0.dim(3);
-      const double cos_scale = static_cast<double>(grad_scale) / (static_cast<double>(hw) * static_cast<double>(n));
-      velocity_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-          out.as<T>(), x0.as<float>(), noise.as<float>(), x0.dim(1), hw, kind.cosine, grad_inv, cos_scale,
-          dout.as<T>(), terms.as<float>());
-    } else {
-      diffusion_loss_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-          out.as<T>(), x0.as<float>(), noise.as<float>(), t.as<std::int32_t>(), coefs.as<float>(),
-          coefs.dim(0), p, kind, grad_inv, dout.as<T>(), terms.as<float>(), fault_dev_);
-    }
-    DIT_CUDA_LAUNCH_CHECK();
-  });
-}
-
-void CudaBackend::distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                                      const Tensor& t, const Tensor& coefs, const math::LossKind& kind,
-                                      float grad_scale, const Tensor& dout, const Tensor& terms) {
-  const i64 n = x0.dim(0), p = x0.numel() / std::max<i64>(n, 1), per_t = n > 0 ? tout.numel() / n : 0;
-  const bool learn_sigma = kind.learn_sigma();
-  DIT_CHECK(out.numel() == n * kind.out_factor() * p && dout.numel() == out.numel() && noise.numel() == x0.numel() &&
-                (per_t == p || per_t == 2 * p) && tout.numel() == n * per_t && (!learn_sigma || per_t == 2 * p) &&
-                terms.numel() == 2 * n,
-            "distill_output_loss: out ", out.shape.str(), ", teacher out ", tout.shape.str(), ", x0 ",
-            x0.shape.str(), ", dout ", dout.shape.str(), ", terms ", terms.shape.str(), " do not fit");
-  cuda::same_dtype(out, dout, "distill_output_loss out and dout");
-  cuda::same_dtype(out, tout, "distill_output_loss out and teacher out");
-  cuda::check_f32(x0, "kd x0");
-  cuda::check_f32(noise, "kd noise");
-  cuda::check_f32(terms, "kd terms");
-  for (const Tensor* x : {&out, &tout, &dout}) cuda::check_on_device(*x, "distill_output_loss");
-  if (learn_sigma) check_table(t, coefs, n);
-  if (n == 0) return;
-  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(p) * static_cast<double>(n));
-  cuda::dispatch_float(out.dtype, "distill_output_loss out", [&](auto tag) {
-    using T = decltype(tag);
-    distill_output_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-        out.as<T>(), tout.as<T>(), x0.as<float>(), noise.as<float>(),
-        learn_sigma ? t.as<std::int32_t>() : nullptr, learn_sigma ? coefs.as<float>() : nullptr,
-        learn_sigma ? coefs.dim(0) : 0, p, per_t, learn_sigma, grad_inv, dout.as<T>(), terms.as<float>(),
-        fault_dev_);
-    DIT_CUDA_LAUNCH_CHECK();
-  });
-}
-
-void CudaBackend::feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale,
-                                  const Tensor& dfs, const Tensor& terms) {
-  const i64 n = fs.shape.rank > 0 ? fs.dim(0) : 0, m = n > 0 ? fs.numel() / n : 0;
-  DIT_CHECK(ft.shape == fs.shape && dfs.numel() == fs.numel() && terms.numel() == n && m > 1,
-            "feature_distill: student ", fs.shape.str(), ", teacher ", ft.shape.str(), ", dfs ", dfs.shape.str(),
-            ", terms ", terms.shape.str(), " do not fit");
-  cuda::same_dtype(fs, ft, "feature_distill student and teacher");
-  cuda::same_dtype(fs, dfs, "feature_distill student and dfs");
-  cuda::check_f32(terms, "feature kd terms");
-  for (const Tensor* x : {&fs, &ft, &dfs}) cuda::check_on_device(*x, "feature_distill");
-  const double grad_inv = static_cast<double>(grad_scale) / (static_cast<double>(m) * static_cast<double>(n));
-  cuda::dispatch_float(fs.dtype, "feature_distill", [&](auto tag) {
-    using T = decltype(tag);
-    feature_distill_kernel<T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(
-        fs.as<T>(), ft.as<T>(), m, sigma, grad_inv, dfs.as<T>(), terms.as<float>());
-    DIT_CUDA_LAUNCH_CHECK();
-  });
+  std::visit(
+      [&](const auto& f) {
+        using F = std::decay_t<decltype(f)>;
+        cuda::dispatch_float(io.a.dtype, "sample_loss", [&](auto tag) {
+          using T = decltype(tag);
+          const DeviceLossIo<T> dio{io.a.as<T>(),
+                                    sh.b > 0 ? io.b.as<T>() : nullptr,
+                                    io.grad.as<T>(),
+                                    sh.x > 0 ? io.x0.as<float>() : nullptr,
+                                    sh.x > 0 ? io.noise.as<float>() : nullptr,
+                                    io.terms.as<float>(),
+                                    sh.uses_row ? io.t.as<std::int32_t>() : nullptr,
+                                    sh.uses_row ? io.coefs.as<float>() : nullptr,
+                                    sh.uses_row ? io.coefs.dim(0) : 0};
+          sample_loss_kernel<F, T><<<static_cast<unsigned>(n), cuda::kThreads, 0, stream_>>>(f, sh, dio, fault_dev_);
+          DIT_CUDA_LAUNCH_CHECK();
+        });
+      },
+      loss);
 }
 
 void CudaBackend::adamw_ema_step(const Tensor& master, const Tensor& grad, const Tensor& exp_avg,

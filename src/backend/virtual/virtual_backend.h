@@ -97,11 +97,7 @@ class VirtualBackend final : public Backend {
   void philox_normal(std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t,
                      const Tensor&) override {}
   void q_sample(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void diffusion_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const math::LossKind&,
-                      float, const Tensor&, const Tensor&) override {}
-  void distill_output_loss(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const math::LossKind&, float, const Tensor&, const Tensor&) override {}
-  void feature_distill(const Tensor&, const Tensor&, double, float, const Tensor&, const Tensor&) override {}
+  void sample_loss(const math::SampleLoss&, const LossTensors&) override {}
 
  private:
   DType dtype_;
