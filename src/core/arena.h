@@ -43,7 +43,6 @@ class Arena {
     offset_ = m.offset;
     used_ = m.used;
   }
-  std::size_t used_bytes() const { return used_; }
   std::size_t peak_bytes() const { return peak_; }
   std::size_t reserved_bytes() const;
 

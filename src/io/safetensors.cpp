@@ -252,11 +252,6 @@ const char* st_dtype_name(StDtype t) {
     if (d.t == t) return d.name;
   return "?";
 }
-int st_dtype_size(StDtype t) {
-  for (const DtypeName& d : kDtypes)
-    if (d.t == t) return d.size;
-  return 0;
-}
 
 std::int64_t StTensor::numel() const {
   std::int64_t n = 1;

@@ -16,7 +16,6 @@ namespace dit {
 // The element types of the format ("F32", "BF16", ...). Others (the 8-bit floats) are refused.
 enum class StDtype : std::uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, Bool };
 const char* st_dtype_name(StDtype t);
-int st_dtype_size(StDtype t);
 
 struct StTensor {
   std::string name;

@@ -155,13 +155,6 @@ void ParamSet::set_global(int i, const std::vector<float>& g) {
   backend_->copy(value(i), host);
 }
 
-std::vector<float> ParamSet::value_host(int i) const {
-  Tensor v = value(i);
-  std::vector<float> out(static_cast<std::size_t>(v.numel()));
-  backend_->copy(Tensor{out.data(), DType::F32, v.shape, Device::Host}, v);
-  return out;
-}
-
 std::vector<float> ParamSet::grad_host(int i) const {
   Tensor v = grad(i);
   std::vector<float> out(static_cast<std::size_t>(v.numel()));

@@ -72,9 +72,8 @@ class ParamSet {
   void zero_grads();
   // Sets parameter i from its global (PyTorch-shaped) host tensor; this rank keeps its slice.
   void set_global(int i, const std::vector<float>& global_data);
-  // This rank's slice of a global tensor, or its values / grads, on the host in fp32.
+  // This rank's slice of a global tensor, or its grads, on the host in fp32.
   std::vector<float> local_host(int i, const std::vector<float>& global_data) const;
-  std::vector<float> value_host(int i) const;
   std::vector<float> grad_host(int i) const;
 
  private:

@@ -55,20 +55,6 @@
 
 namespace dit {
 
-// A failed cuDNN call. It is a dit::Error; the status rides along so that a caller can tell
-// "cuDNN does not support this" (the CUDNN_STATUS_NOT_SUPPORTED family) from a real failure.
-class CudnnError : public Error {
- public:
-  CudnnError(const std::string& what, cudnnStatus_t status) : Error(what), status_(status) {}
-  cudnnStatus_t status() const { return status_; }
-  bool not_supported() const {
-    return CUDNN_STATUS_CATEGORY(status_) == CUDNN_STATUS_NOT_SUPPORTED;
-  }
-
- private:
-  cudnnStatus_t status_;
-};
-
 namespace detail {
 // The message of DIT_CUDNN_CHECK: the call, cuDNN's string for the status, its code, and cuDNN's
 // last detailed message (which often names the attribute or limit at fault), then [file:line].
@@ -77,10 +63,8 @@ namespace detail {
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof detail);
   const char* base = std::strrchr(file, '/');
-  throw CudnnError(concat("cuDNN call failed: ", stmt, ": ", cudnnGetErrorString(rc), " (",
-                          static_cast<int>(rc), ")", detail[0] ? ": " : "", detail, " [",
-                          base ? base + 1 : file, ":", line, "]"),
-                   rc);
+  throw Error(concat("cuDNN call failed: ", stmt, ": ", cudnnGetErrorString(rc), " (", static_cast<int>(rc), ")",
+                     detail[0] ? ": " : "", detail, " [", base ? base + 1 : file, ":", line, "]"));
 }
 }  // namespace detail
 
