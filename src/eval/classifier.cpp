@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <random>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ordered_gemm.h"
 #include "core/error.h"
 #include "eval/conv.h"
 #include "io/dataset.h"
@@ -28,7 +28,7 @@ constexpr int kHidden = Classifier::kFeatureDim;
 
 // y (n, out) = x (n, in) w^T + b.
 void linear_forward(const float* x, int n, int in, int out, const float* w, const float* b, float* y) {
-  cpu_sgemm(Transpose::No, Transpose::Yes, n, out, in, 1.f, x, in, w, in, 0.f, y, out);
+  cpu_sgemm_ordered(Transpose::No, Transpose::Yes, n, out, in, 1.f, x, in, w, in, 0.f, y, out);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < out; ++j) y[std::int64_t(i) * out + j] += b[j];
 }
@@ -36,11 +36,11 @@ void linear_forward(const float* x, int n, int in, int out, const float* w, cons
 // dw = dy^T x, db = column sums of dy, dx = dy w (dx may be null).
 void linear_backward(const float* x, int n, int in, int out, const float* w, const float* dy, float* dx, float* dw,
                      float* db) {
-  cpu_sgemm(Transpose::Yes, Transpose::No, out, in, n, 1.f, dy, out, x, in, 0.f, dw, in);
+  cpu_sgemm_ordered(Transpose::Yes, Transpose::No, out, in, n, 1.f, dy, out, x, in, 0.f, dw, in);
   std::fill(db, db + out, 0.f);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < out; ++j) db[j] += dy[std::int64_t(i) * out + j];
-  if (dx) cpu_sgemm(Transpose::No, Transpose::No, n, in, out, 1.f, dy, out, w, in, 0.f, dx, in);
+  if (dx) cpu_sgemm_ordered(Transpose::No, Transpose::No, n, in, out, 1.f, dy, out, w, in, 0.f, dx, in);
 }
 
 void relu(std::vector<float>& v) {

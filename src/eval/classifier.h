@@ -1,8 +1,9 @@
 // A small CNN classifier for labelled image datasets in the project's HDF5 format (Fashion-MNIST
 // first): `dit_mp evaluate` uses its penultimate layer as the feature space for FID and
-// precision/recall, and its predictions for class accuracy. It trains on the host with the CPU
-// backend's GEMM (a one-off of a few minutes), deterministically from a seed, and is saved as a
-// sealed HDF5 file with its measured test accuracy.
+// precision/recall, and its predictions for class accuracy. It trains on the host (a one-off of a
+// few minutes) with the fixed-order GEMM (backend/cpu/ordered_gemm.h), so that one seed gives the
+// same weights, bit for bit, at any thread count on any CPU, and is saved as a sealed HDF5 file
+// with its measured test accuracy.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,13 @@
 // Convolution as im2col + one GEMM per chunk of images: the chunk's patches form a
-// (c*kh*kw, images*oh*ow) matrix, so the weight multiplies them all in one product that Eigen
-// threads. Chunks bound the patch matrix to about 32 MB, whatever the batch.
+// (c*kh*kw, images*oh*ow) matrix, so the weight multiplies them all in one product, the
+// fixed-order GEMM (backend/cpu/ordered_gemm.h): the same bits at any thread count on any CPU.
+// Chunks bound the patch matrix to about 32 MB, whatever the batch.
 #include "eval/conv.h"
 
 #include <algorithm>
 #include <limits>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ordered_gemm.h"
 
 namespace dit::eval {
 
@@ -83,8 +84,8 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* weight, con
     const int nb = std::min(chunk, s.n - i0);
     const std::int64_t cols = nb * ohw;
     im2col(s, x, i0, nb, col.data());
-    cpu_sgemm(Transpose::No, Transpose::No, s.k, cols, ckk, 1.f, weight, ckk, col.data(), cols, 0.f, out.data(),
-              cols);
+    cpu_sgemm_ordered(Transpose::No, Transpose::No, s.k, cols, ckk, 1.f, weight, ckk, col.data(), cols, 0.f,
+                      out.data(), cols);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int img = 0; img < nb; ++img)
       for (int kk = 0; kk < s.k; ++kk) {
@@ -117,12 +118,12 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* weight, co
       }
       if (dbias) dbias[kk] += float(sum);
     }
-    cpu_sgemm(Transpose::No, Transpose::Yes, s.k, ckk, cols, 1.f, dyc.data(), cols, col.data(), cols,
-              i0 == 0 ? 0.f : 1.f, dweight, ckk);
+    cpu_sgemm_ordered(Transpose::No, Transpose::Yes, s.k, ckk, cols, 1.f, dyc.data(), cols, col.data(), cols,
+                      i0 == 0 ? 0.f : 1.f, dweight, ckk);
     if (!dx) continue;
     // The patch matrix is no longer needed: its buffer takes the patch gradients.
-    cpu_sgemm(Transpose::Yes, Transpose::No, ckk, cols, s.k, 1.f, weight, ckk, dyc.data(), cols, 0.f, col.data(),
-              cols);
+    cpu_sgemm_ordered(Transpose::Yes, Transpose::No, ckk, cols, s.k, 1.f, weight, ckk, dyc.data(), cols, 0.f,
+                      col.data(), cols);
     col2im(s, col.data(), i0, nb, dx);
   }
 }

@@ -1,6 +1,7 @@
 // 2-D convolution and pooling on host float32 NCHW batches, for the evaluation feature networks
-// (the Fashion-MNIST classifier and Inception-V3). Convolution is im2col + the CPU backend's GEMM
-// (Eigen, threaded over the product); the backward pass is what the classifier trains with.
+// (the Fashion-MNIST classifier and Inception-V3). Convolution is im2col + the fixed-order GEMM
+// (backend/cpu/ordered_gemm.h: threaded, the same bits at any thread count on any CPU); the
+// backward pass is what the classifier trains with.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,14 @@
 // The evaluation classifier: that it learns a procedural 10-class dataset (its convolution
-// gradients are checked in test_eval_conv), batch independence, and its HDF5 file (round trip,
-// and a damaged file refused).
+// gradients are checked in test_eval_conv), batch independence, the same weights at any thread
+// count, and its HDF5 file (round trip, and a damaged file refused).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "eval/classifier.h"
 #include "io/dataset.h"
@@ -33,6 +35,28 @@ TEST(EvalClassifier, LearnsSyntheticClasses) {
   EXPECT_LT(before, 0.5);
   EXPECT_GT(after, 0.95);
   EXPECT_DOUBLE_EQ(after, net.accuracy(test));
+}
+
+// Training is one fixed sequence of float operations: 1 and 3 threads give the same classifier,
+// bit for bit (its features and predictions on held-out images), so `evaluate`'s numbers do not
+// depend on the machine's cores.
+TEST(EvalClassifier, TrainsToTheSameBitsAtAnyThreadCount) {
+  const ImageSet train = synthetic(0, 600), test = synthetic(600, 100);
+  const auto trained = [&](int threads) {
+    const int before = omp_get_max_threads();
+    cpu_set_num_threads(threads);
+    Classifier net(1, 16, 16, 10, 4);
+    net.train(train, test, {.epochs = 1, .batch = 50, .lr = 2e-3, .seed = 2});
+    omp_set_num_threads(before);
+    return net.classify(test);
+  };
+  const Classified one = trained(1), three = trained(3);
+  EXPECT_EQ(one.predicted, three.predicted);
+  ASSERT_EQ(one.features.data.size(), three.features.data.size());
+  EXPECT_EQ(one.features.data, three.features.data);
+  bool nonzero = false;
+  for (float f : one.features.data) nonzero = nonzero || f != 0.f;
+  EXPECT_TRUE(nonzero);
 }
 
 TEST(EvalClassifier, FeaturesAreThePenultimateLayerAndOrderFree) {
