@@ -1,12 +1,13 @@
 // `dit_mp prune` (see prune_cmd.h).
 #include "app/prune_cmd.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "app/command_files.h"
-#include "app/prune_learned.h"
 #include "app/sample_cmd.h"
 #include "engine/prune.h"
 #include "io/atomic_file.h"
@@ -15,6 +16,7 @@
 #include "io/weights.h"
 #include "parallel/comm.h"
 #include "parallel/world.h"
+#include "run/learned_prune.h"
 
 namespace dit {
 
@@ -23,6 +25,122 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kMaxCalibration = 65536;
+
+constexpr std::int64_t kMaxSteps = 100000000;
+constexpr int kMaxLoraRank = 4096;
+constexpr double kTauRange[2] = {1e-3, 1e3}, kScalingRange[2] = {1e-3, 1e4};
+
+// A --set of a key the learning run sets itself, or does not use, is refused rather than ignored
+// or let past the flag's own range.
+void check_learning_set(const std::string& assignment) {
+  std::string key = assignment.substr(0, assignment.find('='));
+  key.erase(std::remove(key.begin(), key.end(), ' '), key.end());
+  const char* flag = key == "train.steps" ? "--steps (1 to 100000000)"
+                     : key == "train.lr"  ? "--lr (the weights'; --gate-lr the logits')"
+                                          : nullptr;
+  DIT_CHECK(flag == nullptr, "--set ", assignment, ": learned pruning sets ", key, " from ", flag, "; give that flag");
+  DIT_CHECK(key.rfind("distill.", 0) != 0 && key.rfind("run.", 0) != 0, "--set ", assignment,
+            ": learned pruning trains without a teacher or a run folder, so [distill] and [run] keys do not apply");
+}
+
+// The learning run's configuration: the teacher's model and objective on the run's recipe and
+// data (the demo's without --run), at a constant learning rate, then --tp/--pp and --set.
+RunConfig learning_config(const PruneOptions& opt, const DiTConfig& model, diffusion::Objective objective,
+                          int diffusion_steps) {
+  RunConfig cfg = RunConfig::demo();
+  const fs::path config = fs::path(opt.run_dir) / "config.toml";
+  if (!opt.run_dir.empty() && fs::is_regular_file(config)) cfg = RunConfig::from_file(config.string());
+  if (cfg.diffusion.objective != objective) cfg.diffusion = DiffusionSection{};
+  cfg.diffusion.objective = objective;
+  cfg.diffusion.steps = diffusion_steps;
+  cfg.model.preset.clear();
+  cfg.model.dit = model;
+  cfg.distill = DistillSection{};
+  cfg.run = RunSection{};
+  cfg.parallel.layout = LayoutMode::Fixed;
+  cfg.parallel.pp_layers.clear();
+  cfg.parallel.tp = opt.tp;
+  cfg.parallel.pp = opt.pp;
+  cfg.train.steps = opt.steps;
+  cfg.train.lr = opt.lr > 0 ? opt.lr : 1e-4;  // a run's lr is positive; --lr 0 is set on the Trainer's below
+  cfg.train.warmup = 0;
+  cfg.train.lr_schedule = LrSchedule::Constant;
+  cfg.train.eval_every = 0;
+  if (!opt.data.empty()) cfg.data.path = opt.data;
+  for (const std::string& s : opt.sets) {
+    check_learning_set(s);
+    cfg.set(s, "--set " + s);
+  }
+  cfg.validate();
+  return cfg;
+}
+
+// "4,0.1": a flag's values as given.
+std::string listed(const std::vector<double>& values) {
+  std::string s;
+  char buf[32];
+  for (double v : values) {
+    std::snprintf(buf, sizeof buf, "%g", v);
+    s += (s.empty() ? "" : ",") + std::string(buf);
+  }
+  return s;
+}
+
+GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int depth) {
+  GateSettings g;
+  if (opt.groups.empty()) {
+    g.groups = default_gate_groups(model.depth, depth);
+    DIT_CHECK(!g.groups.empty(), "--method learned: depth ", depth, " does not divide the teacher's ", model.depth,
+              " blocks; give --groups M:N,... (groups of M blocks keeping N, tiling the depth)");
+  } else {
+    g.groups = parse_gate_groups(opt.groups, model.depth, depth);
+  }
+  // Beyond these ranges (scaling x logits + G) / tau leaves the doubles the softmax can order.
+  const auto in = [](const std::vector<double>& v, double lo, double hi) {
+    return v.size() == 2 && v[0] >= lo && v[0] <= hi && v[1] >= lo && v[1] <= hi;
+  };
+  DIT_CHECK(in(opt.tau, kTauRange[0], kTauRange[1]), "--tau ", listed(opt.tau),
+            ": expected START,END, two positive temperatures in [0.001, 1000] (e.g. 4,0.1)");
+  DIT_CHECK(in(opt.scaling, kScalingRange[0], kScalingRange[1]), "--scaling ", listed(opt.scaling),
+            ": expected START,END, two positive logit scales in [0.001, 10000] (e.g. 100,100)");
+  g.tau_start = opt.tau[0], g.tau_end = opt.tau[1];
+  g.scaling_start = opt.scaling[0], g.scaling_end = opt.scaling[1];
+  g.lr = opt.gate_lr > 0 ? opt.gate_lr : 10 * opt.lr;
+  DIT_CHECK(g.lr > 0 && std::isfinite(g.lr), "--gate-lr ", opt.gate_lr,
+            ": expected a positive learning rate of the logits (default 10 x --lr; give one when --lr is 0)");
+  DIT_CHECK(opt.gate_ema >= 0 && opt.gate_ema < 1, "--gate-ema ", opt.gate_ema,
+            ": expected an EMA decay in [0, 1) (0: the last logits decide)");
+  g.ema_decay = opt.gate_ema;
+  return g;
+}
+
+// Checks the learned method's options against the teacher (every rank): groups that tile its
+// depth and keep `depth` blocks, steps, learning rates, tau and scaling, the layout and --set.
+LearnedPrune resolve_learned(const PruneOptions& opt, const std::string& teacher, const DiTConfig& model,
+                             diffusion::Objective objective, int diffusion_steps, int depth) {
+  DIT_CHECK(opt.steps >= 1 && opt.steps <= kMaxSteps, "--steps ", opt.steps, ": expected 1 to ", kMaxSteps,
+            " training steps of the gates");
+  DIT_CHECK(opt.lr >= 0 && std::isfinite(opt.lr), "--lr ", opt.lr,
+            ": expected a learning rate >= 0 of the weights (0: the logits alone train)");
+  DIT_CHECK(opt.log_every >= 0, "--log-every ", opt.log_every, ": expected 0 (about 20 lines) or a step count");
+  LearnedPrune job;
+  job.teacher = teacher;
+  job.cfg = learning_config(opt, model, objective, diffusion_steps);
+  DIT_CHECK(fs::is_regular_file(job.cfg.data.path), "the training dataset ", job.cfg.data.path, " does not exist",
+            opt.data.empty() ? ": give one with --data FILE (dit_mp prepare-data makes one)" : "");
+  DIT_CHECK(opt.lora >= 0 && opt.lora <= kMaxLoraRank, "--lora ", opt.lora, ": expected a LoRA rank from 1 to ",
+            kMaxLoraRank, ", or 0 for full updates of the weights");
+  DIT_CHECK(opt.lora == 0 || opt.lr > 0, "--lora ", opt.lora, " needs --lr > 0 (the adapters' learning rate)");
+  TrainConfig t = train_config(job.cfg);
+  t.adamw.lr = opt.lora > 0 ? 0 : opt.lr;  // 0: the weights stay (AdamW with lr 0 moves nothing)
+  t.lora.rank = opt.lora;
+  t.lora.lr = opt.lr;
+  t.gates = gate_settings(opt, model, depth);
+  t.gates.beta1 = t.adamw.beta1, t.gates.beta2 = t.adamw.beta2, t.gates.eps = t.adamw.eps;
+  job.setup = TrainSetup::make(job.cfg.model.dit, t, layout_for_world(job.cfg.parallel.tp, job.cfg.parallel.pp));
+  job.log_every = opt.log_every > 0 ? opt.log_every : static_cast<int>(std::max<std::int64_t>(1, opt.steps / 20));
+  return job;
+}
 
 // What to prune, resolved and checked on every rank.
 struct PruneJob {

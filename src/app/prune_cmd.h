@@ -1,7 +1,7 @@
 // `dit_mp prune`: a smaller DiT from a trained one by depth pruning (engine/prune.h): the blocks
 // kept are given (--method index --keep i,j,...) or chosen by a block-importance score on a
 // calibration batch (--method score --score cos|loss), or learned by gated training of the teacher
-// (--method learned, app/prune_learned.h). Checked on every rank; index and score run on world
+// (--method learned, run/learned_prune.h). Checked on every rank; index and score run on world
 // rank 0 on the CPU backend with the whole model (the others wait, and a failure is agreed);
 // learned trains on every rank at the --tp x --pp layout, and rank 0 writes.
 #pragma once
@@ -27,7 +27,7 @@ struct PruneOptions {
   int calibration = 128;  // calibration images (score)
   std::uint64_t seed = 0;
   std::string out;
-  // learned (app/prune_learned.h): the groups, the training run and its gates
+  // learned (run/learned_prune.h): the groups, the training run and its gates
   std::string groups;                   // "M:N,..." ("" = 2 of every 2r blocks, or 1 of r)
   std::int64_t steps = 100;
   double lr = 1e-4, gate_lr = 0;        // gate_lr 0 = 10 x lr

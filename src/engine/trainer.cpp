@@ -10,6 +10,7 @@
 #include "engine/global_tensors.h"
 #include "core/philox.h"
 #include "diffusion/losses.h"
+#include "engine/step_parts.h"
 
 namespace dit {
 
@@ -20,7 +21,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const DiTConfig& model, cons
 
 Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, const Dataset& data)
     : be_(&be), ctx_(&ctx), cfg_(setup.model), train_(setup.train),
-      schedule_(diffusion::create_diffusion({"", setup.model.learn_sigma, setup.train.diffusion_steps})),
+      noise_(diffusion::create_diffusion({"", setup.model.learn_sigma, setup.train.diffusion_steps})),
       scaler_(be.compute_dtype() == DType::F16 ? LossScaling::Dynamic : LossScaling::Off, setup.train.loss_scale_window,
               setup.train.loss_scale) {
   const SampleShape s = data.shape();
@@ -32,45 +33,24 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   const Layout& l = ctx.layout;
   model_ = std::make_unique<DiTStage>(be, cfg_, setup.stage_chunks(ctx.coord.pp), *ctx.tp, l.dp, train_.stage);
   model_->params().initialize(train_.seed);
-  if (train_.distill.enabled()) {
-    teacher_ = std::make_unique<TeacherStage>(be, train_.distill.teacher_model, setup.teacher_stage_chunks(ctx.coord.pp),
-                                              *ctx.tp, *model_, train_.distill);
-    if (be.device() != Device::Virtual) teacher_->load(train_.distill.teacher);  // the planner's buffers hold no values
-  }
-  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
-  if (train_.lora.enabled()) {
-    const int r = train_.lora.rank;
-    lora_ = std::make_unique<ParamSet>(be, declare_lora(model_->params().specs(), r), ctx.tp->size(),
-                                       ctx.tp->rank(), l.dp);
-    lora_->initialize(train_.seed);
-    lora_zero_ = std::make_unique<ZeroOptimizer>(be, *lora_, ctx, train_.grad_reduce);
-    // The most rows a block linear sees: a microbatch's tokens, all of them under sequence parallelism.
-    const std::int64_t rows = std::int64_t(setup.batch.micro_batch) * cfg_.num_patches();
-    const std::size_t bytes = static_cast<std::size_t>(rows * r) * dtype_size(be.compute_dtype());
-    lora_t_ = Buffer(be, bytes);
-    lora_u_ = Buffer(be, bytes);
-    model_->attach_lora(*lora_, train_.lora.scale(), lora_t_.tensor({rows, r}, be.compute_dtype()),
-                        lora_u_.tensor({rows, r}, be.compute_dtype()));
-  }
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
-            "diffusion.objective = \"flow\" needs model.learn_sigma = false (a velocity model learns no variance)");
-  batches_ = std::make_unique<BatchSource>(data, schedule_, setup.batch, train_.seed, cfg_.class_dropout_prob,
+            "the flow objective trains a velocity model, which learns no variance (learn_sigma is set)");
+  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
+  const int holder = output_stage(l.pp, model_->chunks(), train_.stage.placement);
+  parts_ = make_step_parts({&be, &ctx, &setup, model_.get(), ctx.coord.pp == holder});
+  for (const auto& p : parts_) {
+    if (companion_ == nullptr) companion_ = p->companion();
+    recipe_weight_ *= p->recipe_weight();
+  }
+  batches_ = std::make_unique<BatchSource>(data, noise_, setup.batch, train_.seed, cfg_.class_dropout_prob,
                                            cfg_.num_classes, train_.objective);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be, ctx.watch.get());
-  const std::vector<float> table = diffusion::loss_coef_table(schedule_, train_.objective.weighting);
+  const std::vector<float> table = diffusion::loss_coef_table(noise_, train_.objective.weighting);
   coefs_ = Buffer(be, table.size() * sizeof(float));
-  upload(coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
+  upload(coefs_.tensor({noise_.num_timesteps, math::kNumLossCoefs}, DType::F32), table.data(), DType::F32);
   const BatchPlan& plan = batches_->plan();
   const std::size_t samples = static_cast<std::size_t>(plan.microbatches) * plan.micro_batch;
   terms_ = Buffer(be, samples * 3 * sizeof(float));
-  if (train_.gates.enabled()) {
-    gates_ = std::make_unique<LayerGates>(train_.gates, train_.seed);
-    gate_grads_ = Buffer(be, samples * static_cast<std::size_t>(cfg_.depth) * sizeof(float));
-  }
-  if (teacher_) {
-    kd_terms_ = Buffer(be, samples * 2 * sizeof(float));
-    feature_terms_ = Buffer(be, samples * sizeof(float));
-  }
   // What one step uploads per microbatch: x0, t (schedule and model timesteps) and labels; the
   // backend sizes its upload ring for it once, so nothing is allocated mid-step.
   const std::size_t per_sample = std::size_t(cfg_.in_channels) * cfg_.input_size * cfg_.input_size * 4 + 3 * 4;
@@ -123,7 +103,7 @@ MemoryAccount Trainer::memory() const {
   m.activations = executor_->peak_activation_bytes();
   m.messages = executor_->peak_message_bytes();
   m.workspace = workspace_peak_ + be_->workspace_bytes();  // the stage's scratch + the backend's (attention)
-  m.teacher = teacher_ ? teacher_->bytes() : 0;
+  for (const auto& p : parts_) m.teacher += p->bytes();
   return m;
 }
 
@@ -144,7 +124,7 @@ const Trainer::DeviceBatch& Trainer::device_batch(int mb, Arena& arena) {
   d.t = arena.tensor({n}, DType::I32);
   if (b.time.empty()) {  // ddpm: the schedule index into the step's table
     upload(d.t, b.t.data(), DType::I32);
-    d.coefs = coefs_.tensor({schedule_.num_timesteps, math::kNumLossCoefs}, DType::F32);
+    d.coefs = coefs_.tensor({noise_.num_timesteps, math::kNumLossCoefs}, DType::F32);
   } else {  // flow: sample i reads its own row (t, 1 - t)
     std::vector<std::int32_t> rows(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) rows[i] = static_cast<std::int32_t>(i);
@@ -165,7 +145,7 @@ const Trainer::DeviceBatch& Trainer::device_batch(int mb, Arena& arena) {
 std::vector<float> Trainer::model_times(const Microbatch& b) const {
   if (!b.time.empty()) return {b.time.begin(), b.time.end()};
   const std::vector<std::int64_t> t64(b.t.begin(), b.t.end());
-  const auto model_t = schedule_.model_timesteps(t64);
+  const auto model_t = noise_.model_timesteps(t64);
   return {model_t.begin(), model_t.end()};
 }
 
@@ -185,69 +165,58 @@ void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
   be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
 }
 
-// Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes,
-// from one download of the step's per-sample terms (distillation: and every stage's tp rank 0 its
-// feature losses).
-void Trainer::gather_losses(const Tensor& terms, StepStats& st) {
-  double sums[6] = {0, 0, 0, 0, 0, 0};  // loss, mse, vb; kd mse, kd vb, feature: summed over this rank's samples
+// Every rank learns the step's loss: the last stage's tp rank 0 of each dp replica contributes the
+// recipe's terms from one download of the step's per-sample terms, each part its own (by name).
+void Trainer::gather_losses(const Tensor& terms, const StepView& view, StepStats& st) {
+  std::vector<double> sums(3, 0.0);  // loss, mse, second: summed over this rank's samples
   const int holder = output_stage(ctx_->layout.pp, model_->chunks(), train_.stage.placement);
-  const auto add = [&](const Tensor& t, int first, int width) {
-    std::vector<float> host(static_cast<std::size_t>(t.numel()));
-    be_->copy(Tensor{host.data(), DType::F32, t.shape, Device::Host}, t);
-    for (std::size_t i = 0; i < host.size(); ++i) sums[first + static_cast<int>(i) % width] += host[i];
-  };
-  const std::int64_t samples = terms.dim(0);
   if (ctx_->coord.pp == holder && ctx_->tp->rank() == 0) {
-    add(terms, 0, 3);
-    if (teacher_) add(kd_terms_.tensor({samples, 2}, DType::F32), 3, 2);
+    std::vector<float> host(static_cast<std::size_t>(terms.numel()));
+    be_->copy(Tensor{host.data(), DType::F32, terms.shape, Device::Host}, terms);
+    for (std::size_t i = 0; i < host.size(); ++i) sums[i % 3] += host[i];
   }
-  if (teacher_ && !train_.distill.pairs.empty() && ctx_->tp->rank() == 0)
-    add(feature_terms_.tensor({samples}, DType::F32), 5, 1);
+  std::vector<std::size_t> first;  // each part's first sum
+  for (const auto& p : parts_) {
+    first.push_back(sums.size());
+    sums.resize(sums.size() + p->loss_names().size(), 0.0);
+    p->local_sums(sums.data() + first.back());
+  }
   double all = 0;
   for (double v : sums) all += v;
   const bool bad = !std::isfinite(all);
   const double bad_rank = ctx_->world->all_reduce_max(bad ? -double(ctx_->world_rank) : -1e9);
   st.nonfinite_rank = bad_rank > -1e9 ? static_cast<int>(-bad_rank) : -1;
-  ctx_->world->all_reduce_sum(sums, 6);
+  ctx_->world->all_reduce_sum(sums.data(), static_cast<int>(sums.size()));
   const double n = double(batches_->plan().global_batch);
-  st.loss = sums[0] / n;
+  st.recipe = sums[0] / n;
   st.mse = sums[1] / n;
-  st.vb = sums[2] / n;
-  if (!teacher_) return;
-  const DistillSettings& d = train_.distill;
-  st.distilled = true;
-  st.target = st.loss;
-  st.kd = (sums[3] + sums[4]) / n;
-  st.feature = d.pairs.empty() ? 0.0 : sums[5] / n / static_cast<double>(d.pairs.size());
-  st.feature_weight = d.feature_weight_at(step_, train_.steps);
-  st.loss = d.output_weight * st.kd + d.target_weight * st.target + st.feature_weight * st.feature;
+  st.second = sums[2] / n;
+  st.recipe_weight = recipe_weight_;
+  st.loss = st.recipe;
+  if (parts_.empty()) return;
+  st.loss = recipe_weight_ * st.recipe;
+  for (std::size_t i = 0; i < parts_.size(); ++i)
+    for (LossTerm& t : parts_[i]->terms(sums.data() + first[i], n, view)) {
+      st.loss += t.weight * t.value;
+      st.terms.push_back(std::move(t));
+    }
 }
 
-void Trainer::output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms,
+void Trainer::output_loss(int mb, const Tensor& out, const Tensor& dout, float grad_scale, const Tensor& terms,
                           Arena& arena) {
   const DeviceBatch& d = device_batch(mb, arena);
   const math::LossKind kind = diffusion::loss_kind(train_.objective, cfg_.learn_sigma);
   const std::int64_t n = batches_->plan().micro_batch;
-  if (!teacher_) {
-    be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, seed, dout, terms.rows(mb * n, n));
-    return;
-  }
-  const DistillSettings& ds = train_.distill;
-  be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, seed * static_cast<float>(ds.target_weight), dout,
-                      terms.rows(mb * n, n));
-  const auto t = teacher_out_.find(mb);
-  DIT_CHECK(t != teacher_out_.end(), "distillation: no teacher output for microbatch ", mb);
-  const Tensor kd = kd_terms_.tensor({terms.dim(0), 2}, DType::F32);
-  be_->distill_output_loss(out, t->second, d.x0, d.noise, d.t, d.coefs, kind,
-                           seed * static_cast<float>(ds.output_weight), dout, kd.rows(mb * n, n));
-  teacher_out_.erase(t);
+  const float recipe_scale = parts_.empty() ? grad_scale : grad_scale * static_cast<float>(recipe_weight_);
+  be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, recipe_scale, dout, terms.rows(mb * n, n));
+  for (const auto& p : parts_) p->add_output_loss({mb, out, dout, d.x0, d.noise, d.t, d.coefs, kind, grad_scale});
 }
 
-DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, float seed) {
+DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, const StepView& view) {
   Backend& be = *be_;
-  const BatchPlan& plan = batches_->plan();
-  const std::int64_t n = plan.micro_batch;
+  const std::int64_t n = view.plan->micro_batch;
   const DType dt = be.compute_dtype();
+  const float grad_scale = view.grad_scale;
   DiTPipelineHooks hooks;
   hooks.make_inputs = [this, &be, n, dt](int mb, StageInputs& in, Arena& arena) {
     const Microbatch& b = microbatch(mb);
@@ -257,66 +226,19 @@ DiTPipelineHooks Trainer::step_hooks(const Tensor& terms, float seed) {
     const std::vector<float> t = model_times(b);
     upload_stage_inputs(be, cfg_, n, {nullptr, t.data(), b.y.data()}, in, arena);
   };
-  hooks.on_output = [this, terms, seed, dt](int mb, const Tensor& out, Arena& arena) {
+  hooks.on_output = [this, terms, grad_scale, dt](int mb, const Tensor& out, Arena& arena) {
     Tensor dout = arena.tensor(out.shape, dt);
-    output_loss(mb, out, dout, seed, terms, arena);
+    output_loss(mb, out, dout, grad_scale, terms, arena);
     return dout;
   };
-  if (gates_) {
-    gates_->begin_step(step_, train_.steps);
-    be.fill(gate_grads_.tensor({static_cast<std::int64_t>(cfg_.depth) * plan.microbatches * n}, DType::F32), 0.f);
-    hooks.block_gates = [this](int mb, int chunk) { return block_gates(mb, chunk); };
-  }
-  if (teacher_) {  // the teacher's outputs wait for their microbatch's loss; its feature losses add up per step
-    const DistillSettings& ds = train_.distill;
-    const Tensor features = feature_terms_.tensor({plan.microbatches * n}, DType::F32);
-    be.fill(features, 0.f);
-    const double pairs = std::max<std::size_t>(ds.pairs.size(), 1);
-    teacher_->begin_step(static_cast<float>(seed * ds.feature_weight_at(step_, train_.steps) / pairs), features);
-    hooks.on_companion_output = [this](int mb, const Tensor& t) { teacher_out_[mb] = t; };
-  }
+  for (const auto& p : parts_) p->begin_step(view, hooks);
   return hooks;
 }
 
-std::vector<BlockGate> Trainer::block_gates(int mb, int chunk) {
-  const BatchPlan& plan = batches_->plan();
-  const std::int64_t n = plan.micro_batch;
-  gates_->sample(mb, plan.first_position(step_, ctx_->coord.dp, mb), n);
-  const Tensor grads = gate_grads_.tensor({static_cast<std::int64_t>(cfg_.depth) * plan.microbatches, n}, DType::F32);
-  std::vector<BlockGate> out;
-  const StageLayout& l = model_->layout(chunk);
-  for (int b = l.first_block; b < l.end_block; ++b)
-    out.push_back({gates_->mask(mb, b), grads.rows(std::int64_t(b) * plan.microbatches + mb, 1).view({n})});
-  return out;
-}
-
-// dL/dm of this rank's blocks and samples, in the backward's scale (the loss scale, and the mean
-// over this dp replica's batch): one download; each tp group adds its share once (every tp rank
-// holds all tokens' sum without sequence parallelism, a part of it with).
-void Trainer::update_gates(double loss_scale) {
-  const BatchPlan& plan = batches_->plan();
-  const std::int64_t n = plan.micro_batch, rows = std::int64_t(cfg_.depth) * plan.microbatches;
-  std::vector<float> dm(static_cast<std::size_t>(rows * n));
-  be_->copy(Tensor{dm.data(), DType::F32, {rows, n}, Device::Host}, gate_grads_.tensor({rows, n}, DType::F32));
-  const bool counts = train_.stage.sequence_parallel || ctx_->tp->rank() == 0;
-  std::vector<float> block_major(static_cast<std::size_t>(cfg_.depth * n));
-  for (int mb = 0; mb < plan.microbatches; ++mb) {
-    for (int b = 0; b < cfg_.depth; ++b)
-      std::copy_n(dm.data() + (std::int64_t(b) * plan.microbatches + mb) * n, n, block_major.data() + b * n);
-    gates_->backward(mb, block_major.data(), counts ? 1.0 : 0.0);
-  }
-  gates_->update(*ctx_->world, loss_scale * plan.dp);
-}
-
-void Trainer::update_lora(std::int64_t adam_step, double loss_scale) {
-  if (ctx_->tp->size() > 1)
-    for (std::size_t i = 0; i < lora_->size(); ++i)
-      if (lora_grad_is_tp_partial(lora_->specs()[i])) ctx_->tp->all_reduce_sum(lora_->grad(static_cast<int>(i)));
-  AdamWConfig adamw = train_.adamw;
-  adamw.lr = train_.lora.lr;
-  adamw.weight_decay = 0;
-  lora_zero_->step(adamw, train_.lora.lr, adam_step, train_.grad_clip, 0.0, loss_scale,
-                   ZeroOptimizer::NonFinite::Skip);
+int Trainer::train_to(std::int64_t steps, const AfterStep& after) {
+  for (std::int64_t done = step_ + 1; done <= steps; ++done)
+    if (const int rc = after(done, step())) return rc;
+  return 0;
 }
 
 StepStats Trainer::step() {
@@ -336,15 +258,14 @@ StepStats Trainer::step() {
   st.step = step_;
   cache_.clear();
   device_cache_.clear();
-  teacher_out_.clear();
   model_->params().zero_grads();
-  if (lora_) lora_->zero_grads();
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
   // d(mean over a microbatch) scaled to the step's mean over its microbatches (and, through the
   // ZeRO reduction, over dp); under fp16 loss scaling the backward carries d(S x loss).
-  const DiTPipelineHooks hooks = step_hooks(terms, static_cast<float>(scaler_.scale() / plan.microbatches));
-  DiTPipelineStage stage(be, *model_, n, hooks, teacher_.get());
+  const StepView view{step_, train_.steps, &plan, static_cast<float>(scaler_.scale() / plan.microbatches)};
+  const DiTPipelineHooks hooks = step_hooks(terms, view);
+  DiTPipelineStage stage(be, *model_, n, hooks, companion_);
   const PipelineTiming timing = executor_->run(
       make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
       plan.microbatches, stage, train_.stage.placement);
@@ -367,9 +288,9 @@ StepStats Trainer::step() {
   st.nonfinite_at_scale_one = scaler_.enabled() && st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
   st.nonfinite_in_row = scaler_.state().nonfinite_in_row;
-  if (gates_ && r.applied) update_gates(st.loss_scale);
-  if (lora_ && r.applied) update_lora(adam_step, st.loss_scale);
-  gather_losses(terms, st);
+  if (r.applied)
+    for (const auto& p : parts_) p->after_update(adam_step, st.loss_scale);
+  gather_losses(terms, view, st);
 
   StepAccounting& a = st.acct;
   a.tp_bytes = ctx_->tp->stats().bytes - tp0;

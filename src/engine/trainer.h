@@ -8,12 +8,14 @@
 // ranks, the per-sample loss terms at the end (Backend::host_syncs counts them).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "engine/batch.h"
 #include "engine/dit_pipeline.h"
-#include "engine/distill.h"
+#include "engine/step_part.h"
 #include "engine/train_setup.h"
 #include "backend/backend.h"
 #include "diffusion/noise_schedule.h"
@@ -45,7 +47,8 @@ struct MemoryAccount {
   std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
   std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation) and the
                                 // backend's own workspace (the composed attention's score tiles)
-  std::size_t teacher = 0;      // distillation: the teacher's weights and its activation arena's peak
+  std::size_t teacher = 0;      // the step parts' (engine/step_part.h): distillation's teacher, its weights and
+                                // its activation arena's peak
   std::size_t total() const {
     return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace + teacher;
   }
@@ -53,11 +56,13 @@ struct MemoryAccount {
 
 struct StepStats {
   std::int64_t step = 0;  // the step just taken (counting from 0)
-  double loss = 0, mse = 0, vb = 0;  // means over the global batch, on every rank
-  // Distillation (engine/distill.h), means over the global batch: the recipe's own loss, the output
-  // KD (its MSE and VB terms) and the feature loss (mean over the pairs); loss is their weighted sum.
-  bool distilled = false;
-  double target = 0, kd = 0, feature = 0, feature_weight = 0;
+  // Means over the global batch, on every rank: the step's loss, and the recipe's own loss and its
+  // two terms, the MSE and the second: DDPM's learned-variance bound (vb) or flow's cosine term (cos).
+  double loss = 0, recipe = 0, mse = 0, second = 0;
+  // The step parts' terms (distillation: "kd", "feature"), each a mean over the global batch with its
+  // weight; loss = recipe_weight x recipe + the sum of weight x value. Empty without parts' terms.
+  std::vector<LossTerm> terms;
+  double recipe_weight = 1;
   double grad_norm = 0;              // before clipping
   double lr = 0;
   int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
@@ -80,6 +85,11 @@ class Trainer {
 
   StepStats step();
   std::int64_t next_step() const { return step_; }
+  // The training loop every run of the Trainer goes through: steps from next_step() to `steps`,
+  // each handed to after(done, stats) (done counts from 1), which returns 0 to go on, or a code
+  // that ends the loop and is returned. Returns 0 after the last step.
+  using AfterStep = std::function<int(std::int64_t done, const StepStats& st)>;
+  int train_to(std::int64_t steps, const AfterStep& after);
   // This stage's full state on the host (fp32 master weights, Adam moments, EMA; the ZeRO
   // shards all-gathered over dp), in the ParamSet's flat order: what a checkpoint holds.
   StageState state();
@@ -88,12 +98,15 @@ class Trainer {
   // fp16 dynamic loss scaling (off for fp32 and bf16: scale 1, nothing skipped).
   const LossScaler& loss_scaler() const { return scaler_; }
   DiTStage& model() { return *model_; }
-  // Learned pruning's gates (TrainConfig::gates), or null.
-  const LayerGates* gates() const { return gates_.get(); }
-  // Learned pruning's LoRA adapters of this stage's block linears (TrainConfig::lora), or null.
-  const ParamSet* lora() const { return lora_.get(); }
+  // The step part of type P (engine/step_parts.h) the setup enabled, or null.
+  template <class P>
+  const P* part() const {
+    for (const auto& p : parts_)
+      if (const P* found = dynamic_cast<const P*>(p.get())) return found;
+    return nullptr;
+  }
   ZeroOptimizer& optimizer() { return *zero_; }
-  const diffusion::Schedule& schedule() const { return schedule_; }
+  const diffusion::Schedule& noise_schedule() const { return noise_; }
   const BatchPlan& plan() const { return batches_->plan(); }
   // What this rank holds, with the peaks of the steps taken so far.
   MemoryAccount memory() const;
@@ -109,27 +122,23 @@ class Trainer {
   void upload(const Tensor& dst, const void* host, DType host_dtype);
   void inject_nonfinite_gradient(std::int64_t step);
   std::vector<float> model_times(const Microbatch& b) const;
-  void gather_losses(const Tensor& terms, StepStats& st);
-  // The pipeline hooks of one step: inputs on the first stage, the loss (seed: its gradient's
-  // scale) into `terms` on the last, the teacher's outputs when distilling.
-  DiTPipelineHooks step_hooks(const Tensor& terms, float seed);
-  // Writes dout: the recipe's loss (times distill.target_weight and the output KD when distilling).
-  void output_loss(int mb, const Tensor& out, const Tensor& dout, float seed, const Tensor& terms, Arena& arena);
-  // Learned pruning: the gates of microbatch mb through this rank's chunk; after the step's
-  // backward, their logits' update from the step's dL/dm.
-  std::vector<BlockGate> block_gates(int mb, int chunk);
-  void update_gates(double loss_scale);
-  // LoRA: sums the whole factors' partial gradients over tp, then AdamW (ZeRO over dp) at lora.lr.
-  void update_lora(std::int64_t adam_step, double loss_scale);
+  void gather_losses(const Tensor& terms, const StepView& view, StepStats& st);
+  // The pipeline hooks of one step: inputs on the first stage, the loss into `terms` on the last
+  // (and the parts' hooks).
+  DiTPipelineHooks step_hooks(const Tensor& terms, const StepView& view);
+  // Writes dout: the recipe's loss (times the parts' recipe weight), then each part's own.
+  void output_loss(int mb, const Tensor& out, const Tensor& dout, float grad_scale, const Tensor& terms, Arena& arena);
 
   Backend* be_;
   ParallelContext* ctx_;
   DiTConfig cfg_;
   TrainConfig train_;
-  diffusion::Schedule schedule_;
+  diffusion::Schedule noise_;  // the noise schedule (DDPM's betas; the loss kernels' table)
   std::unique_ptr<DiTStage> model_;
-  std::unique_ptr<TeacherStage> teacher_;  // distillation's, forward only; null without [distill]
   std::unique_ptr<ZeroOptimizer> zero_;
+  std::vector<std::unique_ptr<StepPart>> parts_;  // engine/step_parts.h: what the setup enables
+  StageCompanion* companion_ = nullptr;           // the first part's companion, or null
+  double recipe_weight_ = 1;                      // the product of the parts' recipe weights
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
@@ -140,13 +149,6 @@ class Trainer {
   std::map<int, DeviceBatch> device_cache_;
   Buffer coefs_;  // (T, math::kNumLossCoefs) fp32: the schedule as the loss kernels read it
   Buffer terms_;  // (microbatches x micro_batch, 3) fp32: this step's per-sample loss terms
-  Buffer kd_terms_, feature_terms_;  // distillation: (.., 2) output KD terms, (..) feature losses summed over pairs
-  std::unique_ptr<LayerGates> gates_;  // learned pruning's; null otherwise
-  Buffer gate_grads_;  // (depth x microbatches, micro_batch) fp32: this step's dL/dm, block-major
-  std::unique_ptr<ParamSet> lora_;           // learned pruning's adapters; null otherwise
-  std::unique_ptr<ZeroOptimizer> lora_zero_;
-  Buffer lora_t_, lora_u_;                   // the adapters' shared (rows, r) scratch
-  std::map<int, Tensor> teacher_out_;  // distillation: the teacher's output, by microbatch, until its loss
 };
 
 }  // namespace dit

@@ -51,17 +51,18 @@ void MetricsWriter::write_eval(std::int64_t step, const std::string& json) {
 
 void MetricsWriter::write(const LogRow& r) {
   if (!f_) return;
+  std::string terms;
+  for (const auto& [name, value] : r.terms) terms += ", \"" + name + "\": " + num(value);
   std::fprintf(f_,
                "{\"step\": %lld, \"loss\": %s, \"mse\": %s, \"%s\": %s, \"grad_norm\": %s, \"lr\": %s, "
                "\"images_per_s\": %s, \"tflops\": %s, \"mfu\": %s, \"peak_mem_bytes\": %llu, "
                "\"elapsed_s\": %s, \"loss_scale\": %s, \"skipped_steps\": %lld%s}\n",
-               static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), r.vb_name, num(r.vb).c_str(),
+               static_cast<long long>(r.step), num(r.loss).c_str(), num(r.mse).c_str(), r.second_name,
+               num(r.second).c_str(),
                num(r.grad_norm).c_str(), num(r.lr).c_str(), num(r.images_per_s).c_str(),
                num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
                num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps),
-               r.distilled ? (", \"target\": " + num(r.target) + ", \"kd\": " + num(r.kd) + ", \"feature\": " +
-                              num(r.feature)).c_str()
-                           : "");
+               terms.c_str());
   flush_or_fail();
 }
 
@@ -92,12 +93,13 @@ void ConsoleLog::step(const LogRow& r) {
   std::snprintf(text, sizeof text,
                 "step %lld/%lld  loss %.4f (mse %.4f %s %.4f)  grad %.3f  lr %.2e  %.1f img/s  "
                 "%.3f TFLOP/s  MFU %.1f%%  mem %s  ETA %s",
-                static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.vb_name, r.vb,
+                static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss, r.mse, r.second_name, r.second,
                 r.grad_norm, r.lr, r.images_per_s, r.tflops, 100 * r.mfu,
                 format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str(), format_duration(r.eta_s).c_str());
-  if (r.distilled) {
+  for (std::size_t i = 0; i < r.terms.size(); ++i) {
     const std::size_t used = std::strlen(text);
-    std::snprintf(text + used, sizeof text - used, "  target %.4f kd %.4f feature %.4f", r.target, r.kd, r.feature);
+    std::snprintf(text + used, sizeof text - used, "%s%s %.4f", i == 0 ? "  " : " ", r.terms[i].first.c_str(),
+                  r.terms[i].second);
   }
   if (r.loss_scale != 1 || r.skipped_steps > 0) {
     const std::size_t used = std::strlen(text);

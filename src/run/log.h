@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/resources.h"
 
@@ -12,13 +14,13 @@ namespace dit {
 
 struct LogRow {
   std::int64_t step = 0, total = 0;  // step counts from 1 here
-  double loss = 0, mse = 0, vb = 0, grad_norm = 0, lr = 0;
-  // The loss's second term, named in the log and the metrics file as what it is: "vb" (DDPM's
-  // learned-variance bound) or "cos" (the flow objective's cosine term).
-  const char* vb_name = "vb";
-  // Distillation: loss is output_weight x kd + target_weight x target + feature_weight x feature.
-  bool distilled = false;
-  double target = 0, kd = 0, feature = 0;
+  double loss = 0, mse = 0, second = 0, grad_norm = 0, lr = 0;
+  // The recipe loss's second term, named in the log and the metrics file as what it is: "vb"
+  // (DDPM's learned-variance bound) or "cos" (the flow objective's cosine term).
+  const char* second_name = "vb";
+  // Further named terms, in order, after the recipe's (distillation: target, kd, feature; loss is
+  // their weighted sum); empty for a plain run.
+  std::vector<std::pair<std::string, double>> terms;
   double images_per_s = 0, tflops = 0, mfu = 0;
   std::uint64_t peak_mem_bytes = 0;
   double elapsed_s = 0, eta_s = 0;

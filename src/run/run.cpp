@@ -161,10 +161,10 @@ int Run::train() {
   ctx_.watch->factor = 1;
   t0_ = now_s();
   const std::int64_t steps = setup_.train.steps;
-  StepStats st;
+  StepStats last;
   std::int64_t steps_run = 0;
-  for (std::int64_t done = trainer_->next_step() + 1; done <= steps; ++done) {
-    st = trainer_->step();
+  const int rc = trainer_->train_to(steps, [&](std::int64_t done, const StepStats& st) {
+    last = st;
     ++steps_run;
     if (steps_run == 1 && !planned_.empty()) {  // the arenas reach their peak in the first step
       const std::string off = check_plan(ctx_, planned_, trainer_->memory());
@@ -172,7 +172,7 @@ int Run::train() {
     }
     log_step(done, st);
     if (const int rc = stop_for_divergence(done, st)) return rc;
-    if (done == steps) break;
+    if (done == steps) return 0;
     const bool saved = due(cfg_.train.checkpoint_every, done, steps);
     if (saved) checkpoint();
     if (due(cfg_.train.sample_every, done, steps)) {
@@ -183,8 +183,9 @@ int Run::train() {
     if (due(cfg_.train.eval_every, done, steps)) evaluate(done);
     // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
     if (const int sig = agree_stop(*ctx_.world)) return stop_for_signal(sig, done, saved);
-  }
-  return finish(st, steps_run);
+    return 0;
+  });
+  return rc != 0 ? rc : finish(last, steps_run);
 }
 
 // A metrics row that cannot be written (a full disk) ends the run at this step on every rank, after
@@ -224,12 +225,10 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.total = steps;
   r.loss = st.loss;
   r.mse = st.mse;
-  r.vb = st.vb;
-  r.vb_name = cfg_.diffusion.objective == diffusion::Objective::Flow ? "cos" : "vb";
-  r.distilled = st.distilled;
-  r.target = st.target;
-  r.kd = st.kd;
-  r.feature = st.feature;
+  r.second = st.second;
+  r.second_name = cfg_.diffusion.objective == diffusion::Objective::Flow ? "cos" : "vb";
+  if (!st.terms.empty()) r.terms.emplace_back("target", st.recipe);
+  for (const LossTerm& t : st.terms) r.terms.emplace_back(t.name, t.value);
   r.grad_norm = st.grad_norm;
   r.lr = st.lr;
   r.images_per_s = double(setup_.train.global_batch) / step_s;

@@ -68,7 +68,7 @@ FlowRun run_flow(const Layout& layout, StageOptions stage = {}, int virtual_stag
   Trainer trainer(be, ctx, flow_model(depth), tc, data);
   for (int i = 0; i < kSteps; ++i) {
     const StepStats st = trainer.step();
-    r.losses.push_back(st.loss), r.mse.push_back(st.mse), r.cos.push_back(st.vb);
+    r.losses.push_back(st.loss), r.mse.push_back(st.mse), r.cos.push_back(st.second);
   }
   r.params = gather_global(trainer.model(), ctx, host_copy(be, trainer.model().params().flat_values()));
   r.ran = true;
