@@ -5,12 +5,25 @@
 #include <memory>
 #include <string>
 
-#include "app/command_files.h"
+#include "io/command_files.h"
 #include "io/checkpoint.h"
 #include "io/prepare.h"
 #include "parallel/world.h"
 
 namespace dit {
+
+namespace {
+
+// prepare-data's files by role (io/command_files.h), checked before any is read.
+void check_prepare_files(const std::string& src, const std::string& features, const std::string& labels,
+                         const std::string& out) {
+  check_command_files("prepare-data", [&](const FileDecl& d) -> std::string {
+    const std::string o = d.option;
+    return o == "@dir" ? src : o == "--features" ? features : o == "--labels" ? labels : out;
+  });
+}
+
+}  // namespace
 
 std::function<int()> add_prepare_data_command(CLI::App& app) {
   struct Flags {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/command_files.h"
+#include "io/command_files.h"
 #include "core/quote.h"
 #include "eval/fid.h"
 #include "eval/inception.h"
@@ -20,6 +20,28 @@ namespace dit {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The evaluation's files by role (io/command_files.h), checked before any is read.
+void check_evaluate_files(const EvaluateOptions& opt, const EvalPaths& defaults) {
+  const bool inception = !opt.inception.empty() || !opt.reference_stats.empty();
+  const bool judged = !opt.sample.run_dir.empty() || !opt.sample.weights.empty() || !opt.samples_file.empty();
+  check_command_files("evaluate", [&](const FileDecl& d) -> std::string {
+    const std::string o = d.option;
+    if (o == "--run") return declares(d, "--run", "dir:eval.json") && !opt.json.empty() ? "" : opt.sample.run_dir;
+    if (o == "--weights") return opt.sample.weights;
+    if (o == "--samples") return opt.samples_file;
+    if (o == "--config") return opt.config;
+    if (o == "--inception") return opt.inception;
+    if (o == "--reference-stats") return opt.reference_stats;
+    if (o == "--json") return opt.json;
+    if (o == "--samples-out") return opt.samples_out;
+    if (inception || (!judged && !opt.train_classifier)) return "";
+    if (o == "--reference") return opt.reference.empty() ? defaults.reference : opt.reference;
+    if (o == "--classifier") return opt.classifier.empty() ? defaults.classifier : opt.classifier;
+    if (o == "--train-data") return opt.train_data.empty() ? defaults.train_data : opt.train_data;
+    return "";
+  });
+}
 
 void write_json_file(const std::string& path, const std::string& json) {
   write_file_atomic(path, json + "\n", "evaluation result");

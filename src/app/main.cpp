@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "app/command_files.h"
+#include "io/command_files.h"
 #include "app/data_cmd.h"
 #include "app/evaluate_cmd.h"
 #include "app/plan_cmd.h"

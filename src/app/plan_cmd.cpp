@@ -6,16 +6,24 @@
 #include <memory>
 #include <string>
 
-#include "app/command_files.h"
-#include "app/layout_choice.h"
+#include "io/command_files.h"
 #include "app/train_cmd.h"
 #include "parallel/world.h"
+#include "plan/layout_choice.h"
 #include "plan/planner.h"
 #include "plan/predict.h"
 
 namespace dit {
 
 namespace {
+
+// The plan's files by role (io/command_files.h), checked before any is read.
+void check_plan_files(const std::string& config, const std::string& calibration, const std::string& json) {
+  check_command_files("plan", [&](const FileDecl& d) -> std::string {
+    const std::string o = d.option;
+    return o == "--config" ? config : o == "--calibration" ? calibration : json;
+  });
+}
 
 struct PlanFlags {
   TrainFlags train;
@@ -43,7 +51,7 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
   // Mixed precision unless --precision (or train.precision) asks for another.
   req.precisions = {f.train.gave("train.precision") ? cfg.train.precision : DType::BF16};
   req.margin = cfg.parallel.memory_margin;
-  req.fixed = fit_constraints(f.train, cfg);  // the flags given pin their settings, as in train --layout auto
+  req.fixed = fit_constraints([&](const std::string& key) { return f.train.gave(key); }, cfg);  // the flags given pin their settings, as in train --layout auto
   const auto rows = fit_layouts(req);
   std::printf("%s", format_fit(req, rows, f.top).c_str());
   if (!f.json.empty()) save_json(f.json, fit_json(rows, f.top));
@@ -53,7 +61,7 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
 void run_plan(const PlanFlags& f, const RunConfig& cfg) {
   DIT_CHECK(f.dp >= 1 && f.dp <= 65536, "--dp ", f.dp, ": expected 1 to 65536");
   const Hardware* hw = f.hardware.empty() ? nullptr : &find_hardware(f.hardware);
-  const LayoutPlan p = plan_layout(cfg, {cfg.parallel.tp, cfg.parallel.pp, f.dp});
+  const LayoutPlan p = plan_config(cfg, {cfg.parallel.tp, cfg.parallel.pp, f.dp});
   std::printf("%s", format_plan(p, hw).c_str());
   std::string json = plan_json(p, hw);
   if (f.predict) {

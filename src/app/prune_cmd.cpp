@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "app/command_files.h"
+#include "io/command_files.h"
 #include "app/sample_cmd.h"
 #include "engine/prune.h"
 #include "io/atomic_file.h"
@@ -23,6 +23,24 @@ namespace dit {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Pruning's files by role (io/command_files.h), checked before any is read.
+void check_prune_files(const PruneOptions& opt) {
+  // Without --data, score and learned pruning read the run's data.path (or the demo's).
+  std::string data = opt.data;
+  if (data.empty() && opt.method != "index") {
+    const fs::path config = fs::path(opt.run_dir) / "config.toml";
+    const bool run_config = !opt.run_dir.empty() && fs::is_regular_file(config);
+    data = (run_config ? RunConfig::from_file(config.string()) : RunConfig::demo()).data.path;
+  }
+  check_command_files("prune", [&](const FileDecl& d) -> std::string {
+    const std::string o = d.option;
+    if (o == "--run") return opt.run_dir;
+    if (o == "--weights") return opt.weights;
+    if (o == "--data") return data;
+    return opt.out;
+  });
+}
 
 constexpr int kMaxCalibration = 65536;
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <sstream>
 
-#include "app/command_files.h"
+#include "io/command_files.h"
 #include "engine/dit_pipeline.h"
 #include "engine/rank_backend.h"
 #include "engine/sampler.h"
@@ -24,6 +24,18 @@ namespace dit {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The files of a sampling request by role (io/command_files.h), checked before any is read.
+void check_sample_files(const SampleOptions& opt) {
+  // A latent model's --out x.h5 is its raw samples alone (no grid): a .h5 --out names no PNG.
+  const bool grid = fs::path(opt.out).extension() != ".h5";
+  check_command_files("sample", [&](const FileDecl& d) -> std::string {
+    if (declares(d, "--weights")) return opt.weights;
+    if (std::string(d.option) == "--run") return opt.run_dir;
+    if (declares(d, "--out")) return grid ? opt.out : "";
+    return opt.out;  // its raw samples
+  });
+}
 
 // What to sample from, resolved and checked on every rank.
 struct SampleSource {

@@ -5,8 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "app/command_files.h"
-#include "app/layout_choice.h"
+#include "io/command_files.h"
 #include "core/quote.h"
 #include "engine/rank_backend.h"
 #include "engine/train_setup.h"
@@ -15,6 +14,7 @@
 #include "io/sealed_h5.h"
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
+#include "plan/layout_choice.h"
 #include "plan/memory_fit.h"
 #include "run/rank_map.h"
 #include "run/run.h"
@@ -27,6 +27,27 @@ namespace dit {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The run's files by role (io/command_files.h), checked before any is read or created.
+void check_train_files(const RunConfig& cfg, const std::string& config) {
+  const EvalPaths eval = eval_paths(cfg);  // declared even when train.eval_every = 0: never to be overwritten
+  check_command_files(
+      "train",
+      [&](const FileDecl& d) -> std::string {
+        const std::string key = d.key;
+        if (key == "data.path") return cfg.data.path;
+        if (key == "run.init_from") return cfg.run.init_from;
+        if (key == "run.resume") return cfg.run.resume == "auto" ? "" : cfg.run.resume;
+        if (key == "distill.teacher") return cfg.distill.teacher;
+        if (key == "eval.reference") return eval.reference;
+        if (key == "eval.classifier") return eval.classifier;
+        if (key == "run.dir") return cfg.run.dir;
+        if (key == "run.checkpoint_dir")
+          return cfg.run.checkpoint_dir.empty() ? (fs::path(cfg.run.dir) / "ckpt").string() : cfg.run.checkpoint_dir;
+        return config;  // --config
+      },
+      cfg.run.overwrite ? RunFolderUse::Replaced : RunFolderUse::Kept);
+}
 
 // The flags that stand for one config key each: --tp 2 is --set parallel.tp=2.
 struct KeyFlag {
@@ -109,17 +130,25 @@ void add_key_flag(CLI::App* cmd, TrainFlags& f, const KeyFlag& fl) {
       ->type_name(fl.type);
 }
 
-// Every check a run needs before its folder is touched, on every rank; the setup it returns is
-// the one the run uses. Rank 0 takes the run folder's lock here.
-TrainSetup check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& lock) {
+// What the checks hand the run: its settings, resolved and checked once for the job's layout,
+// and the plan of each stage, made once (the first step is checked against it).
+struct CheckedRun {
+  TrainSetup setup;
+  std::vector<MemoryAccount> planned;
+};
+
+// Every check a run needs before its folder is touched, on every rank; the setup and plan it
+// returns are the ones the run uses. Rank 0 takes the run folder's lock here.
+CheckedRun check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& lock) {
   const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
-  TrainSetup setup = TrainSetup::make(cfg, layout);
+  CheckedRun run{TrainSetup::make(cfg, layout), {}};
   const int ranks_per_node = std::max(1, world_size() / node_count());
-  check_training_fits(cfg, setup, ranks_per_node, "the model.* sizes, train.micro_batch or sample.per_class");
+  run.planned = plan_training(run.setup, run_draws(cfg), ranks_per_node,
+                              "the model.* sizes, train.micro_batch or sample.per_class");
   std::string why;
   DIT_CHECK(backend_available(backend_name(cfg.backend_str(), cfg.precision_str()), &why), "train.backend = ",
             cfg.backend_str(), " with train.precision = ", cfg.precision_str(), ": ", why);
-  if (mode == TrainMode::DryRun) return setup;
+  if (mode == TrainMode::DryRun) return run;
   const fs::path dir(cfg.run.dir);
   if (world_rank() == 0) {  // before the folder is looked at, overwritten or resumed
     std::string note;
@@ -136,19 +165,17 @@ TrainSetup check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& loc
   // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
   // refused now.
   if (cfg.train.eval_every > 0 && world_rank() == 0) check_evaluation_inputs(eval_paths(cfg), cfg.data.prepare);
-  return setup;
+  return run;
 }
 
 // --dry-run: the layout and where every rank runs, without touching data or the run folder.
 int dry_run(const RunConfig& cfg, const Layout& layout) {
-  std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
-  ParallelContext ctx = make_mpi_context(layout);
-  const std::string device =
-      cfg.train.backend == BackendKind::Cuda ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
-  const std::string map = rank_map(ctx, device);
-  if (ctx.world_rank == 0)
+  const RankSetup rank = make_rank({.backend = cfg.backend_str(), .precision = cfg.precision_str(),
+                                    .layout = layout, .comms = TensorComms::Leave});
+  const std::string map = rank_map(rank.ctx, rank.device);
+  if (rank.ctx.world_rank == 0)
     std::printf("dit_mp train --dry-run: %s, %s backend, model %lld parameters, run folder %s (not touched)\n%s",
-                layout.str().c_str(), be->name().c_str(), static_cast<long long>(cfg.model.dit.num_params()),
+                layout.str().c_str(), rank.backend->name().c_str(), static_cast<long long>(cfg.model.dit.num_params()),
                 cfg.run.dir.c_str(), map.c_str());
   return 0;
 }
@@ -182,19 +209,16 @@ void record_teacher_checksum(RunConfig& cfg) {
 int run_train(const RunConfig& given, TrainMode mode) {
   install_stop_handlers();
   RunLock lock;  // rank 0 holds the run folder's lock until this function returns
-  TrainSetup setup;
+  CheckedRun checked;
   RunConfig cfg = given;
   collective_check([&] {
-    setup = check_train_inputs(cfg, mode, lock);
+    checked = check_train_inputs(cfg, mode, lock);
     record_teacher_checksum(cfg);
   });
-  if (mode == TrainMode::DryRun) return dry_run(cfg, setup.layout);
+  if (mode == TrainMode::DryRun) return dry_run(cfg, checked.setup.layout);
   prepare_training_data(cfg);
-  // The plan of each stage, which the first step is checked against (and --layout auto ranked by).
-  std::vector<MemoryAccount> planned;
-  collective_check([&] { planned = planned_stage_memory(cfg, setup); });
   defer_stop_signals();  // a stop signal from here on is answered at a step boundary, with a checkpoint
-  Run run(cfg, setup, std::move(planned));
+  Run run(cfg, checked.setup, std::move(checked.planned));
   return run.train();
 }
 
@@ -242,7 +266,7 @@ std::function<int()> add_train_command(CLI::App& app) {
       DIT_CHECK(!flags->gave("parallel.memory_gib") || cfg.parallel.memory_gib > 0, "parallel.memory_gib = ",
                 cfg.parallel.memory_gib, " (--memory-gib): expected the memory per rank in GiB, a number > 0");
     });
-    if (cfg.parallel.layout == LayoutMode::Auto) cfg = resolve_auto_layout(cfg, fit_constraints(*flags, cfg));
+    if (cfg.parallel.layout == LayoutMode::Auto) cfg = resolve_auto_layout(cfg, fit_constraints([&](const std::string& key) { return flags->gave(key); }, cfg));
     return run_train(cfg, flags->dry_run ? TrainMode::DryRun : TrainMode::Train);
   };
 }

@@ -168,7 +168,7 @@ bool recorded_layout_fits(const RunConfig& recorded, const AutoLayoutRequest& r,
   try {
     cfg.validate_layout();
     const FitRequest req = auto_fit_request(r, nullptr);
-    const LayoutPlan plan = plan_layout(cfg, l);
+    const LayoutPlan plan = plan_layout(TrainSetup::make(cfg, l), plan_device(cfg));
     if (double(plan.peak_bytes()) > req.budget_bytes())
       return no("its planned peak " + format_bytes(double(plan.peak_bytes())) + " exceeds " +
                 format_bytes(req.budget_bytes()) + " per rank");

@@ -21,41 +21,66 @@ constexpr double kPlannedImagesBytes = 256.0 * (1 << 20);
 // This rank's share of the parameters as the optimizer holds them, from the parameter count alone:
 // fp32 values and grads, AdamW moments and EMA over dp (host memory unless on the GPU), and the
 // four full fp32 copies (model, EMA, moments) a checkpoint gathers on the host.
-double parameter_state_bytes(const RunConfig& cfg, const Layout& l) {
-  const bool host = cfg.train.backend != BackendKind::Cuda;
-  const double params = double(cfg.model.dit.num_params()) / (double(l.tp) * l.pp);
+double parameter_state_bytes(const TrainSetup& setup, BackendKind backend) {
+  const Layout& l = setup.layout;
+  const bool host = backend != BackendKind::Cuda;
+  const double params = double(setup.model.num_params()) / (double(l.tp) * l.pp);
   return params * ((host ? 4 + 4 + 12.0 / l.dp : 0.0) + 16);
 }
 
-// The largest stage of the plan of `cfg` with micro-batches of `micro_batch` images (the same
-// number of microbatches).
-MemoryAccount planned_stage(RunConfig cfg, const Layout& l, int micro_batch, std::int64_t microbatches) {
-  cfg.train.micro_batch = micro_batch;
-  cfg.train.global_batch = std::int64_t(l.dp) * micro_batch * microbatches;
-  const LayoutPlan p = plan_layout(cfg, l);
+// The largest stage of a plan.
+MemoryAccount peak_stage(const LayoutPlan& p) {
   MemoryAccount peak;
   for (const StagePlan& s : p.stages)
     if (s.mem.total() > peak.total()) peak = s.mem;
   return peak;
 }
 
+// The largest stage of the plan of `setup` with micro-batches of `micro_batch` images (the same
+// number of microbatches).
+MemoryAccount planned_stage_at(const TrainSetup& setup, const PlanDevice& device, int micro_batch) {
+  TrainConfig t = setup.train;
+  t.micro_batch = micro_batch;
+  t.global_batch = std::int64_t(setup.layout.dp) * micro_batch * setup.batch.microbatches;
+  return peak_stage(plan_layout(TrainSetup::make(setup.model, t, setup.layout), device));
+}
+
 }  // namespace
 
-MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup) {
+RunDraws run_draws(const RunConfig& cfg) {
+  const DiTConfig& m = cfg.model.dit;
+  const std::int64_t classes = cfg.sample.classes.empty() ? m.num_classes : std::int64_t(cfg.sample.classes.size());
+  std::int64_t images = classes * cfg.sample.per_class;
+  SampleSection drawn = cfg.sample;
+  if (cfg.train.eval_every > 0 && std::int64_t(m.num_classes) * cfg.eval.per_class > images) {
+    images = std::int64_t(m.num_classes) * cfg.eval.per_class;
+    drawn.num_steps = cfg.eval.num_steps;
+  }
+  return {plan_device(cfg), {images, images, drawn, cfg.diffusion.steps, cfg.train.backend, cfg.train.precision}};
+}
+
+std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws& run, int ranks_per_node,
+                                         const std::string& settings) {
   const Layout& l = setup.layout;
   const DiTConfig& m = setup.model;
-  const bool host = cfg.train.backend != BackendKind::Cuda;
+  const bool host = run.device.backend != BackendKind::Cuda;
+  MemoryNeed bound;  // at once for sizes far past any machine, before the planner builds a stage
+  bound.state = parameter_state_bytes(setup, run.device.backend);
+  check_memory_fits(bound, ranks_per_node, settings);
+  // The planner's numbers: one step of the real Trainer on the virtual backend.
   const int mb = setup.batch.micro_batch;
   const std::int64_t mbs = setup.batch.microbatches;
-  // The planner's numbers: one step of the real Trainer on the virtual backend.
+  std::vector<MemoryAccount> stages;
   MemoryAccount a;
   double activations = 0;
   const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
   if (double(mb) * double(mbs) * image <= kPlannedImagesBytes) {
-    a = planned_stage(cfg, l, mb, mbs);
+    const LayoutPlan p = plan_layout(setup, run.device);
+    for (const StagePlan& s : p.stages) stages.push_back(s.mem);
+    a = peak_stage(p);
     activations = double(a.activations + a.workspace);
   } else {  // activations and workspace grow with the micro-batch, the rest does not
-    const MemoryAccount one = planned_stage(cfg, l, 1, mbs), two = planned_stage(cfg, l, 2, mbs);
+    const MemoryAccount one = planned_stage_at(setup, run.device, 1), two = planned_stage_at(setup, run.device, 2);
     const auto act = [](const MemoryAccount& x) { return double(x.activations + x.workspace); };
     a = one;
     activations = act(one) + (act(two) - act(one)) * double(mb - 1);
@@ -66,33 +91,10 @@ MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup) {
   need.activations = host ? activations : 0.0;
   // The sample grid, and the evaluation's samples when evaluated during training, drawn from the
   // EMA in a stage of its own (its weights gathered in fp32 first).
-  const std::int64_t classes = cfg.sample.classes.empty() ? m.num_classes : std::int64_t(cfg.sample.classes.size());
-  std::int64_t images = classes * cfg.sample.per_class;
-  SampleSection drawn = cfg.sample;
-  if (cfg.train.eval_every > 0 && std::int64_t(m.num_classes) * cfg.eval.per_class > images) {
-    images = std::int64_t(m.num_classes) * cfg.eval.per_class;
-    drawn.num_steps = cfg.eval.num_steps;
-  }
-  const SamplingSize size{images, images, drawn, cfg.diffusion.steps, cfg.train.backend, cfg.train.precision};
-  need.sampling = sampling_memory_need(m, l, size).total() + 4.0 * double(m.num_params()) / (double(l.tp) * l.pp);
-  return need;
-}
-
-std::vector<MemoryAccount> planned_stage_memory(const RunConfig& cfg, const TrainSetup& setup) {
-  const DiTConfig& m = setup.model;
-  const double image = double(m.in_channels) * m.input_size * m.input_size * 4;
-  std::vector<MemoryAccount> out;
-  if (double(setup.batch.micro_batch) * double(setup.batch.microbatches) * image > kPlannedImagesBytes) return out;
-  for (const StagePlan& s : plan_layout(cfg, setup.layout).stages) out.push_back(s.mem);
-  return out;
-}
-
-void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,
-                         const std::string& settings) {
-  MemoryNeed bound;  // at once for sizes far past any machine, before the planner builds a stage
-  bound.state = parameter_state_bytes(cfg, setup.layout);
-  check_memory_fits(bound, ranks_per_node, settings);
-  check_memory_fits(training_memory_need(cfg, setup), ranks_per_node, settings);
+  need.sampling =
+      sampling_memory_need(m, l, run.drawn).total() + 4.0 * double(m.num_params()) / (double(l.tp) * l.pp);
+  check_memory_fits(need, ranks_per_node, settings);
+  return stages;
 }
 
 SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const SamplingSize& size) {

@@ -14,6 +14,7 @@
 #include "engine/train_setup.h"
 #include "engine/trainer.h"
 #include "parallel/grid.h"
+#include "plan/planner.h"
 
 namespace dit {
 
@@ -26,18 +27,6 @@ struct MemoryNeed {
   double total() const { return state + activations + sampling; }
 };
 
-// What a run of `setup` (TrainSetup::make of `cfg`) holds on its largest stage. A micro-batch
-// whose images would take the planner's own step past 256 MiB is planned at 1 and 2 images and
-// its activations extended linearly.
-MemoryNeed training_memory_need(const RunConfig& cfg, const TrainSetup& setup);
-// The plan of every pipeline stage of `setup` (plan_layout's accounts, which a run's first step is
-// checked against); empty when the planner's one step would load more than 256 MiB of images.
-std::vector<MemoryAccount> planned_stage_memory(const RunConfig& cfg, const TrainSetup& setup);
-// Throws, naming `settings` and the numbers, when a run cannot fit this machine: first a bound
-// from the parameter count alone (at once, for sizes far past any machine), then the planned need.
-void check_training_fits(const RunConfig& cfg, const TrainSetup& setup, int ranks_per_node,
-                         const std::string& settings);
-
 // What is sampled: `total` images of a request, `batch` of them at once (sample --batch; a run's
 // sample grid is one batch), with the sampler settings of `sample` on a schedule of
 // `diffusion_steps`.
@@ -48,6 +37,26 @@ struct SamplingSize {
   BackendKind backend = BackendKind::Cpu;
   DType precision = DType::F32;
 };
+
+// A training run's settings beyond its TrainSetup that its memory depends on: what it computes on,
+// and the images it draws from the EMA at once (the sample grid, or the evaluation's samples when
+// it evaluates during training and they are more).
+struct RunDraws {
+  PlanDevice device;
+  SamplingSize drawn;
+};
+RunDraws run_draws(const RunConfig& cfg);
+
+// The plan a run starts from, made once: one training step of `setup` on the virtual backend
+// (plan_layout), checked against this machine. Throws, naming `settings` and the numbers, when
+// `ranks_per_node` ranks cannot fit: first a bound from the parameter count alone (at once, for
+// sizes far past any machine), then the planned need (parameters and optimizer state, the step's
+// activations, the sampling). Returns every pipeline stage's account, which the run's first step
+// is checked against; empty when the planner's one step would load more than 256 MiB of images
+// (then the step is planned at micro-batches of 1 and 2 images and its activations extended
+// linearly, for the check alone).
+std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws& run, int ranks_per_node,
+                                         const std::string& settings);
 // Host bytes one rank needs to sample, from the sampler's own pass planned on the virtual backend
 // (engine/sampler.h: sampler_bytes) at every pipeline stage, the largest kept. On the CUDA backend
 // the weights and the pass are the GPU's and only the host buffers count.

@@ -149,35 +149,41 @@ double plan_undercount_from_env() {
   return f;
 }
 
-LayoutPlan plan_layout(const RunConfig& cfg0, const Layout& layout) {
-  RunConfig cfg = cfg0;
-  cfg.parallel.tp = layout.tp;
-  cfg.parallel.pp = layout.pp;
-  cfg.validate_layout();
-  TrainSetup setup = TrainSetup::make(cfg, layout);  // with a teacher when [distill] names one
+PlanDevice plan_device(const RunConfig& cfg) { return {cfg.train.backend, cfg.train.precision}; }
+
+LayoutPlan plan_layout(const TrainSetup& run, const PlanDevice& device) {
+  TrainSetup setup = run;  // with a teacher when [distill] names one
   setup.train.steps = 1;
+  const Layout& layout = setup.layout;
   const TrainConfig& tc = setup.train;
   const DiTConfig& model = setup.model;
   BlankDataset data({model.in_channels, model.input_size, model.input_size}, model.num_classes,
                     tc.global_batch);
-  const VirtualBackend::Attention attention = planned_attention(cfg.train.backend);
+  const VirtualBackend::Attention attention = planned_attention(device.backend);
   LayoutPlan p;
   p.layout = layout;
   p.micro_batch = setup.batch.micro_batch;
   p.microbatches = setup.batch.microbatches;
   p.tokens = model.num_patches();
-  p.precision = cfg.train.precision;
-  p.recompute = cfg.train.recompute;
-  p.sequence_parallel = cfg.parallel.sequence_parallel;
+  p.precision = device.precision;
+  p.recompute = tc.stage.recompute;
+  p.sequence_parallel = tc.stage.sequence_parallel;
   p.virtual_stages = tc.virtual_stages;
   p.schedule = tc.schedule;
   const double undercount = plan_undercount_from_env();
   for (int s = 0; s < layout.pp; ++s) {
-    p.stages.push_back(plan_stage(setup, cfg.train.precision, attention, s, data));
+    p.stages.push_back(plan_stage(setup, device.precision, attention, s, data));
     MemoryAccount& m = p.stages.back().mem;
     m.activations = static_cast<std::size_t>(double(m.activations) * (1 - undercount));
   }
   return p;
+}
+
+LayoutPlan plan_config(RunConfig cfg, const Layout& layout) {
+  cfg.parallel.tp = layout.tp;
+  cfg.parallel.pp = layout.pp;
+  cfg.validate_layout();
+  return plan_layout(TrainSetup::make(cfg, layout), plan_device(cfg));
 }
 
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency) {
@@ -293,7 +299,7 @@ FitSearch fit_search(const FitRequest& req) {
     for (const RunConfig& c : fit_settings(req, l)) {
       FitRow r;
       try {
-        r.plan = plan_layout(c, l);
+        r.plan = plan_config(c, l);
       } catch (const Error&) {
         continue;  // a combination the trainer refuses (e.g. more microbatch chunks than it schedules)
       }

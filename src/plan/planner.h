@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/virtual/virtual_backend.h"
+#include "engine/train_setup.h"
 #include "engine/trainer.h"
 #include "io/config.h"
 
@@ -72,9 +73,22 @@ VirtualBackend::Attention planned_attention(BackendKind backend);
 // under-counts. Unset: 0. Throws naming the variable when it is not a fraction in [0, 1).
 double plan_undercount_from_env();
 
-// Plans `cfg` at `layout` (tp and pp from the layout, not from cfg.parallel). Throws on a layout
-// the trainer would refuse, with the trainer's own message.
-LayoutPlan plan_layout(const RunConfig& cfg, const Layout& layout);
+// What a planned step computes on: the backend (its attention path) and the storage precision,
+// the two settings of a run the planner needs beyond its TrainSetup.
+struct PlanDevice {
+  BackendKind backend = BackendKind::Cpu;
+  DType precision = DType::F32;
+};
+PlanDevice plan_device(const RunConfig& cfg);  // train.backend, train.precision
+
+// Plans one training step of `setup` (TrainSetup::make, checked there; not checked again) at its
+// layout, on `device`.
+LayoutPlan plan_layout(const TrainSetup& setup, const PlanDevice& device);
+// A configuration at `layout` (tp and pp from the layout, not from cfg.parallel), for the layout
+// search and `dit_mp plan`, which plan configurations: checked (RunConfig::validate_layout, then
+// TrainSetup::make: throws on a layout the trainer would refuse, with its own message), then
+// planned. A run plans its one TrainSetup with plan_layout.
+LayoutPlan plan_config(RunConfig cfg, const Layout& layout);
 
 // The time model: FLOPs at `efficiency` of the peak for the precision (less for GEMMs of few rows:
 // x rows / (rows + 512), rows = micro-batch x tokens), the extra forward of

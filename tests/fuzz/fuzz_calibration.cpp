@@ -10,7 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const dit::RunConfig cfg = dit::RunConfig::demo();
-  static const dit::LayoutPlan plan = dit::plan_layout(cfg, {2, 2, 2});
+  static const dit::LayoutPlan plan = dit::plan_config(cfg, {2, 2, 2});
   const std::string text(reinterpret_cast<const char*>(data), size);
   dit::PredictParams p;
   try {

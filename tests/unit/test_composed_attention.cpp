@@ -236,9 +236,9 @@ TEST(ComposedAttentionCpu, ChosenPathRunsComposedDefaultDoesNot) {
 TEST(ComposedAttentionPlan, PlanCountsTheWorkspaceOfTheGpuPathOnly) {
   RunConfig c = RunConfig::demo();
   c.parallel.tp = 1, c.parallel.pp = 1;
-  const LayoutPlan cpu = plan_layout(c, {1, 1, 1});
+  const LayoutPlan cpu = plan_config(c, {1, 1, 1});
   c.train.backend = BackendKind::Cuda;
-  const LayoutPlan gpu = plan_layout(c, {1, 1, 1});
+  const LayoutPlan gpu = plan_config(c, {1, 1, 1});
   const DiTConfig& m = c.model.dit;
   const AttentionDims d{c.train.micro_batch, m.num_patches(), m.num_heads, m.hidden_size / m.num_heads, DType::F32};
   const std::size_t tiles = composed_tile_bytes(

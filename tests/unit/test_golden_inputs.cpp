@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/verify_cmd.h"
+#include "verify/verify.h"
 #include "core/error.h"
 
 namespace dit {

@@ -13,7 +13,7 @@ LayoutPlan plan_with(ScheduleKind kind, int v) {
   RunConfig c = RunConfig::demo();
   c.model.dit.depth = 4;
   c.parallel.tp = 1, c.parallel.pp = 2, c.parallel.schedule = kind, c.parallel.virtual_stages = v;
-  return plan_layout(c, {1, 2, 1});
+  return plan_config(c, {1, 2, 1});
 }
 
 TEST(ZeroBubblePlan, CountsTheTensorsKeptUntilW) {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "app/verify_common.h"
+#include "verify/verify_common.h"
 #include "diffusion/sampling.h"
 
 namespace dit::verify {

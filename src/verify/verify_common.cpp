@@ -1,5 +1,5 @@
 // The shared pieces of verify (see verify_common.h).
-#include "app/verify_common.h"
+#include "verify/verify_common.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "app/verify_cmd.h"
+#include "verify/verify.h"
 #include "backend/backend.h"
 #include "diffusion/losses.h"
 #include "diffusion/objective.h"

@@ -2,7 +2,7 @@
 // as training takes them (Trainer::output_loss, TeacherStage::forward), against float64 numbers
 // from the reference's training_losses_kd_rep. The whole batch runs on world rank 0; the other
 // ranks wait for the report.
-#include "app/verify_common.h"
+#include "verify/verify_common.h"
 
 #include <string>
 #include <vector>

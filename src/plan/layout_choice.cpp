@@ -1,5 +1,5 @@
 // The layout of a `train --layout auto` job, the same on every rank (see layout_choice.h).
-#include "app/layout_choice.h"
+#include "plan/layout_choice.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -108,15 +108,15 @@ double device_free_bytes(const Backend* be) {
 
 }  // namespace
 
-FitConstraints fit_constraints(const TrainFlags& f, const RunConfig& cfg) {
+FitConstraints fit_constraints(const std::function<bool(const std::string&)>& gave, const RunConfig& cfg) {
   FitConstraints c;
-  if (f.gave("parallel.tp")) c.tp = cfg.parallel.tp;
-  if (f.gave("parallel.pp")) c.pp = cfg.parallel.pp;
-  if (f.gave("train.micro_batch")) c.micro_batch = cfg.train.micro_batch;
-  if (f.gave("parallel.virtual_stages")) c.virtual_stages = cfg.parallel.virtual_stages;
-  if (f.gave("train.recompute")) c.recompute = cfg.train.recompute;
-  if (f.gave("parallel.sequence_parallel")) c.sequence_parallel = cfg.parallel.sequence_parallel;
-  if (f.gave("parallel.schedule")) c.schedule = cfg.parallel.schedule;
+  if (gave("parallel.tp")) c.tp = cfg.parallel.tp;
+  if (gave("parallel.pp")) c.pp = cfg.parallel.pp;
+  if (gave("train.micro_batch")) c.micro_batch = cfg.train.micro_batch;
+  if (gave("parallel.virtual_stages")) c.virtual_stages = cfg.parallel.virtual_stages;
+  if (gave("train.recompute")) c.recompute = cfg.train.recompute;
+  if (gave("parallel.sequence_parallel")) c.sequence_parallel = cfg.parallel.sequence_parallel;
+  if (gave("parallel.schedule")) c.schedule = cfg.parallel.schedule;
   return c;
 }
 

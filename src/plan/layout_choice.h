@@ -5,14 +5,17 @@
 // (DIT_LAYOUT_SEARCH=each; the search is deterministic).
 #pragma once
 
-#include "app/train_cmd.h"
+#include <functional>
+#include <string>
+
 #include "io/config.h"
 #include "plan/planner.h"
 
 namespace dit {
 
-// The settings the search may not change: those the command line gave (a flag or --set).
-FitConstraints fit_constraints(const TrainFlags& f, const RunConfig& cfg);
+// The settings the search may not change: those the command line gave (a flag or --set), which
+// `gave` tells by key ("parallel.tp"), at their values in `cfg`.
+FitConstraints fit_constraints(const std::function<bool(const std::string&)>& gave, const RunConfig& cfg);
 
 // Collective. `cfg` with its layout chosen (parallel.layout stays "auto", so the run's
 // config.toml records both the request and the layout it ran at); rank 0 prints the choice.
