@@ -13,6 +13,7 @@
 #include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/h5_dataset.h"
+#include "io/prune_text.h"
 #include "io/weights.h"
 #include "parallel/comm.h"
 #include "parallel/world.h"
@@ -111,7 +112,7 @@ GateSettings gate_settings(const PruneOptions& opt, const DiTConfig& model, int 
     DIT_CHECK(!g.groups.empty(), "--method learned: depth ", depth, " does not divide the teacher's ", model.depth,
               " blocks; give --groups M:N,... (groups of M blocks keeping N, tiling the depth)");
   } else {
-    g.groups = parse_gate_groups(opt.groups, model.depth, depth);
+    g.groups = gate_groups(parse_groups_text(opt.groups, model.depth, depth, kMaxGateChoices), model.depth, depth);
   }
   // Beyond these ranges (scaling x logits + G) / tau leaves the doubles the softmax can order.
   const auto in = [](const std::vector<double>& v, double lo, double hi) {
@@ -243,7 +244,7 @@ PruneJob resolve_job(const PruneOptions& opt) {
   DIT_CHECK(job.method == PruneMethod::Score || !opt.score_given, "--score applies to --method score");
   if (job.method == PruneMethod::Index) {
     DIT_CHECK(opt.keep_given, "--method index needs --keep i,j,... (the ", job.depth, " teacher blocks to keep)");
-    job.keep = checked_keep(parse_ints(opt.keep, "--keep"), job.model.depth, job.depth);
+    job.keep = checked_keep(parse_keep_text(opt.keep, job.model.depth, job.depth), job.model.depth, job.depth);
   } else if (job.method == PruneMethod::Score) {
     resolve_score(opt, job);
   } else {

@@ -27,14 +27,11 @@ std::vector<std::vector<int>> combinations(int size, int keep) {
   }
 }
 
-// Choices per group are capped: a group's logits are one row, and C(M, N) grows fast.
-constexpr std::size_t kMaxChoices = 4096;
-
-// C(size, keep), or more than kMaxChoices (without enumerating them).
+// C(size, keep), or more than kMaxGateChoices (without enumerating them).
 std::size_t choice_count(int size, int keep) {
   double c = 1;
   for (int i = 1; i <= keep; ++i) c = c * (size - keep + i) / i;
-  return c > double(kMaxChoices) ? kMaxChoices + 1 : static_cast<std::size_t>(std::llround(c));
+  return c > double(kMaxGateChoices) ? kMaxGateChoices + 1 : static_cast<std::size_t>(std::llround(c));
 }
 
 std::size_t argmax(const std::vector<double>& v) {
@@ -52,38 +49,21 @@ std::vector<double> softmax(const std::vector<double>& z) {
 
 }  // namespace
 
-std::vector<GateGroup> parse_gate_groups(const std::string& text, int teacher_depth, int depth) {
+std::vector<GateGroup> gate_groups(const std::vector<GroupSize>& sizes, int teacher_depth, int depth) {
+  // Invariants: io/prune_text.h checked the --groups text against both depths.
   std::vector<GateGroup> groups;
-  std::stringstream ss(text);
-  std::string item;
   int first = 0, kept = 0;
-  while (std::getline(ss, item, ',')) {
-    const std::size_t colon = item.find(':');
-    int m = 0, n = 0;
-    std::size_t used_m = 0, used_n = 0;
-    if (colon != std::string::npos) try {
-        m = std::stoi(item.substr(0, colon), &used_m);
-        n = std::stoi(item.substr(colon + 1), &used_n);
-      } catch (const std::exception&) {
-        used_m = 0;
-      }
-    DIT_CHECK(used_m == colon && colon > 0 && used_n == item.size() - colon - 1, "--groups ", text, ": '", item,
-              "' is not M:N (a group of M blocks keeping N of them, e.g. 4:2)");
-    DIT_CHECK(m >= 1 && n >= 1 && n <= m, "--groups ", text, ": '", item, "' keeps ", n, " of ", m,
-              " blocks; expected 1 <= N <= M");
-    groups.push_back({first, m, n});
-    first += m;
-    kept += n;
-    DIT_CHECK(first <= teacher_depth, "--groups ", text, ": the groups cover ", first, " blocks past the teacher's ",
-              teacher_depth, "; they must tile its depth exactly");
+  for (const GroupSize& g : sizes) {
+    DIT_CHECK(g.size >= 1 && g.keep >= 1 && g.keep <= g.size, "a gate group keeping ", g.keep, " of ", g.size,
+              " blocks");
+    DIT_CHECK(choice_count(g.size, g.keep) <= kMaxGateChoices, "a gate group of ", g.size, " keeping ", g.keep,
+              " has more than ", kMaxGateChoices, " choices");
+    groups.push_back({first, g.size, g.keep});
+    first += g.size;
+    kept += g.keep;
   }
-  DIT_CHECK(!groups.empty(), "--groups '", text, "': expected M:N,... (e.g. 4:2,4:2)");
-  DIT_CHECK(first == teacher_depth, "--groups ", text, ": the groups cover ", first, " of the teacher's ",
-            teacher_depth, " blocks; they must tile its depth exactly");
-  DIT_CHECK(kept == depth, "--groups ", text, " keeps ", kept, " blocks but --depth is ", depth);
-  for (const GateGroup& g : groups)
-    DIT_CHECK(choice_count(g.size, g.keep) <= kMaxChoices, "--groups ", text, ": a group of ", g.size,
-              " keeping ", g.keep, " has more than ", kMaxChoices, " choices; use smaller groups");
+  DIT_CHECK(!groups.empty() && first == teacher_depth && kept == depth, "gate groups covering ", first,
+            " blocks and keeping ", kept, " for a teacher of depth ", teacher_depth, " pruned to ", depth);
   return groups;
 }
 

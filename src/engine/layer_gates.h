@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "io/prune_text.h"
 #include "parallel/comm.h"
 
 namespace dit {
@@ -31,10 +32,13 @@ struct GateGroup {
   bool operator==(const GateGroup&) const = default;
 };
 
-// "M:N,M:N,...": groups of M blocks keeping N each, tiling the teacher's depth in order, keeping
-// `depth` blocks in all. Throws one line naming --groups.
-std::vector<GateGroup> parse_gate_groups(const std::string& text, int teacher_depth, int depth);
-// The default when --groups is not given: TinyFusion's 2 of every 4 generalised, groups of 2r
+// Choices per group are capped: a group's logits are one row, and C(M, N) grows fast.
+inline constexpr std::size_t kMaxGateChoices = 4096;
+
+// The groups of io/prune_text.h's parse_groups_text (M blocks keeping N each, in order), placed
+// on the teacher's blocks: they tile its depth and keep `depth` blocks in all.
+std::vector<GateGroup> gate_groups(const std::vector<GroupSize>& sizes, int teacher_depth, int depth);
+// The default when no groups are given: TinyFusion's 2 of every 4 generalised, groups of 2r
 // blocks keeping 2 when r = teacher_depth / depth is whole and 2r tiles the depth, else of r
 // keeping 1; empty when depth does not divide teacher_depth.
 std::vector<GateGroup> default_gate_groups(int teacher_depth, int depth);

@@ -12,16 +12,14 @@
 namespace dit {
 
 std::vector<int> checked_keep(const std::vector<int>& keep, int teacher_depth, int depth) {
-  DIT_CHECK(int(keep.size()) == depth, "--keep lists ", keep.size(), " block", keep.size() == 1 ? "" : "s",
-            " but --depth is ", depth, ": give one teacher block per student block");
+  // Invariants: io/prune_text.h checked the --keep text against both depths.
+  DIT_CHECK(int(keep.size()) == depth, "keeping ", keep.size(), " teacher blocks for a student of depth ", depth);
   std::vector<int> sorted = keep;
   std::sort(sorted.begin(), sorted.end());
   for (const int k : sorted)
-    DIT_CHECK(k >= 0 && k < teacher_depth, "--keep ", k, ": the teacher has ", teacher_depth,
-              " blocks, so expected block indices in [0, ", teacher_depth - 1, "]");
+    DIT_CHECK(k >= 0 && k < teacher_depth, "kept block ", k, " is not one of the teacher's ", teacher_depth);
   for (std::size_t i = 1; i < sorted.size(); ++i)
-    DIT_CHECK(sorted[i] != sorted[i - 1], "--keep lists block ", sorted[i],
-              " twice: expected distinct blocks of the teacher's ", teacher_depth);
+    DIT_CHECK(sorted[i] != sorted[i - 1], "teacher block ", sorted[i], " kept twice");
   return sorted;
 }
 
@@ -33,7 +31,7 @@ std::string blocks_text(const std::vector<int>& blocks) {
 
 std::vector<int> keep_by_scores(const std::vector<double>& scores, int depth, BlockScore score) {
   const int teacher = static_cast<int>(scores.size());
-  DIT_CHECK(depth >= 1 && depth < teacher, "--depth ", depth, ": expected 1 to ", teacher - 1,
+  DIT_CHECK(depth >= 1 && depth < teacher, "pruning to depth ", depth, ": expected 1 to ", teacher - 1,
             " (below the teacher's depth ", teacher, ")");
   // Candidates: every block but the last, most droppable first (ties: the earlier block).
   std::vector<int> order(static_cast<std::size_t>(teacher - 1));

@@ -30,8 +30,8 @@ inline constexpr Named<PruneMethod> kPruneMethodNames[] = {
 enum class BlockScore : std::uint8_t { Cos, Loss };
 inline constexpr Named<BlockScore> kBlockScoreNames[] = {{BlockScore::Cos, "cos"}, {BlockScore::Loss, "loss"}};
 
-// Throws one line naming --keep and the teacher's depth unless `keep` holds `depth` distinct
-// blocks in [0, teacher_depth). Returns them in model order (any order is accepted).
+// `keep` in model order (any order is accepted); throws unless it holds `depth` distinct blocks
+// in [0, teacher_depth) (an invariant: io/prune_text.h's parse_keep_text names --keep first).
 std::vector<int> checked_keep(const std::vector<int>& keep, int teacher_depth, int depth);
 // The blocks kept at `depth` when (teacher depth - depth) blocks are dropped by their scores (one per
 // teacher block): cos drops the highest, loss the lowest; ties drop the earlier block. The last

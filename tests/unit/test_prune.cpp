@@ -83,10 +83,10 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
 
 TEST(Prune, KeptBlocksAreChecked) {
   EXPECT_EQ(checked_keep({3, 1}, 4, 2), (std::vector<int>{1, 3}));
-  expect_error([] { checked_keep({1, 1}, 4, 2); }, "--keep lists block 1 twice");
-  expect_error([] { checked_keep({1, 4}, 4, 2); }, "--keep 4: the teacher has 4 blocks");
-  expect_error([] { checked_keep({-1, 2}, 4, 2); }, "--keep -1: the teacher has 4 blocks");
-  expect_error([] { checked_keep({0, 1, 2}, 4, 2); }, "--keep lists 3 blocks but --depth is 2");
+  expect_error([] { checked_keep({1, 1}, 4, 2); }, "teacher block 1 kept twice");
+  expect_error([] { checked_keep({1, 4}, 4, 2); }, "kept block 4 is not one of the teacher's 4");
+  expect_error([] { checked_keep({-1, 2}, 4, 2); }, "kept block -1 is not one of the teacher's 4");
+  expect_error([] { checked_keep({0, 1, 2}, 4, 2); }, "keeping 3 teacher blocks for a student of depth 2");
 }
 
 TEST(Prune, ScoresDropTheRightBlocksNeverTheLast) {
@@ -95,7 +95,7 @@ TEST(Prune, ScoresDropTheRightBlocksNeverTheLast) {
   // loss: the least rise goes.
   EXPECT_EQ(keep_by_scores({0.5, 0.01, 0.7, 0.0}, 2, BlockScore::Loss), (std::vector<int>{2, 3}));
   EXPECT_EQ(keep_by_scores({0.1, 0.1, 0.1}, 1, BlockScore::Loss), (std::vector<int>{2}));
-  expect_error([] { keep_by_scores({0.1, 0.2}, 2, BlockScore::Cos); }, "--depth 2: expected 1 to 1");
+  expect_error([] { keep_by_scores({0.1, 0.2}, 2, BlockScore::Cos); }, "pruning to depth 2: expected 1 to 1");
 }
 
 // A block whose adaLN output is zero gates both its branches to zero: it passes x through exactly,
