@@ -32,7 +32,7 @@ std::vector<std::int64_t> Schedule::model_timesteps(std::span<const std::int64_t
 }
 
 std::vector<double> linear_betas(int num_timesteps) {
-  DIT_CHECK(num_timesteps >= 2, "diffusion_steps must be at least 2, got ", num_timesteps);
+  DIT_CHECK(num_timesteps >= 2, "a linear beta schedule needs at least 2 timesteps, got ", num_timesteps);
   const double scale = 1000.0 / num_timesteps;
   const double start = scale * 0.0001, stop = scale * 0.02;
   // numpy.linspace: y_i = i * ((stop - start) / (T - 1)) + start, the last point set to stop.
@@ -131,7 +131,7 @@ std::vector<int> ddim_timesteps(int num_timesteps, const std::string& section_co
 }  // namespace
 
 std::vector<int> space_timesteps(int num_timesteps, const std::string& section_counts) {
-  DIT_CHECK(num_timesteps >= 1, "diffusion_steps must be positive, got ", num_timesteps);
+  DIT_CHECK(num_timesteps >= 1, "respacing needs a positive number of timesteps, got ", num_timesteps);
   if (section_counts.rfind("ddim", 0) == 0) return ddim_timesteps(num_timesteps, section_counts);
 
   std::vector<int> counts;

@@ -44,9 +44,8 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
               ") outside the model's ", cfg.depth, " blocks");
   DIT_CHECK(cfg.num_heads % tp.size() == 0 && cfg.ffn_hidden() % tp.size() == 0 &&
                 (6 * cfg.hidden_size) % tp.size() == 0,
-            "tensor parallelism tp = ", tp.size(), " needs num_heads (", cfg.num_heads,
-            "), mlp hidden (", cfg.ffn_hidden(), ") and 6 * hidden (", 6 * cfg.hidden_size,
-            ") divisible by tp");
+            "tp ", tp.size(), " does not divide the model's ", cfg.num_heads, " heads, ", cfg.ffn_hidden(),
+            " MLP units and 6 x ", cfg.hidden_size, " adaLN outputs");
   DIT_CHECK(!options.sequence_parallel || (tp.size() > 1 && cfg.num_patches() % tp.size() == 0),
             "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),
             " tokens per image (tp = ", tp.size(), ")");

@@ -273,8 +273,10 @@ std::string MpiComm::describe(const Wait& w) const {
 
 void MpiComm::timed_out(const Wait& w, double waited) const {
   char secs[64];
-  std::snprintf(secs, sizeof secs, "%.1f s (parallel.timeout_s = %g", waited, watch_->timeout_s);
-  std::string limit = secs;
+  std::snprintf(secs, sizeof secs, "%.1f s (", waited);
+  std::string limit = secs + (watch_->timeout_setting.empty() ? std::string("the watchdog's limit") : watch_->timeout_setting);
+  std::snprintf(secs, sizeof secs, " = %g", watch_->timeout_s);
+  limit += secs;
   if (watch_->stopping()) limit += ", or " + std::to_string(int(CommWatch::kStopGrace)) + " s after a stop signal";
   if (watch_->factor != 1) limit += ", x" + std::to_string(int(watch_->factor)) + " during " + watch_->phase;
   limit += ")";

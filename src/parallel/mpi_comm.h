@@ -1,6 +1,6 @@
 // Comm over MPI. Host memory only (the CUDA backend stages through the host or uses NCCL).
 // Every wait polls against the watchdog's deadline (parallel/watchdog.h), so no call blocks for
-// longer than parallel.timeout_s.
+// longer than the watchdog's timeout.
 #pragma once
 
 #include <mpi.h>

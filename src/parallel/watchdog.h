@@ -1,5 +1,5 @@
 // The communication watchdog: every blocking wait of MpiComm polls with a deadline, and a wait
-// that outlives parallel.timeout_s throws an error naming this rank, the operation, the peer (or
+// that outlives its timeout throws an error naming this rank, the operation, the peer (or
 // the group) it waited for, and the step and microbatch the run was at. A stopped or partitioned
 // peer therefore ends the job (main prints the line and calls MPI_Abort) instead of holding its
 // nodes until the time limit. The app and the pipeline executor keep CommWatch up to date; it is
@@ -23,6 +23,7 @@ struct CommWatch {
   static constexpr double kStopGrace = 10;
 
   double timeout_s = kDefaultTimeout;  // 0 = off (wait forever)
+  std::string timeout_setting;          // where timeout_s was set, for the message ("": the watchdog's limit)
   double factor = kSlowPhaseFactor;    // multiplier of the current phase (start-up is slow)
   std::string phase = "start-up";      // what the run is doing: "training", "checkpoint save", ...
   std::int64_t step = -1;              // the step being taken (from 1), -1 outside steps

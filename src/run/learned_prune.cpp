@@ -49,6 +49,7 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
   std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
   ParallelContext ctx = make_mpi_context(job.setup.layout);
   ctx.watch->timeout_s = cfg.parallel.timeout_s;
+  ctx.watch->timeout_setting = "parallel.timeout_s";  // named in a timeout's message
   attach_backend_comms(ctx, *be);
   std::unique_ptr<Dataset> data;
   collective_check([&] { data = open_dataset(cfg.data.path, cfg.data.latent_scale); });

@@ -102,6 +102,7 @@ void Run::build_engine() {
   be_->set_deterministic(cfg_.train.deterministic);
   ctx_ = make_mpi_context(setup_.layout);
   ctx_.watch->timeout_s = cfg_.parallel.timeout_s;
+  ctx_.watch->timeout_setting = "parallel.timeout_s";  // named in a timeout's message
   ctx_.watch->stop_signal = stop_signal_flag();
   comms_ = attach_backend_comms(ctx_, *be_);
   const std::string device =
