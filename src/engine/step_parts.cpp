@@ -57,8 +57,16 @@ void DistillPart::add_output_loss(const OutputLoss& o) {
   DIT_CHECK(t != teacher_out_.end(), "distillation: no teacher output for microbatch ", o.mb);
   const std::int64_t n = o.out.dim(0);
   const Tensor kd = kd_terms_.tensor({samples_, 2}, DType::F32);
-  be_->distill_output_loss(o.out, t->second, o.x0, o.noise, o.t, o.coefs, o.kind,
-                           o.grad_scale * static_cast<float>(settings_.output_weight), o.dout, kd.rows(o.mb * n, n));
+  const float scale = o.grad_scale * static_cast<float>(settings_.output_weight);
+  be_->sample_loss(output_distill_fn(o.kind, o.x0, t->second, scale),
+                   {.a = o.out,
+                    .b = t->second,
+                    .grad = o.dout,
+                    .x0 = o.x0,
+                    .noise = o.noise,
+                    .t = o.t,
+                    .coefs = o.coefs,
+                    .terms = kd.rows(o.mb * n, n)});
   teacher_out_.erase(t);
 }
 

@@ -208,7 +208,13 @@ void Trainer::output_loss(int mb, const Tensor& out, const Tensor& dout, float g
   const math::LossKind kind = diffusion::loss_kind(train_.objective, cfg_.learn_sigma);
   const std::int64_t n = batches_->plan().micro_batch;
   const float recipe_scale = parts_.empty() ? grad_scale : grad_scale * static_cast<float>(recipe_weight_);
-  be_->diffusion_loss(out, d.x0, d.noise, d.t, d.coefs, kind, recipe_scale, dout, terms.rows(mb * n, n));
+  be_->sample_loss(diffusion_loss_fn(kind, d.x0, recipe_scale), {.a = out,
+                                                                  .grad = dout,
+                                                                  .x0 = d.x0,
+                                                                  .noise = d.noise,
+                                                                  .t = d.t,
+                                                                  .coefs = d.coefs,
+                                                                  .terms = terms.rows(mb * n, n)});
   for (const auto& p : parts_) p->add_output_loss({mb, out, dout, d.x0, d.noise, d.t, d.coefs, kind, grad_scale});
 }
 
@@ -267,7 +273,8 @@ StepStats Trainer::step() {
   const DiTPipelineHooks hooks = step_hooks(terms, view);
   DiTPipelineStage stage(be, *model_, n, hooks, companion_);
   const PipelineTiming timing = executor_->run(
-      make_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches, train_.virtual_stages),
+      make_pipeline_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches,
+                             train_.virtual_stages),
       plan.microbatches, stage, train_.stage.placement);
 
   const double t_opt = now_s();

@@ -175,7 +175,7 @@ std::vector<Action> make_interleaved(int pp, int stage, int m, int v) {
   return a;
 }
 
-std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int m, int v) {
+std::vector<Action> make_pipeline_schedule(ScheduleKind kind, int pp, int stage, int m, int v) {
   check_virtual_stages(kind, pp, m, v);
   switch (kind) {
     case ScheduleKind::GPipe: return make_gpipe(pp, stage, m);

@@ -78,8 +78,14 @@ std::vector<Action> make_zb_h1(int pp, int stage, int microbatches);
 std::vector<Action> make_zb_v(int pp, int stage, int microbatches);  // two chunks, VShape
 // Interleaved 1F1B with v chunks per rank (v = 1 is make_1f1b). Needs pp >= 2 when v > 1.
 std::vector<Action> make_interleaved(int pp, int stage, int microbatches, int v);
-// kind with v virtual stages per rank: v > 1 under 1F1B (it is then interleaved) and ZB-V (v = 2).
-std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1);
+// The pipeline schedule of `kind` for one stage, with v virtual stages per rank: v > 1 under 1F1B
+// (it is then interleaved) and ZB-V (v = 2). (The diffusion's noise schedule is
+// diffusion::make_schedule.)
+std::vector<Action> make_pipeline_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1);
+// The old name, kept until engine/trainer.cpp and verify/verify_common.cpp call the new one.
+inline std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1) {
+  return make_pipeline_schedule(kind, pp, stage, microbatches, v);
+}
 // (chunk, microbatch) pairs of one step are told apart by MPI tags; this many fit the tag space any
 // MPI grants.
 inline constexpr int kMaxMicrobatches = 15999;

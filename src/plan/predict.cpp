@@ -161,7 +161,7 @@ Prediction simulate_at(const LayoutPlan& p, const PredictParams& hw, ScheduleKin
   const bool tp_in = l.tp <= hw.gpus_per_node, dp_in = l.tp * l.dp <= hw.gpus_per_node,
              pp_in = l.world() <= hw.gpus_per_node;
   std::vector<std::vector<Action>> lists;
-  for (int s = 0; s < pp; ++s) lists.push_back(make_schedule(schedule, pp, s, m, v));
+  for (int s = 0; s < pp; ++s) lists.push_back(make_pipeline_schedule(schedule, pp, s, m, v));
   std::vector<double> fwd(pp), bwd(pp), msg(pp);
   Prediction r;
   for (int s = 0; s < pp; ++s) {

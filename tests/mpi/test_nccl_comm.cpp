@@ -252,7 +252,7 @@ int one_lane_per_pair(int from, int to) { return 1 + 2 * (std::min(from, to) % 2
 
 std::vector<std::vector<Action>> lists_of(ScheduleKind kind, int pp, int m) {
   std::vector<std::vector<Action>> l;
-  for (int s = 0; s < pp; ++s) l.push_back(make_schedule(kind, pp, s, m));
+  for (int s = 0; s < pp; ++s) l.push_back(make_pipeline_schedule(kind, pp, s, m));
   return l;
 }
 
@@ -465,7 +465,7 @@ void check_pipeline(Comm& comm, Backend& be, DType dt, ScheduleKind kind, int m)
   const int pp = comm.size(), s = comm.rank();
   const std::int64_t n = 1 << 20;  // 2 MiB of bf16: past NCCL's eager buffers
   AddStage stage(be, s, pp, n, dt, m);
-  PipelineExecutor(comm, be).run(make_schedule(kind, pp, s, m), m, stage);
+  PipelineExecutor(comm, be).run(make_pipeline_schedule(kind, pp, s, m), m, stage);
   be.synchronize();
   if (s != 0 && s != pp - 1) return;
   float middle = 0;  // what the middle stages add on the way

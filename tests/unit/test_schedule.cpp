@@ -145,7 +145,7 @@ TEST(Interleaved, MegatronOrderForMultiplesOfPp) {
   EXPECT_EQ(a[8].op, Op::Forward);
   EXPECT_EQ(a[9], (Action{Op::Backward, 0, 1}));
   EXPECT_EQ(make_interleaved(4, 2, 8, 1), make_1f1b(4, 2, 8));
-  EXPECT_EQ(make_schedule(ScheduleKind::OneFOneB, 4, 2, 8, 2), make_interleaved(4, 2, 8, 2));
+  EXPECT_EQ(make_pipeline_schedule(ScheduleKind::OneFOneB, 4, 2, 8, 2), make_interleaved(4, 2, 8, 2));
 }
 
 // Across ranks: each rank runs its list in order and an action waits for its input from the
@@ -229,7 +229,7 @@ TEST(Interleaved, SimulatedBubbleIsTheFormula) {
 
 TEST(Interleaved, ClearMessages) {
   try {
-    make_schedule(ScheduleKind::GPipe, 2, 0, 4, 2);
+    make_pipeline_schedule(ScheduleKind::GPipe, 2, 0, 4, 2);
     FAIL() << "gpipe with virtual stages";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("2 model chunks per rank need the 1f1b schedule (interleaved 1F1B), not gpipe"),

@@ -17,7 +17,7 @@ namespace {
 std::vector<std::vector<Action>> lists_of(ScheduleKind kind, int pp, int m) {
   std::vector<std::vector<Action>> l;
   const int v = kind == ScheduleKind::ZbV ? 2 : 1;
-  for (int s = 0; s < pp; ++s) l.push_back(make_schedule(kind, pp, s, m, v));
+  for (int s = 0; s < pp; ++s) l.push_back(make_pipeline_schedule(kind, pp, s, m, v));
   return l;
 }
 double no_link(int, const Action&) { return 0.0; }
@@ -66,7 +66,7 @@ TEST(ZeroBubble, TablesCompleteAndDeadlockFree) {
       for (int m = 1; m <= 32; ++m) {
         const int v = kind == ScheduleKind::ZbV ? 2 : 1;
         for (int s = 0; s < pp; ++s) {
-          const auto a = make_schedule(kind, pp, s, m, v);
+          const auto a = make_pipeline_schedule(kind, pp, s, m, v);
           ASSERT_EQ(static_cast<int>(a.size()), 3 * m * v);
           expect_complete(a, m, v);
         }
