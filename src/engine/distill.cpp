@@ -33,20 +33,18 @@ std::string pair_text(const FeaturePair& p) {
   return "student block " + std::to_string(p.student) + " <-> teacher block " + std::to_string(p.teacher);
 }
 
+// An invariant: TrainSetup::make named distill.student_layers / teacher_layers and the widths first.
 void check_pairs(const std::vector<FeaturePair>& pairs, const DiTConfig& student, const DiTConfig& teacher) {
   std::vector<bool> seen(static_cast<std::size_t>(student.depth), false);
   for (const FeaturePair& p : pairs) {
-    DIT_CHECK(p.student >= 0 && p.student < student.depth, "distill.student_layers: block ", p.student,
-              " is outside the student's ", student.depth, " blocks (expected 0..", student.depth - 1, ")");
-    DIT_CHECK(p.teacher >= 0 && p.teacher < teacher.depth, "distill.teacher_layers: block ", p.teacher,
-              " is outside the teacher's ", teacher.depth, " blocks (expected 0..", teacher.depth - 1, ")");
-    DIT_CHECK(!seen[p.student], "distill.student_layers: student block ", p.student,
-              " appears twice (one feature pair per student block)");
+    DIT_CHECK(p.student >= 0 && p.student < student.depth && p.teacher >= 0 && p.teacher < teacher.depth,
+              "feature pair ", pair_text(p), " is outside the student's ", student.depth, " or the teacher's ",
+              teacher.depth, " blocks");
+    DIT_CHECK(!seen[p.student], "student block ", p.student, " appears in two feature pairs");
     seen[p.student] = true;
   }
-  DIT_CHECK(pairs.empty() || student.hidden_size == teacher.hidden_size, "distill.feature_weight > 0 pairs hidden ",
-            "states of the student (hidden_size ", student.hidden_size, ") and the teacher (hidden_size ",
-            teacher.hidden_size, "): expected equal widths, or distill.feature_weight = 0 (output KD only)");
+  DIT_CHECK(pairs.empty() || student.hidden_size == teacher.hidden_size, "feature pairs compare hidden states of ",
+            "equal widths, not ", student.hidden_size, " (student) and ", teacher.hidden_size, " (teacher)");
 }
 
 }  // namespace
@@ -131,24 +129,23 @@ std::vector<int> servable_student_split(int depth, int n, int teacher_depth, con
 
 }  // namespace
 
+std::vector<int> serving_student_split(const DiTConfig& teacher, const std::vector<StageLayout>& student,
+                                       const std::vector<FeaturePair>& pairs) {
+  const int depth = student.back().end_block;
+  return depth <= 40 ? servable_student_split(depth, static_cast<int>(student.size()), teacher.depth, pairs)
+                     : std::vector<int>{};
+}
+
+bool teacher_fits(const DiTConfig& teacher, const std::vector<StageLayout>& student,
+                  const std::vector<FeaturePair>& pairs) {
+  return !teacher_bounds(teacher.depth, student, pairs).empty();
+}
+
 std::vector<StageLayout> teacher_chunks(const DiTConfig& teacher, const std::vector<StageLayout>& student,
                                         const std::vector<FeaturePair>& pairs) {
   const std::vector<int> bounds = teacher_bounds(teacher.depth, student, pairs);
-  if (bounds.empty()) {
-    const int depth = student.back().end_block;
-    const std::vector<int> split =
-        depth <= 40 ? servable_student_split(depth, static_cast<int>(student.size()), teacher.depth, pairs)
-                    : std::vector<int>{};
-    std::ostringstream counts, pair_list;
-    for (const StageLayout& l : student) counts << (counts.tellp() > 0 ? "," : "") << l.end_block - l.first_block;
-    for (const FeaturePair& p : pairs) pair_list << (pair_list.tellp() > 0 ? "; " : "") << pair_text(p);
-    std::ostringstream fix;
-    for (int k : split) fix << (fix.tellp() > 0 ? "," : "") << k;
-    DIT_FAIL("distill: the feature pairs (", pair_list.str(), ") cannot each live on one pipeline stage with the ",
-             "student's blocks split ", counts.str(), ": a later stage's pair reaches an earlier teacher block; ",
-             split.empty() ? std::string("pair the blocks in order (distill.student_layers / teacher_layers)")
-                           : "a split that would serve: parallel.pp_layers = [" + fix.str() + "]");
-  }
+  DIT_CHECK(!bounds.empty(), "the feature pairs cannot each live on one pipeline stage of the student's split: "
+            "a later stage's pair reaches an earlier teacher block");
   std::vector<StageLayout> out;
   const int n = static_cast<int>(student.size());
   for (int c = 0; c < n; ++c) out.push_back({bounds[c], bounds[c + 1], c == 0, c == n - 1});

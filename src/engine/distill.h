@@ -54,13 +54,19 @@ std::vector<FeaturePair> default_feature_pairs(int student_depth, int teacher_de
 // The distillation settings of a run configuration with the teacher's model, checked: pairs lie
 // inside both depths, one per student block, and pair models of equal width (that the teacher
 // means what the student means, its data, recipe, sigma and patch, is io/saved_meaning.h's check,
-// made before). Every message names the [distill] key. `kept`: see default_feature_pairs.
+// made before; TrainSetup::make names the [distill] keys first). `kept`: see default_feature_pairs.
 DistillSettings distill_settings(const RunConfig& cfg, const DiTConfig& teacher, const std::vector<int>& kept = {});
 
+// Whether some split of the teacher gives each chunk of the student every teacher block paired
+// with one of its blocks (no pairs crossing a stage boundary in opposite order); and when not, a
+// split of the student's blocks (counts per chunk) that would serve, or none (TrainSetup::make
+// names the keys with them).
+bool teacher_fits(const DiTConfig& teacher, const std::vector<StageLayout>& student,
+                  const std::vector<FeaturePair>& pairs);
+std::vector<int> serving_student_split(const DiTConfig& teacher, const std::vector<StageLayout>& student,
+                                       const std::vector<FeaturePair>& pairs);
 // The teacher's model chunks beside the student's (in model order): chunk c has every teacher
-// block paired with a student block of chunk c. Throws naming parallel.pp_layers when no split of
-// the teacher can (pairs crossing a stage boundary in opposite order), with a student split that
-// would serve when one exists.
+// block paired with a student block of chunk c. Throws unless teacher_fits.
 std::vector<StageLayout> teacher_chunks(const DiTConfig& teacher, const std::vector<StageLayout>& student,
                                         const std::vector<FeaturePair>& pairs);
 

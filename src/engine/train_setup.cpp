@@ -2,6 +2,7 @@
 #include "engine/train_setup.h"
 
 #include <filesystem>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/saved_meaning.h"
@@ -81,6 +82,23 @@ void check_feature_pairs(const DistillSection& d, const DiTConfig& student, cons
             "student (hidden_size ", student.hidden_size, ") and the teacher (hidden_size ", teacher.hidden_size,
             "): expected equal widths, or distill.feature_weight = 0 (output KD only)");
 }
+// The feature pairs against the student's stage split: each stage must hold its pairs' teacher
+// blocks; the message names the pairs' keys or the split that would serve (parallel.pp_layers).
+void check_teacher_split(const DiTConfig& teacher, const std::vector<StageLayout>& chunks,
+                         const std::vector<FeaturePair>& pairs) {
+  if (teacher_fits(teacher, chunks, pairs)) return;
+  const std::vector<int> split = serving_student_split(teacher, chunks, pairs);
+  std::ostringstream counts, pair_list, fix;
+  for (const StageLayout& l : chunks) counts << (counts.tellp() > 0 ? "," : "") << l.end_block - l.first_block;
+  for (const FeaturePair& p : pairs)
+    pair_list << (pair_list.tellp() > 0 ? "; " : "") << "student block " << p.student << " <-> teacher block "
+              << p.teacher;
+  for (int k : split) fix << (fix.tellp() > 0 ? "," : "") << k;
+  DIT_FAIL("distill: the feature pairs (", pair_list.str(), ") cannot each live on one pipeline stage with the ",
+           "student's blocks split ", counts.str(), ": a later stage's pair reaches an earlier teacher block; ",
+           split.empty() ? std::string("pair the blocks in order (distill.student_layers / teacher_layers)")
+                         : "a split that would serve: parallel.pp_layers = [" + fix.str() + "]");
+}
 }  // namespace
 
 TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, const Layout& layout) {
@@ -104,6 +122,7 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
     DIT_CHECK(!train.stage.sequence_parallel || t.num_patches() == model.num_patches(), "distill.teacher = ",
               train.distill.teacher, ": sequence parallelism needs the teacher's tokens per image (",
               t.num_patches(), ") to be the student's (", model.num_patches(), ")");
+    check_teacher_split(t, s.chunks, train.distill.pairs);
     s.teacher_chunks = dit::teacher_chunks(t, s.chunks, train.distill.pairs);
   }
   if (train.gates.enabled()) {
