@@ -61,6 +61,7 @@ RankSetup make_rank(const RankRequest& r) {
     rank.ctx = make_single_context();
   }
   rank.ctx.watch->timeout_s = r.timeout_s;
+  rank.ctx.watch->timeout_setting = r.timeout_setting;
   rank.ctx.watch->stop_signal = r.stop_signal;
   if (rank.backend && r.comms == TensorComms::Attach) rank.comms = attach_backend_comms(rank.ctx, *rank.backend);
   if (r.backend.rfind("cuda", 0) == 0) rank.device = "cuda:" + std::to_string(place_rank_on_gpu().device);

@@ -46,11 +46,13 @@ std::string updates_text(const TrainConfig& t, const Trainer& trainer) {
 
 std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
   const RunConfig& cfg = job.cfg;
-  std::unique_ptr<Backend> be = make_rank_backend(cfg.backend_str(), cfg.precision_str());
-  ParallelContext ctx = make_mpi_context(job.setup.layout);
-  ctx.watch->timeout_s = cfg.parallel.timeout_s;
-  ctx.watch->timeout_setting = "parallel.timeout_s";  // named in a timeout's message
-  attach_backend_comms(ctx, *be);
+  RankSetup rank = make_rank({.backend = cfg.backend_str(),
+                              .precision = cfg.precision_str(),
+                              .layout = job.setup.layout,
+                              .timeout_s = cfg.parallel.timeout_s,
+                              .timeout_setting = "parallel.timeout_s"});
+  const std::unique_ptr<Backend>& be = rank.backend;
+  ParallelContext& ctx = rank.ctx;
   std::unique_ptr<Dataset> data;
   collective_check([&] { data = open_dataset(cfg.data.path, cfg.data.latent_scale); });
   Trainer trainer(*be, ctx, job.setup, *data);

@@ -98,16 +98,17 @@ void Run::make_folder() {
 }
 
 void Run::build_engine() {
-  be_ = make_rank_backend(cfg_.backend_str(), cfg_.precision_str());
+  RankSetup rank = make_rank({.backend = cfg_.backend_str(),
+                              .precision = cfg_.precision_str(),
+                              .layout = setup_.layout,
+                              .timeout_s = cfg_.parallel.timeout_s,
+                              .timeout_setting = "parallel.timeout_s",
+                              .stop_signal = stop_signal_flag()});
+  be_ = std::move(rank.backend);
   be_->set_deterministic(cfg_.train.deterministic);
-  ctx_ = make_mpi_context(setup_.layout);
-  ctx_.watch->timeout_s = cfg_.parallel.timeout_s;
-  ctx_.watch->timeout_setting = "parallel.timeout_s";  // named in a timeout's message
-  ctx_.watch->stop_signal = stop_signal_flag();
-  comms_ = attach_backend_comms(ctx_, *be_);
-  const std::string device =
-      cfg_.train.backend == BackendKind::Cuda ? "cuda:" + std::to_string(place_rank_on_gpu().device) : "";
-  rank_map_ = rank_map(ctx_, device);
+  ctx_ = std::move(rank.ctx);
+  comms_ = rank.comms;
+  rank_map_ = rank_map(ctx_, rank.device);
   // The NCCL lanes join pipeline neighbours in one order; interleaving wraps the last stage
   // around to the first.
   DIT_CHECK(comms_ != "nccl" || cfg_.parallel.virtual_stages == 1, "parallel.virtual_stages = ",
