@@ -69,7 +69,7 @@ std::vector<float> Runner::run(const std::vector<float>& x, const std::vector<fl
   model_->params().zero_grads();
   DiTPipelineStage stage(be_, *model_, nmb, hooks);
   const int pp = ctx_.layout.pp, v = opt_.virtual_stages;
-  executor_->run(dout ? make_schedule(opt_.schedule, pp, ctx_.coord.pp, microbatches, v)
+  executor_->run(dout ? make_pipeline_schedule(opt_.schedule, pp, ctx_.coord.pp, microbatches, v)
                       : make_forward_only(microbatches, pp, v),
                  microbatches, stage, opt_.stage.placement);
   // Each sample's output lives on one last-stage rank (tp 0 of its dp replica): sum to all.

@@ -126,7 +126,7 @@ struct LossSetup {
   std::vector<float> table;       // (rows, math::kNumLossCoefs)
   std::vector<std::int32_t> row;  // (n,)
 };
-// The training loss as training computes it, on the backend (Backend::diffusion_loss), for
+// The training loss as training computes it, on the backend (Backend::sample_loss), for
 // samples [first, first + count) of a batch of n: their per-sample terms (loss, mse, extra) and
 // d mean_n(loss) / d out. x_start is the data, noise the noise (both (n, C, H, W)).
 struct BackendLossResult {
@@ -149,7 +149,7 @@ void verify_timesteps(const GoldenFile& g, Report& rep);
 void verify_flow_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt, Report& rep);
 
 // The /distill group (verify_distill.cpp): knowledge distillation's loss terms and gradients
-// (Backend::diffusion_loss, distill_output_loss, feature_distill, as training calls them) on world
+// (Backend::sample_loss: the diffusion, output and feature losses, as training calls them) on world
 // rank 0. check_distill_group reads and checks every dataset and attribute the group needs
 // (errors name them), alike on every rank.
 void check_distill_group(const GoldenFile& g);

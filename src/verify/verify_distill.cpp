@@ -119,8 +119,10 @@ void verify_distill(Backend& be, ParallelContext& ctx, const GoldenFile& g, Repo
     const Tensor dout = arena.tensor(d.out, dt), loss_terms = arena.tensor({n, 3}, DType::F32),
                  kd_terms = arena.tensor({n, 2}, DType::F32), feat_terms = arena.tensor({n}, DType::F32);
     // Trainer::output_loss with seed 1: the recipe's loss writes dout, output KD adds to it.
-    be.diffusion_loss(out, x0, noise, ti, coefs, kind, static_cast<float>(target_weight), dout, loss_terms);
-    be.distill_output_loss(out, tout, x0, noise, ti, coefs, kind, static_cast<float>(d.output_weight), dout, kd_terms);
+    LossTensors io{.a = out, .grad = dout, .x0 = x0, .noise = noise, .t = ti, .coefs = coefs, .terms = loss_terms};
+    be.sample_loss(diffusion_loss_fn(kind, x0, static_cast<float>(target_weight)), io);
+    io.b = tout, io.terms = kd_terms;
+    be.sample_loss(output_distill_fn(kind, x0, tout, static_cast<float>(d.output_weight)), io);
     // TeacherStage::forward: per pair, at seed x feature_weight / pairs.
     be.fill(feat_terms, 0.f);
     const float feature_scale = static_cast<float>(d.feature_weight / static_cast<double>(pairs));
@@ -129,7 +131,8 @@ void verify_distill(Backend& be, ParallelContext& ctx, const GoldenFile& g, Repo
       const std::string pair = std::to_string(k);
       const Tensor fs = load("/distill/fs/" + pair, s, dt), ft = load("/distill/ft/" + pair, s, dt);
       const Tensor dfs = arena.tensor(s, dt);
-      be.feature_distill(fs, ft, d.mask_sigma, feature_scale, dfs, feat_terms);
+      be.sample_loss(feature_distill_fn(fs, d.mask_sigma, feature_scale),
+                     {.a = fs, .b = ft, .grad = dfs, .terms = feat_terms});
       grad_fs[k] = host_copy(be, dfs);
     }
     terms = host_copy(be, loss_terms), kd = host_copy(be, kd_terms), feat = host_copy(be, feat_terms);

@@ -135,10 +135,15 @@ BackendLossResult backend_loss(Backend& be, const DiTConfig& cfg, const LossSetu
   const Shape img{count, c, hw, hw}, out_shape{count, cfg.out_channels(), hw, hw};
   const Tensor tout = put(out.data(), DType::F32, out_shape, be.compute_dtype());
   const Tensor dout = arena.tensor(out_shape, be.compute_dtype()), terms = arena.tensor({count, 3}, DType::F32);
-  be.diffusion_loss(tout, put(x0.data(), DType::F32, img, DType::F32), put(eps.data(), DType::F32, img, DType::F32),
-                    put(ti.data(), DType::I32, {count}, DType::I32),
-                    put(setup.table.data(), DType::F32, {rows, math::kNumLossCoefs}, DType::F32), setup.kind,
-                    static_cast<float>(double(count) / double(n)), dout, terms);
+  const Tensor data = put(x0.data(), DType::F32, img, DType::F32);
+  be.sample_loss(diffusion_loss_fn(setup.kind, data, static_cast<float>(double(count) / double(n))),
+                 {.a = tout,
+                  .grad = dout,
+                  .x0 = data,
+                  .noise = put(eps.data(), DType::F32, img, DType::F32),
+                  .t = put(ti.data(), DType::I32, {count}, DType::I32),
+                  .coefs = put(setup.table.data(), DType::F32, {rows, math::kNumLossCoefs}, DType::F32),
+                  .terms = terms});
   return {host_copy(be, dout), host_copy(be, terms)};
 }
 
