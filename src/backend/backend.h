@@ -245,24 +245,6 @@ class Backend : public Allocator {
   // against loss.shape() (check_sample_loss); a schedule index outside coefs is an error.
   virtual void sample_loss(const math::SampleLoss& loss, const LossTensors& io) = 0;
 
-  // The step's losses through sample_loss, as their callers knew them (kept while the callers
-  // move to sample_loss with the builders above; see those for the meaning).
-  void diffusion_loss(const Tensor& out, const Tensor& x0, const Tensor& noise, const Tensor& t, const Tensor& coefs,
-                      const math::LossKind& kind, float grad_scale, const Tensor& dout, const Tensor& terms) {
-    sample_loss(diffusion_loss_fn(kind, x0, grad_scale),
-                {.a = out, .grad = dout, .x0 = x0, .noise = noise, .t = t, .coefs = coefs, .terms = terms});
-  }
-  void distill_output_loss(const Tensor& out, const Tensor& tout, const Tensor& x0, const Tensor& noise,
-                           const Tensor& t, const Tensor& coefs, const math::LossKind& kind, float grad_scale,
-                           const Tensor& dout, const Tensor& terms) {
-    sample_loss(output_distill_fn(kind, x0, tout, grad_scale),
-                {.a = out, .b = tout, .grad = dout, .x0 = x0, .noise = noise, .t = t, .coefs = coefs, .terms = terms});
-  }
-  void feature_distill(const Tensor& fs, const Tensor& ft, double sigma, float grad_scale, const Tensor& dfs,
-                       const Tensor& terms) {
-    sample_loss(feature_distill_fn(fs, sigma, grad_scale), {.a = fs, .b = ft, .grad = dfs, .terms = terms});
-  }
-
   // ---- optimizer over flat ranges -----------------------------------------------------------
   // AdamW on fp32 master params with fp32 moments; grad may be any float dtype.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

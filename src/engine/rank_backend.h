@@ -38,7 +38,7 @@ struct RankRequest {
   std::string precision = "fp32";   // fp32, bf16 or fp16
   Layout layout;                    // the rank grid the world splits into (tp x pp x dp = world size)
   double timeout_s = CommWatch::kDefaultTimeout;  // the watchdog's (parallel.timeout_s; 0: off)
-  std::string timeout_setting;      // where timeout_s was set, named in a timeout's message ("": none)
+  std::string timeout_setting{};    // where timeout_s was set, named in a timeout's message ("": none)
   const volatile std::sig_atomic_t* stop_signal = nullptr;  // a run's stop flag (run/signals.h), or none
   TensorComms comms = TensorComms::Attach;
 };

@@ -202,4 +202,8 @@ struct RunConfig {
   bool operator==(const RunConfig&) const = default;
 };
 
+// The model's sizes checked with messages naming `prefix` + each key ("model." for a run config,
+// "" for a file's /config): ranges first, then what the sizes must divide.
+void validate_model_sizes(const DiTConfig& m, const std::string& prefix);
+
 }  // namespace dit

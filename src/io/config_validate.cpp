@@ -53,40 +53,45 @@ void validate_representable(RunConfig copy) {
     }
 }
 
-// The model's sizes: every size is range-checked before any product of sizes is formed, so no
-// message shows an overflowed value. The bounds are far past the official DiT-XL/2 (1152 wide, 28 deep).
-void validate_model_sizes(const DiTConfig& m) {
-  auto in_range = [](const char* field, auto v, auto most, const std::string& what = "") {
-    DIT_CHECK(v > 0, "model.", field, " = ", v, ": expected a positive value");
-    DIT_CHECK(v <= most, "model.", field, " = ", v, ": expected at most ", what.empty() ? "" : what + " = ",
+}  // namespace
+
+// The model's sizes, each named as p + its key (p = "model." in a run config, "" in a file's
+// /config): every size is range-checked before any product of sizes is formed, so no message shows
+// an overflowed value. The bounds are far past the official DiT-XL/2 (1152 wide, 28 deep).
+void validate_model_sizes(const DiTConfig& m, const std::string& p) {
+  auto in_range = [&p](const char* field, auto v, auto most, const std::string& what = "") {
+    DIT_CHECK(v > 0, p, field, " = ", v, ": expected a positive value");
+    DIT_CHECK(v <= most, p, field, " = ", v, ": expected at most ", what.empty() ? "" : p + what + " = ",
               most);
   };
   in_range("input_size", m.input_size, kMaxModelSide);
-  in_range("patch_size", m.patch_size, m.input_size, "model.input_size");
+  in_range("patch_size", m.patch_size, m.input_size, "input_size");
   in_range("in_channels", m.in_channels, 4096);
   in_range("hidden_size", m.hidden_size, 65536);
   in_range("depth", m.depth, 4096);
-  in_range("num_heads", m.num_heads, m.hidden_size, "model.hidden_size");
+  in_range("num_heads", m.num_heads, m.hidden_size, "hidden_size");
   in_range("mlp_ratio", m.mlp_ratio, 64.0);
   in_range("num_classes", m.num_classes, 1 << 24);
   in_range("frequency_embedding_size", m.frequency_embedding_size, 65536);
   in_range("layernorm_eps", m.layernorm_eps, 1.0);
-  DIT_CHECK(m.input_size % m.patch_size == 0, "model.input_size = ", m.input_size,
-            " is not divisible by model.patch_size = ", m.patch_size);
-  DIT_CHECK(m.hidden_size % m.num_heads == 0, "model.hidden_size = ", m.hidden_size,
-            " is not divisible by model.num_heads = ", m.num_heads);
-  DIT_CHECK(m.hidden_size % 4 == 0, "model.hidden_size = ", m.hidden_size,
+  DIT_CHECK(m.input_size % m.patch_size == 0, p, "input_size = ", m.input_size,
+            " is not divisible by ", p, "patch_size = ", m.patch_size);
+  DIT_CHECK(m.hidden_size % m.num_heads == 0, p, "hidden_size = ", m.hidden_size,
+            " is not divisible by ", p, "num_heads = ", m.num_heads);
+  DIT_CHECK(m.hidden_size % 4 == 0, p, "hidden_size = ", m.hidden_size,
             " must be divisible by 4 (2-D sin-cos positional embedding)");
-  DIT_CHECK(m.mlp_hidden() > 0, "model.mlp_ratio = ", m.mlp_ratio, " gives an empty MLP");
-  DIT_CHECK(m.ffn_hidden() > 0, "model.mlp = \"swiglu\" with model.mlp_ratio = ", m.mlp_ratio,
+  DIT_CHECK(m.mlp_hidden() > 0, p, "mlp_ratio = ", m.mlp_ratio, " gives an empty MLP");
+  DIT_CHECK(m.ffn_hidden() > 0, p, "mlp = \"swiglu\" with ", p, "mlp_ratio = ", m.mlp_ratio,
             " gives an empty SwiGLU hidden layer (int(2/3 * ", m.mlp_hidden(), ") = 0)");
   DIT_CHECK(m.pos_embed != PosEmbed::Rope || m.head_dim() % 4 == 0,
-            "model.pos_embed = \"rope\" needs a head dim (model.hidden_size / model.num_heads = ", m.head_dim(),
+            p, "pos_embed = \"rope\" needs a head dim (", p, "hidden_size / ", p, "num_heads = ", m.head_dim(),
             ") divisible by 4: the 2-D rotary embedding rotates pairs of the head's two halves (rows, columns of the ",
             m.grid(), " x ", m.grid(), " token grid)");
-  DIT_CHECK(m.class_dropout_prob >= 0 && m.class_dropout_prob < 1, "model.class_dropout_prob = ",
+  DIT_CHECK(m.class_dropout_prob >= 0 && m.class_dropout_prob < 1, p, "class_dropout_prob = ",
             m.class_dropout_prob, ": expected a value in [0, 1)");
 }
+
+namespace {
 
 void validate_model(const ModelSection& m) {
   if (!m.preset.empty()) {
@@ -97,7 +102,7 @@ void validate_model(const ModelSection& m) {
               "one of " + join(dit_preset_names()) + " (or \"\" for the explicit sizes)");
     }
   }
-  validate_model_sizes(m.dit);
+  validate_model_sizes(m.dit, "model.");
   m.dit.validate();  // the model's own invariants: none left to fail once the keys above hold
 }
 

@@ -93,6 +93,7 @@ DiTConfig read_model_config(const File& f, LaterFields later, const std::string&
   });
   check_block_variants(f, c);
   try {
+    validate_model_sizes(c, "");  // the file's own attribute names
     c.validate();
   } catch (const Error& e) {
     DIT_FAIL(f.path(), ": /config describes a model that cannot be built: ", e.what());

@@ -82,10 +82,6 @@ std::vector<Action> make_interleaved(int pp, int stage, int microbatches, int v)
 // (it is then interleaved) and ZB-V (v = 2). (The diffusion's noise schedule is
 // diffusion::make_schedule.)
 std::vector<Action> make_pipeline_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1);
-// The old name, kept until engine/trainer.cpp and verify/verify_common.cpp call the new one.
-inline std::vector<Action> make_schedule(ScheduleKind kind, int pp, int stage, int microbatches, int v = 1) {
-  return make_pipeline_schedule(kind, pp, stage, microbatches, v);
-}
 // (chunk, microbatch) pairs of one step are told apart by MPI tags; this many fit the tag space any
 // MPI grants.
 inline constexpr int kMaxMicrobatches = 15999;

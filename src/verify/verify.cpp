@@ -254,10 +254,16 @@ void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   }
   DIT_CHECK(opt.microbatches >= 1, "--microbatches = ", opt.microbatches, ": expected at least 1");
   const DiTConfig& c = golden.config();
-  // pp (x virtual stages) must fit the depth
-  check_virtual_stages(opt.schedule, layout.pp, opt.microbatches, opt.virtual_stages);
-  if (opt.schedule == ScheduleKind::ZbV) check_v_split(layout.pp, c.depth);
-  check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
+  // pp (x virtual stages) must fit the depth; the schedule's own checks say why, the flags are named here
+  try {
+    check_virtual_stages(opt.schedule, layout.pp, opt.microbatches, opt.virtual_stages);
+    if (opt.schedule == ScheduleKind::ZbV) check_v_split(layout.pp, c.depth);
+    check_stage_options(opt.stage, partition_chunks(c, layout.pp, opt.virtual_stages));
+  } catch (const Error& e) {
+    DIT_FAIL("--schedule ", schedule_name(opt.schedule), " --pp ", layout.pp, " --virtual-stages ",
+             opt.virtual_stages, " --microbatches ", opt.microbatches, " on the golden model of depth ", c.depth,
+             ": ", e.what());
+  }
   DIT_CHECK(c.num_heads % layout.tp == 0 && c.ffn_hidden() % layout.tp == 0 && (6 * c.hidden_size) % layout.tp == 0,
             "--tp ", layout.tp, " does not divide the golden model's ", c.num_heads, " heads, ", c.ffn_hidden(),
             " MLP units and 6 x ", c.hidden_size, " adaLN outputs");
