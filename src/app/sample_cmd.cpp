@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "io/prune_text.h"
 #include "io/command_files.h"
 #include "engine/dit_pipeline.h"
 #include "engine/rank_backend.h"
@@ -170,24 +171,6 @@ int run_sample(const SampleOptions& opt) {
   return 0;
 }
 
-std::vector<int> parse_ints(const std::string& s, const char* what) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (item.empty()) continue;
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    DIT_CHECK(used == item.size() && used > 0, what, ": '", item, "' is not an integer (expected e.g. 0,3,7)");
-    out.push_back(v);
-  }
-  return out;
-}
-
 std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::App* cmd, SampleOptions& o,
                                                                          int per_class) {
   const std::string run = " (with --run: the run's [sample])";
@@ -232,7 +215,7 @@ std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::Ap
       std::string value = f.value;
       if (std::string(f.key) == "classes") {  // "0,3,7" -> [0, 3, 7]
         value = "[";
-        for (int c : parse_ints(f.value, "--classes")) value += (value.size() > 1 ? ", " : "") + std::to_string(c);
+        for (int c : parse_int_list(f.value, "--classes")) value += (value.size() > 1 ? ", " : "") + std::to_string(c);
         value += "]";
       }
       out.push_back({std::string(f.flag) + " " + f.value, std::string("sample.") + f.key + "=" + value});

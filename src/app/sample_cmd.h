@@ -52,8 +52,6 @@ int run_sample(const SampleOptions& opt);
 // as sample.* assignments (SampleOptions::settings).
 std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::App* cmd, SampleOptions& o,
                                                                          int per_class);
-// "0,3,7" -> {0, 3, 7}; `what` names the flag in the message.
-std::vector<int> parse_ints(const std::string& s, const char* what);
 
 std::function<int()> add_sample_command(CLI::App& app);
 

@@ -18,8 +18,8 @@ std::size_t choices(int size, int keep, std::size_t most) {
 }
 }  // namespace
 
-std::vector<int> parse_keep_text(const std::string& text, int teacher_depth, int depth) {
-  std::vector<int> keep;
+std::vector<int> parse_int_list(const std::string& text, const char* what) {
+  std::vector<int> out;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.empty()) continue;
@@ -30,9 +30,14 @@ std::vector<int> parse_keep_text(const std::string& text, int teacher_depth, int
     } catch (const std::exception&) {
       used = 0;
     }
-    DIT_CHECK(used == item.size() && used > 0, "--keep: '", item, "' is not an integer (expected e.g. 0,3,7)");
-    keep.push_back(v);
+    DIT_CHECK(used == item.size() && used > 0, what, ": '", item, "' is not an integer (expected e.g. 0,3,7)");
+    out.push_back(v);
   }
+  return out;
+}
+
+std::vector<int> parse_keep_text(const std::string& text, int teacher_depth, int depth) {
+  std::vector<int> keep = parse_int_list(text, "--keep");
   DIT_CHECK(int(keep.size()) == depth, "--keep lists ", keep.size(), " block", keep.size() == 1 ? "" : "s",
             " but --depth is ", depth, ": give one teacher block per student block");
   std::sort(keep.begin(), keep.end());

@@ -1,4 +1,5 @@
-// The block lists of `dit_mp prune` as the user types them: --keep 0,2,5 (the teacher blocks an
+// Integer lists as the user types them (--classes 0,3,7), and the block lists of `dit_mp prune`:
+// --keep 0,2,5 (the teacher blocks an
 // index prune keeps) and --groups 4:2,4:2 (learned pruning's groups), parsed and checked here
 // against the teacher's depth and the pruned depth, each failure one line naming the flag. The
 // engine (engine/prune.h, engine/layer_gates.h) takes the parsed values.
@@ -9,6 +10,9 @@
 #include <vector>
 
 namespace dit {
+
+// "0,3,7" -> {0, 3, 7} (empty items skipped); `what` names the flag in the message.
+std::vector<int> parse_int_list(const std::string& text, const char* what);
 
 // "i,j,...": `depth` distinct blocks of a teacher of `teacher_depth`, in model order (any order
 // is accepted).

@@ -1,4 +1,4 @@
-// The block lists of `dit_mp prune` (--keep, --groups): parsed in io/, each refusal naming the flag
+// Integer lists (--classes) and the block lists of `dit_mp prune` (--keep, --groups): parsed in io/, each refusal naming the flag
 // and what fits.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,14 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+TEST(PruneText, IntListsNameTheirFlag) {
+  EXPECT_EQ(parse_int_list("0,3,,7", "--classes"), (std::vector<int>{0, 3, 7}));
+  EXPECT_TRUE(parse_int_list("", "--classes").empty());
+  EXPECT_NE(error_of([] { parse_int_list("1,2x", "--classes"); }).find("--classes: '2x' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_int_list("99999999999", "--classes"); }).find("is not an integer"), std::string::npos);
 }
 
 TEST(PruneText, KeepListsDistinctTeacherBlocks) {
