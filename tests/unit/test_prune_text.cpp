@@ -6,18 +6,12 @@
 
 #include "core/error.h"
 #include "io/prune_text.h"
+#include "io_test_util.h"
 
 namespace dit {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using io_test::error_of;
 
 TEST(PruneText, IntListsNameTheirFlag) {
   EXPECT_EQ(parse_int_list("0,3,,7", "--classes"), (std::vector<int>{0, 3, 7}));
