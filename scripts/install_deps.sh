@@ -31,7 +31,7 @@ fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"install ok installed"* ]] || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#PACKAGES[@]} packages present"

@@ -99,7 +99,9 @@ echo "# The packed PMIx: its component path comes from PMIX_MCA_mca_base_compone
 # Each exports, under its version node, exactly the symbols HDF5 imports from that library; every
 # function returns 0 (curl_global_init: CURLE_OK; curl_easy_init, EVP_sha256, HMAC, SHA256: NULL,
 # which HDF5's ros3 driver reports as a failure). Nothing else in the closure may import them.
-HDF5_LIB=$(ldd "$PACK/bin/dit_mp" | awk '$1 ~ /^libhdf5[^_]*(_serial)?\.so/ && $1 !~ /hl/ {print $3; exit}')
+# awk reads all of ldd's output (no 'exit' at the match): under pipefail a reader that stops
+# early fails the pipeline whenever ldd is still writing (scripts/check_pipes.py).
+HDF5_LIB=$(ldd "$PACK/bin/dit_mp" | awk '$1 ~ /^libhdf5[^_]*(_serial)?\.so/ && $1 !~ /hl/ && !found {print $3; found = 1}')
 [[ -n $HDF5_LIB ]] || { echo "pack_gpu.sh: dit_mp links no libhdf5" >&2; exit 1; }
 stub_dir=$(mktemp -d)
 make_stub() {  # $1: soname, $2: symbol version prefix (CURL_ / OPENSSL_)
@@ -148,7 +150,7 @@ done
 # Any other user of the stubbed libraries would break at run time: refuse to pack then.
 for f in "$PACK"/bin/* "$PACK"/lib/*.so*; do
   [[ $(basename "$f") == "$(basename "$HDF5_LIB")" || $f == "$PACK/lib/libcurl.so.4" || $f == "$PACK/lib/libcrypto.so.3" ]] && continue
-  if readelf -d "$f" 2>/dev/null | grep -qE 'NEEDED.*\[(libcurl\.so\.4|libcrypto\.so\.3)\]'; then
+  if grep -qE 'NEEDED.*\[(libcurl\.so\.4|libcrypto\.so\.3)\]' <<<"$(readelf -d "$f" 2>/dev/null)"; then
     echo "pack_gpu.sh: $f needs libcurl or libcrypto, which the pack stubs for HDF5 only" >&2; exit 1
   fi
 done

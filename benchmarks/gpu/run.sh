@@ -111,13 +111,13 @@ status() {
     0) echo PASS ;; 124|137) echo TIMEOUT ;; 125) echo "NOT RUN" ;; *) echo "FAIL($RC)" ;;
   esac
 }
-why_failed() { grep -v '^+ ' "$LOG" | grep -m1 -iE "error|fail|what\(\)|not found|cannot|refused" | cut -c1-120; }
+why_failed() { grep -v '^+ ' "$LOG" | grep -iE "error|fail|what\(\)|not found|cannot|refused" | sed -n 1p | cut -c1-120; }
 
 # ---- 1. environment --------------------------------------------------------------------------
 HAVE_GPU=0
 if ! command -v nvidia-smi >/dev/null; then GPU="no nvidia-smi on PATH"
 else
-  GPU=$(timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+  GPU=$(timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed -n 1p)
   timeout 15 nvidia-smi -L >/dev/null 2>&1 && HAVE_GPU=1
 fi
 timeout 15 nvidia-smi >"$LOGS/nvidia-smi_start.log" 2>&1
@@ -307,7 +307,7 @@ GOLDEN=$ROOT/tests/data/dit_tiny_golden.h5
 verify_note() {
   local sum fails
   sum=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$LOG" | tail -1)
-  fails=$(grep -E ' FAIL$' "$LOG" | head -2 | awk '{print $1 " " $2}' | tr '\n' ' ')
+  fails=$(grep -E ' FAIL$' "$LOG" | sed -n 1,2p | awk '{print $1 " " $2}' | tr '\n' ' ')
   echo "${sum:-$(why_failed)}${fails:+; first: $fails}; $TOOK s"
 }
 if want 6; then
@@ -399,7 +399,7 @@ if want 7; then
         --precision bf16 --data "$DATA" --run-dir "$WORK/run_nccl" --overwrite --tp 1 --pp 1 --steps 1 \
         --global-batch 8 --micro-batch 8 --log-every 1 "${TINY_MODEL[@]}"
       train_rc=$RC
-      used=$(sed -n 's/.*(communication: \(.*\)), model .*/\1/p' "$LOG" | head -1)
+      used=$(sed -n 's/.*(communication: \(.*\)), model .*/\1/p' "$LOG" | sed -n 1p)
       train_note="1 step, DIT_COMM=$comm: communication ${used:-?}"
       [[ $train_rc != 0 ]] && train_note="1 step, DIT_COMM=$comm: $(why_failed)"
       [[ $train_rc == 0 && $comm == nccl && $used != nccl ]] && { train_rc=1; train_note="$train_note (expected nccl)"; }

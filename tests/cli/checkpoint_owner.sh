@@ -25,7 +25,7 @@ refused() {  # refused REGEX DIR STEPS [ARGS...]: must fail saying REGEX on one 
   [[ $(wc -l < "$dir.err") -eq 1 ]] || fail "expected one line on stderr: $err"
   echo "ok: $regex"
 }
-run_id() { sed -n '/^\[run\]/,$p' "$1/config.toml" | grep -m1 '^id = ' | sed 's/id = "\(.*\)"/\1/'; }
+run_id() { sed -n '/^\[run\]/,$p' "$1/config.toml" | grep '^id = ' | sed -n '1s/id = "\(.*\)"/\1/p'; }
 index_id() { h5dump -a /run_id "$1/index.h5" | grep -o '"[0-9a-f]*"' | tr -d '"'; }
 
 train "$SCRATCH/a" 4

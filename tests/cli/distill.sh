@@ -104,7 +104,7 @@ fi
 grep -q "was distilled from .*ema.h5 (CRC-32 [0-9a-f]\{8\}); resume it with that teacher" "$SCRATCH/other_teacher.log" ||
   { cat "$SCRATCH/other_teacher.log"; fail "the changed teacher's message"; }
 [[ "$(sha256sum "$T")" == "$sum_before" ]] || fail "the teacher's file changed"
-if h5ls -r "$SCRATCH/one/ckpt/$(cat "$SCRATCH/one/ckpt/latest")/index.h5" | grep -q "teacher"; then
+if grep -q "teacher" <<<"$(h5ls -r "$SCRATCH/one/ckpt/$(cat "$SCRATCH/one/ckpt/latest")/index.h5")"; then
   fail "a checkpoint holds teacher tensors"
 fi
 "$DIT_MP" sample --run "$SCRATCH/one" --out "$SCRATCH/one_samples.png" > "$SCRATCH/sample.log" 2>&1 ||

@@ -61,6 +61,6 @@ timeout 300 $MPIRUN -n 2 "$DIT_MP" --data "$FM" "${TINY[@]}" --tp 1 --pp 1 --ste
 grep -q "metrics.jsonl: cannot write the metrics (No space left on device)" "$SCRATCH/err.txt" ||
   { cat "$SCRATCH/err.txt"; fail "the metrics failure is not named"; }
 [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "not one line"; }
-ls "$SCRATCH/ckpt" | grep -q '^step_' || fail "no checkpoint before the metrics failure ended the run"
+grep -q '^step_' <<<"$(ls "$SCRATCH/ckpt")" || fail "no checkpoint before the metrics failure ended the run"
 echo "ok: a metrics row that cannot be written ends the run after a checkpoint"
 echo "full_disk_outputs: all cases passed"

@@ -70,9 +70,10 @@ took=$(ends stopped 30 "$t0")
 kill -CONT "$victim" 2>/dev/null || true
 grep -q "communication timeout: waited [0-9.]* s (parallel.timeout_s = 2)" "$SCRATCH/stopped.log" ||
   { cat "$SCRATCH/stopped.log"; fail "stopped: no watchdog message"; }
-grep "communication timeout" "$SCRATCH/stopped.log" | grep -Eq "world rank 5 |world ranks ([0-9, ]*, )?5[,)]" ||
+timeouts=$(grep "communication timeout" "$SCRATCH/stopped.log")
+grep -Eq "world rank 5 |world ranks ([0-9, ]*, )?5[,)]" <<<"$timeouts" ||
   { grep "communication timeout" "$SCRATCH/stopped.log"; fail "stopped: no message names rank 5 or its group"; }
-grep "communication timeout" "$SCRATCH/stopped.log" | grep -q "during training at step [0-9]*" ||
+grep -q "during training at step [0-9]*" <<<"$timeouts" ||
   fail "stopped: the message names no step"
 # One failure, one line: the lowest waiting rank reports it, the others leave it to that rank.
 n=$(grep -c "communication timeout" "$SCRATCH/stopped.log")

@@ -29,5 +29,5 @@ refused 1 evaluate "${BIG[@]}" --json "$SCRATCH/eval.json"
 # One that fits runs, in batches.
 "$DIT_MP" sample --run "$SCRATCH/run" --per-class 2 --batch 8 --steps 2 --out "$SCRATCH/ok.png" > "$SCRATCH/ok.txt" 2>&1 ||
   { cat "$SCRATCH/ok.txt"; fail "a sampling request that fits was refused"; }
-h5ls "$SCRATCH/ok.h5" | grep -q "samples *Dataset {20, 1, 32, 32}" || fail "the samples that fit are missing"
+grep -q "samples *Dataset {20, 1, 32, 32}" <<<"$(h5ls "$SCRATCH/ok.h5")" || fail "the samples that fit are missing"
 echo "ok"

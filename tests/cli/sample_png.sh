@@ -17,7 +17,7 @@ assert (width, height) == (4 * 32 + 5 * 2, 3 * 32 + 4 * 2), (width, height)
 assert open(sys.argv[2], "rb").read(8) == b"\x89HDF\r\n\x1a\n", "raw samples are not HDF5"
 print(f"grid {width}x{height}")
 PY
-h5ls "$SCRATCH/grid.h5" | grep -q "samples *Dataset {12, 1, 32, 32}" || fail "raw samples have the wrong shape"
+grep -q "samples *Dataset {12, 1, 32, 32}" <<<"$(h5ls "$SCRATCH/grid.h5")" || fail "raw samples have the wrong shape"
 # In batches (5 images at a time: 3 batches, one split unevenly over 2 dp replicas) the samples are
 # the same as in one batch: each sample keeps its own noise stream.
 $MPIRUN -n 2 "$DIT_MP" sample --run "$SCRATCH/run" --classes 0,3,7 --per-class 4 --steps 5 --sampler ddpm \
@@ -53,6 +53,6 @@ prepare_latents "$SCRATCH/lat.h5" 8
 $MPIRUN -n 2 "$DIT_MP" --tp 2 --pp 1 --steps 2 --data "$SCRATCH/lat.h5" --run-dir "$SCRATCH/lrun" "${TINY[@]}" \
   --set model.in_channels=4 --set model.input_size=8 --set model.patch_size=2 --set model.num_classes=3 \
   --set train.global_batch=4 > "$SCRATCH/lat.txt" 2>&1 || { cat "$SCRATCH/lat.txt"; fail "latent training failed"; }
-h5ls "$SCRATCH/lrun/samples.h5" | grep -q "samples *Dataset {6, 4, 8, 8}" || fail "latent samples missing"
+grep -q "samples *Dataset {6, 4, 8, 8}" <<<"$(h5ls "$SCRATCH/lrun/samples.h5")" || fail "latent samples missing"
 [[ ! -e "$SCRATCH/lrun/samples.png" ]] || fail "a latent model drew a PNG"
 echo "ok"

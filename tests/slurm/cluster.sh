@@ -67,10 +67,10 @@ CONF
   /usr/sbin/slurmctld -i || { slurm_why "slurmctld did not start: $(tail -2 "$dir/log/slurmctld.log")"; return 1; }
   /usr/sbin/slurmd || { slurm_why "slurmd did not start: $(tail -2 "$dir/log/slurmd.log")"; return 1; }
   for _ in $(seq 100); do
-    sinfo -h -o %T 2>/dev/null | grep -q '^idle' && return 0
+    grep -q '^idle' <<<"$(sinfo -h -o %T 2>/dev/null)" && return 0
     sleep 0.1
   done
-  slurm_why "the node did not become idle: $(sinfo -h -o '%T %E' 2>&1 | head -1)"
+  slurm_why "the node did not become idle: $(sinfo -h -o '%T %E' 2>&1 | sed -n 1p)"
 }
 
 slurm_stop() {

@@ -43,7 +43,7 @@ per_class = 2
 TOML
 # The launch README's command, with the tiny config. 8 ranks share 2 cores here: OpenMPI must yield.
 EXPORTS="ALL,DIT_MP=$DIT_MP,CONFIG=$SCRATCH/tiny.toml,TP=2,PP=2,OMP_NUM_THREADS=1,OMPI_MCA_mpi_yield_when_idle=1"
-if ! srun --mpi=list 2>&1 | grep -qw pmix; then  # the script's default launcher needs SLURM's PMIx plugin
+if ! grep -qw pmix <<<"$(srun --mpi=list 2>&1)"; then  # the script's default launcher needs SLURM's PMIx plugin
   echo "NOTE: this SLURM has no PMIx plugin (srun --mpi=list): the jobs launch with LAUNCHER=mpirun instead"
   EXPORTS="$EXPORTS,LAUNCHER=mpirun,MPIRUN_BIND=none,OMPI_ALLOW_RUN_AS_ROOT=1,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
 fi
@@ -164,8 +164,8 @@ t0=$(date +%s.%N)
 kill -9 "$victim"
 wait_state "$d" "FAILED" 30
 took=$(echo "$(date +%s.%N) - $t0" | bc)
-echo "   sacct: $(sacct -j "$d" 2>&1 | head -1) -> state from scontrol: JobState=$(state "$d") ExitCode=$(field "$d" ExitCode)"
-grep -E "task 3|rank 3" killed-"$d".out | head -2 | sed 's/^/   /'
+echo "   sacct: $(sacct -j "$d" 2>&1 | sed -n 1p) -> state from scontrol: JobState=$(state "$d") ExitCode=$(field "$d" ExitCode)"
+grep -E "task 3|rank 3" killed-"$d".out | sed -n "1,2s/^/   /p"
 echo "4. kill -9 of rank 3: job $d FAILED after $took s"
 python3 -c "import sys; assert float(sys.argv[1]) < 30" "$took" || fail "took $took s"
 echo ok
