@@ -21,7 +21,8 @@
 # leave the folders as they are (usable in place: source env.sh).
 # Last it prints the carry size (.gpu/ plus the working tree the device tool copies; under 48 MiB)
 # and the device command: bash benchmarks/gpu/run.sh --build .gpu --out $OUT (carry .gpu; docs/gpu.md).
-set -euo pipefail
+set -eEuo pipefail
+trap 'rc=$?; [[ $- != *e* ]] || echo "pack_gpu.sh: line $LINENO: exit $rc from: $BASH_COMMAND" >&2' ERR
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-gpu
 PACK=$ROOT/.gpu

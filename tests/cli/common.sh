@@ -1,6 +1,8 @@
 # Shared set-up of the command-line tests: a scratch folder, the binary, mpirun as root, and a
 # small real dataset (the Fashion-MNIST test split, prepared once per test into the scratch folder).
-set -euo pipefail
+set -eEuo pipefail
+# A command that fails under set -e ends the test; say which, so that no test dies without a word.
+trap 'rc=$?; [[ $- != *e* ]] || echo "FAIL: ${BASH_SOURCE[0]##*/}:$LINENO: exit $rc from: $BASH_COMMAND" >&2' ERR
 DIT_MP=${DIT_MP:?set DIT_MP to the dit_mp binary}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
