@@ -1,6 +1,5 @@
-// safetensors reading (see safetensors.h). The header is parsed by a small strict JSON reader that
-// knows what the format allows (an object of objects; strings, integers and arrays of integers) and
-// bounds its depth, so a hostile header cannot exhaust the stack or memory.
+// safetensors reading (see safetensors.h). The header is parsed by io/json.h's strict reader with its
+// depth bounded to what the format needs, so a hostile header cannot exhaust the stack or memory.
 #include "io/safetensors.h"
 
 #include <algorithm>
@@ -13,163 +12,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/json.h"
 
 namespace dit {
 
 namespace {
-
-// ---- a strict JSON subset ----------------------------------------------------------------------
-struct Json {
-  enum class Kind { Object, Array, String, Number, Other } kind = Kind::Other;
-  std::vector<std::string> keys;  // Object: member names, in file order
-  std::vector<Json> items;        // Object: member values (keys[i]'s); Array: the items
-  std::string text;                                   // String; Number as written
-};
-
-class JsonReader {
- public:
-  JsonReader(const std::string& s, const std::string& file) : s_(s), file_(file) {}
-  Json document() {
-    Json v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("text after the header's object");
-    return v;
-  }
-
- private:
-  static constexpr int kMaxDepth = 8;  // the format needs 3: header, tensor, shape
-
-  [[noreturn]] void fail(const std::string& what) const {
-    DIT_FAIL(file_, ": the safetensors header is not valid JSON at byte ", pos_, ": ", what,
-             " (a damaged or non-safetensors file?)");
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t')) ++pos_;
-  }
-  char peek() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("the header ends early");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  Json value(int depth) {
-    if (depth > kMaxDepth) fail("nested deeper than a safetensors header can be");
-    const char c = peek();
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') return Json{Json::Kind::String, {}, {}, string()};
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    for (const char* word : {"true", "false", "null"})
-      if (s_.compare(pos_, std::strlen(word), word) == 0) {
-        pos_ += std::strlen(word);
-        return Json{Json::Kind::Other, {}, {}, word};
-      }
-    fail("unexpected character");
-  }
-  Json object(int depth) {
-    Json o{Json::Kind::Object, {}, {}, {}};
-    expect('{');
-    if (peek() == '}') return ++pos_, o;
-    for (;;) {
-      if (peek() != '"') fail("expected a member name");
-      o.keys.push_back(string());
-      expect(':');
-      o.items.push_back(value(depth + 1));
-      if (peek() == ',') { ++pos_; continue; }
-      expect('}');
-      return o;
-    }
-  }
-  Json array(int depth) {
-    Json a{Json::Kind::Array, {}, {}, {}};
-    expect('[');
-    if (peek() == ']') return ++pos_, a;
-    for (;;) {
-      a.items.push_back(value(depth + 1));
-      if (peek() == ',') { ++pos_; continue; }
-      expect(']');
-      return a;
-    }
-  }
-  Json number() {
-    const std::size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' ||
-                                s_[pos_] == 'e' || s_[pos_] == 'E' || s_[pos_] == '+' || s_[pos_] == '-'))
-      ++pos_;
-    return Json{Json::Kind::Number, {}, {}, s_.substr(start, pos_ - start)};
-  }
-  void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  unsigned hex4() {
-    if (pos_ + 4 > s_.size()) fail("a \\u escape ends early");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = s_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<unsigned>(h - 'A' + 10);
-      else fail("a \\u escape with a non-hex digit");
-    }
-    return v;
-  }
-  std::string string() {
-    ++pos_;  // the opening quote
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) fail("a string is not closed");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("a control character inside a string");
-      if (c != '\\') { out += c; continue; }
-      if (pos_ >= s_.size()) fail("an escape ends early");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(pos_, 2, "\\u") == 0) {
-            pos_ += 2;
-            const unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("an unpaired surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: fail("an unknown escape");
-      }
-    }
-  }
-
-  const std::string& s_;
-  const std::string& file_;
-  std::size_t pos_ = 0;
-};
 
 // ---- the format ----------------------------------------------------------------------------------
 struct DtypeName {
@@ -282,7 +129,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   in.read(header.data(), static_cast<std::streamsize>(n));
   DIT_CHECK(in.good(), path, ": the header could not be read");
   DIT_CHECK(header[0] == '{', path, ": the header does not start with '{' (not a safetensors file?)");
-  const Json doc = JsonReader(header, path).document();
+  const Json doc = parse_json(header, path + ": the safetensors header", " (a damaged or non-safetensors file?)", 8);
   DIT_CHECK(doc.kind == Json::Kind::Object, path, ": the header is not a JSON object");
   data_offset_ = 8 + n;
   for (std::size_t i = 0; i < doc.keys.size(); ++i) {
