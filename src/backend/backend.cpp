@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <string>
 #include <variant>
 
 namespace dit {
@@ -20,6 +21,45 @@ GemmShape gemm_shape(const Tensor& a, Transpose ta, const Tensor& b, Transpose t
             "gemm shapes do not agree: A", a.shape.str(), (ta == Transpose::Yes ? "^T" : ""), " B",
             b.shape.str(), (tb == Transpose::Yes ? "^T" : ""), " C", c.shape.str());
   return g;
+}
+
+ConvShape conv_shape(const Tensor& x, const Tensor& w, const ConvGeometry& g, const Tensor& y) {
+  auto says = [&] {
+    return "conv2d: x" + x.shape.str() + " w" + w.shape.str() + " y" + y.shape.str() + " stride (" +
+           std::to_string(g.stride_h) + ", " + std::to_string(g.stride_w) + ") padding (" +
+           std::to_string(g.pad_top) + ", " + std::to_string(g.pad_bottom) + ", " +
+           std::to_string(g.pad_left) + ", " + std::to_string(g.pad_right) + ")";
+  };
+  DIT_CHECK(x.shape.rank == 4 && w.shape.rank == 4 && y.shape.rank == 4, says(),
+            ": expected x (N, C, H, W), w (K, C, kh, kw), y (N, K, Ho, Wo)");
+  DIT_CHECK(g.stride_h > 0 && g.stride_w > 0 && g.pad_top >= 0 && g.pad_bottom >= 0 && g.pad_left >= 0 &&
+                g.pad_right >= 0,
+            says(), ": strides must be positive and paddings not negative");
+  ConvShape s{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3), 0, 0};
+  const std::int64_t ph = s.h + g.pad_top + g.pad_bottom, pw = s.w + g.pad_left + g.pad_right;
+  DIT_CHECK(w.dim(1) == s.c && s.kh > 0 && s.kw > 0 && ph >= s.kh && pw >= s.kw, says(),
+            ": the kernel must take x's channels and fit the padded input");
+  s.oh = (ph - s.kh) / g.stride_h + 1;
+  s.ow = (pw - s.kw) / g.stride_w + 1;
+  DIT_CHECK(y.dim(0) == s.n && y.dim(1) == s.k && y.dim(2) == s.oh && y.dim(3) == s.ow, says(),
+            ": y must be (", s.n, ", ", s.k, ", ", s.oh, ", ", s.ow, ")");
+  return s;
+}
+
+GroupNormShape group_norm_shape(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& y) {
+  DIT_CHECK(x.shape.rank >= 2 && y.shape == x.shape && groups > 0 && x.dim(1) % groups == 0 &&
+                gamma.numel() == x.dim(1) && beta.numel() == x.dim(1),
+            "group_norm: x", x.shape.str(), " y", y.shape.str(), " gamma", gamma.shape.str(), " beta",
+            beta.shape.str(), " in ", groups, " groups: expected x and y (N, C, ...) alike, C values of ",
+            "gamma and beta, and groups dividing C");
+  return {x.dim(0), x.dim(1), x.numel() / std::max<std::int64_t>(x.dim(0) * x.dim(1), 1)};
+}
+
+void check_upsample2x(const Tensor& x, const Tensor& y) {
+  DIT_CHECK(x.shape.rank == 4 && y.shape.rank == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) &&
+                y.dim(2) == 2 * x.dim(2) && y.dim(3) == 2 * x.dim(3),
+            "upsample_nearest2x: x", x.shape.str(), " y", y.shape.str(), ": expected y (N, C, 2H, 2W)");
 }
 
 void Backend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,

@@ -85,6 +85,31 @@ math::SampleLoss feature_distill_fn(const Tensor& fs, double sigma, float grad_s
 // The loss's N, after checking io's sizes against loss.shape(): one line naming them when not.
 std::int64_t check_sample_loss(const math::SampleLoss& loss, const LossTensors& io);
 
+// Where a convolution's kernel goes over its input: the stride, and the zero padding on each side
+// (top, bottom, left, right), which may differ (diffusers' Downsample2D pads (0, 1, 0, 1) before a
+// stride-2 3x3 convolution).
+struct ConvGeometry {
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  static ConvGeometry same(int pad, int stride = 1) { return {stride, stride, pad, pad, pad, pad}; }
+};
+// The sizes of y = conv(x, w): x (N, C, H, W), w (K, C, kh, kw), y (N, K, Ho, Wo) with
+// Ho = (H + pad_top + pad_bottom - kh) / stride_h + 1. Shared by every backend so they accept and
+// reject the same tensors: one line naming the three shapes and the geometry when they disagree.
+struct ConvShape {
+  std::int64_t n, c, h, w, k, kh, kw, oh, ow;
+};
+ConvShape conv_shape(const Tensor& x, const Tensor& w, const ConvGeometry& g, const Tensor& y);
+// (N, C, L) of a GroupNorm input (N, C, ...): the trailing dims are one axis of L values per
+// channel; `groups` must divide C. Throws naming the tensors otherwise.
+struct GroupNormShape {
+  std::int64_t n, c, len;
+};
+GroupNormShape group_norm_shape(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& y);
+// Throws naming both shapes unless x is (N, C, H, W) and y (N, C, 2H, 2W).
+void check_upsample2x(const Tensor& x, const Tensor& y);
+
 class Backend : public Allocator {
  public:
   ~Backend() override = default;
@@ -211,6 +236,21 @@ class Backend : public Allocator {
   // Free and total bytes of the device this backend computes on (cudaMemGetInfo: every process's
   // use of the GPU counts); false on a backend without a device memory of its own.
   virtual bool device_memory(std::size_t* free, std::size_t* total) const { return false; }
+
+  // ---- image networks (the VAE): NCHW activations ---------------------------------------------
+  // y (N, K, Ho, Wo) (+)= conv(x (N, C, H, W), w (K, C, kh, kw)) + bias (K; a tensor without
+  // data: none), zero padding and stride as `g` says (conv_shape checks the sizes). Accumulate::Add
+  // adds to y in one rounding (a ResNet block's residual). Forward only: the networks that use it
+  // are frozen.
+  virtual void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias,
+                          const ConvGeometry& g, const Tensor& y, Accumulate acc) = 0;
+  // y = GroupNorm(x) * gamma + beta per sample over `groups` groups of C / groups channels, x and
+  // y (N, C, ...) (y may be x), gamma and beta (C); statistics in fp32 or wider, variance biased
+  // as torch's. With `silu`, y = SiLU of that (the norm-then-activation of a ResNet block).
+  virtual void group_norm_fwd(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                              float eps, bool silu, const Tensor& y) = 0;
+  // y (N, C, 2H, 2W) = x (N, C, H, W) with each pixel repeated 2 x 2 (nearest-neighbour upsampling).
+  virtual void upsample_nearest2x(const Tensor& x, const Tensor& y) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------
   // out[n] = table[ids[n]]; ids (N) int32, table (V, D), out (N, D)

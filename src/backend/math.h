@@ -95,6 +95,14 @@ struct SiluGate {
 // RMSNorm (mean = the mean square).
 DIT_HD float norm_rstd(double mean, float eps) { return static_cast<float>(1.0 / sqrt(mean + eps)); }
 
+// GroupNorm's output for one value: (x - mean) rstd gamma + beta, then SiLU when `silu` (the
+// norm-then-activation of a VAE ResNet block). mean and rstd are the group's (norm_rstd of its
+// biased variance).
+DIT_HD float group_norm_out(float x, float mean, float rstd, float gamma, float beta, bool silu) {
+  const float y = (x - mean) * rstd * gamma + beta;
+  return silu ? Silu::forward(y) : y;
+}
+
 // The backward of one normalized row xhat = (x - mu) r (LayerNorm) or x r (RMSNorm, centered =
 // false) given g = dL/dxhat, the row means mean_g = mean(g) and mean_gx = mean(g xhat):
 //   dx = r (g - mean_g - xhat mean_gx)     (RMSNorm: without the mean_g term)

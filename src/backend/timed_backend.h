@@ -125,6 +125,17 @@ class TimedBackend final : public Backend {
   std::size_t workspace_bytes() const override { return in_.workspace_bytes(); }
   void reserve_uploads(std::size_t bytes_per_step) override { in_.reserve_uploads(bytes_per_step); }
   std::string attention_note() const override { return in_.attention_note(); }
+  void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
+                  const Tensor& y, Accumulate acc) override {
+    timed([&] { in_.conv2d_fwd(x, w, bias, g, y, acc); });
+  }
+  void group_norm_fwd(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                      bool silu, const Tensor& y) override {
+    timed([&] { in_.group_norm_fwd(x, groups, gamma, beta, eps, silu, y); });
+  }
+  void upsample_nearest2x(const Tensor& x, const Tensor& y) override {
+    timed([&] { in_.upsample_nearest2x(x, y); });
+  }
   void embedding_fwd(const Tensor& t, const Tensor& ids, const Tensor& out) override {
     timed([&] { in_.embedding_fwd(t, ids, out); });
   }

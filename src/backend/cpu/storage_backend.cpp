@@ -295,6 +295,26 @@ void CpuStorageBackend::row_dot(const Tensor& a, const Tensor& b, const Tensor& 
   w.commit();
 }
 
+void CpuStorageBackend::conv2d_fwd(const Tensor& x, const Tensor& wt, const Tensor& bias,
+                                   const ConvGeometry& g, const Tensor& y, Accumulate acc) {
+  Widened w;
+  fp32_.conv2d_fwd(w.in(x), w.in(wt), widen_optional(w, bias, false), g, w.out(y), acc);
+  w.commit();
+}
+
+void CpuStorageBackend::group_norm_fwd(const Tensor& x, int groups, const Tensor& gamma,
+                                       const Tensor& beta, float eps, bool silu, const Tensor& y) {
+  Widened w;
+  fp32_.group_norm_fwd(w.in(x), groups, w.in(gamma), w.in(beta), eps, silu, w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::upsample_nearest2x(const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.upsample_nearest2x(w.in(x), w.out(y));
+  w.commit();
+}
+
 void CpuStorageBackend::embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) {
   Widened w;
   fp32_.embedding_fwd(w.in(table), ids, w.out(out));

@@ -77,6 +77,12 @@ class CpuStorageBackend final : public Backend {
   std::string attention_note() const override;
   void set_attention_path(AttentionPath p) { attention_path_ = p; }
 
+  void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
+                  const Tensor& y, Accumulate acc) override;
+  void group_norm_fwd(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                      bool silu, const Tensor& y) override;
+  void upsample_nearest2x(const Tensor& x, const Tensor& y) override;
+
   void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;
   void timestep_embedding(const Tensor& t, float max_period, const Tensor& out) override;

@@ -83,6 +83,9 @@ class VirtualBackend final : public Backend {
   void softmax_rows_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void row_dot(const Tensor&, const Tensor&, const Tensor&) override {}
   std::size_t workspace_bytes() const override { return composed_.workspace_bytes(); }
+  void conv2d_fwd(const Tensor&, const Tensor&, const Tensor&, const ConvGeometry&, const Tensor&, Accumulate) override {}
+  void group_norm_fwd(const Tensor&, int, const Tensor&, const Tensor&, float, bool, const Tensor&) override {}
+  void upsample_nearest2x(const Tensor&, const Tensor&) override {}
   void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void timestep_embedding(const Tensor&, float, const Tensor&) override {}
