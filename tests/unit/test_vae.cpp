@@ -26,6 +26,7 @@
 #include "io/vae_weights.h"
 #include "layers/vae.h"
 #include "backend_params.h"
+#include "io_test_util.h"
 #include "reference_ops.h"
 #include "value_checks.h"
 
@@ -42,14 +43,8 @@ const std::string kGolden = kData + "/vae_tiny_golden.h5";
 const std::string kWeights = kData + "/vae_tiny.safetensors";
 const std::string kWeightsLdm = kData + "/vae_tiny_ldm.safetensors";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using io_test::error_of;
+using io_test::read_all;
 
 // ---- references in double ------------------------------------------------------------------
 Vec conv_ref(const Vec& x, const Vec& w, const Vec& b, i64 n, i64 c, i64 h, i64 wd, i64 k, i64 kh, i64 kw,
@@ -205,29 +200,14 @@ TEST_P(vae_ops, BadShapesAreRefusedNamingThem) {
 INSTANTIATE_TEST_SUITE_P(Backends, vae_ops, all_backends(), backend_test_name);
 
 // ---- the tiny VAE against diffusers ---------------------------------------------------------
-class vae_golden : public ::testing::TestWithParam<std::string> {
+class vae_golden : public vae_ops {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!backend_available(GetParam(), &why)) GTEST_SKIP() << "backend '" << GetParam() << "' is not available: " << why;
-    be_ = make_backend(GetParam());
-    arena_ = std::make_unique<Arena>(*be_);
-  }
-  double tol() const { return ref::tolerance(be_->compute_dtype()); }
   Tensor upload(const h5::Array& a) {
     std::vector<float> v(a.values.begin(), a.values.end());
     Tensor t = arena_->tensor(a.shape, be_->compute_dtype());
     be_->copy(t, Tensor{v.data(), DType::F32, a.shape, Device::Host});
     return t;
   }
-  std::vector<float> download(const Tensor& t) {
-    std::vector<float> h(static_cast<std::size_t>(t.numel()));
-    be_->copy(Tensor{h.data(), DType::F32, t.shape, Device::Host}, t);
-    be_->synchronize();
-    return h;
-  }
-  std::unique_ptr<Backend> be_;
-  std::unique_ptr<Arena> arena_;
 };
 
 TEST_P(vae_golden, EncoderDecoderAndActivationsMatchDiffusers) {
@@ -315,11 +295,6 @@ struct VaeCopy {
   std::string weights() const { return (dir / "vae.safetensors").string(); }
   void config(const std::string& json) const { std::ofstream(dir / "config.json") << json; }
 };
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 TEST(vae_file, ArchitectureFromShapesWithoutConfig) {
   VaeCopy c;  // no config.json: the shapes give everything but the groups (32, which 16 channels refuse)
