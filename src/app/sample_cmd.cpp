@@ -18,6 +18,7 @@
 #include "plan/memory_fit.h"
 #include "run/log.h"
 #include "run/sample_output.h"
+#include "run/vae_decode.h"
 #include "io/atomic_file.h"
 
 namespace dit {
@@ -32,6 +33,8 @@ void check_sample_files(const SampleOptions& opt) {
   const bool grid = fs::path(opt.out).extension() != ".h5";
   check_command_files("sample", [&](const FileDecl& d) -> std::string {
     if (declares(d, "--weights")) return opt.weights;
+    if (declares(d, "--vae")) return opt.vae;
+    if (declares(d, "--vae-config")) return opt.vae_config;
     if (std::string(d.option) == "--run") return opt.run_dir;
     if (declares(d, "--out")) return grid ? opt.out : "";
     return opt.out;  // its raw samples
@@ -74,13 +77,13 @@ SampleSection resolve_settings(const SampleOptions& opt, const SampleSource& src
 
 // The grid and the raw samples beside it are two files: neither a folder nor the same name (that
 // neither is an input is the files' check, check_sample_files).
-void check_outputs(const std::string& out, const DiTConfig& model) {
+void check_outputs(const std::string& out, const DiTConfig& model, bool decoded) {
   const fs::path png(out), raw = fs::path(out).replace_extension(".h5");
   DIT_CHECK(!out.empty() && !fs::is_directory(png), "--out ", out, " is a folder: give the grid's file name, e.g. ",
             (png / "samples.png").string());
   DIT_CHECK(!fs::is_directory(raw), "--out ", out, ": its raw samples go to ", raw.string(),
             ", which is a folder; choose another --out");
-  const bool picture = model.in_channels == 1 || model.in_channels == 3;
+  const bool picture = decoded || model.in_channels == 1 || model.in_channels == 3;
   if (picture) check_writable_target(png.string(), "--out");
   check_writable_target(raw.string(), "--out (its raw samples)");
   DIT_CHECK(!picture || raw != png, "--out ", out, ": the grid (PNG) and its raw samples (", raw.string(),
@@ -105,7 +108,9 @@ SampleSource resolve_source(const SampleOptions& requested) {
             model.num_heads, " heads");
   const SampleSection& s = src.sample = resolve_settings(opt, src);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
-  check_outputs(opt.out, model);
+  if (!opt.vae.empty()) check_vae_fits(open_vae(opt.vae, opt.vae_config), model.in_channels, "--vae");
+  DIT_CHECK(opt.vae_config.empty() || !opt.vae.empty(), "--vae-config ", opt.vae_config, " without --vae");
+  check_outputs(opt.out, model, !opt.vae.empty());
   const std::int64_t total =
       std::int64_t(s.per_class) * std::int64_t(s.classes.empty() ? model.num_classes : s.classes.size());
   std::string why;
@@ -166,7 +171,21 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
 int run_sample(const SampleOptions& opt) {
   collective_check([&] { check_sample_files(opt); });  // before anything is read
   const SampledImages s = sample_from_weights(opt);
-  const std::string wrote = write_sample_outputs(s.model, s.samples, s.labels, s.sample.per_class, opt.out);
+  std::string wrote;
+  if (opt.vae.empty()) {
+    wrote = write_sample_outputs(s.model, s.samples, s.labels, s.sample.per_class, opt.out);
+  } else {
+    collective_check([&] {
+      if (world_rank() != 0) return;
+      const VaeFile vae = open_vae(opt.vae, opt.vae_config);
+      const std::int64_t n = static_cast<std::int64_t>(s.labels.size()), side = s.model.input_size;
+      std::printf("decoding %lld latents with %s\n", static_cast<long long>(n), vae.describe().c_str());
+      const std::vector<float> images = decode_latents(vae, opt.backend, s.samples, n, side, side, 8);
+      wrote = write_decoded_outputs(s.model, s.samples, images, vae.config.out_channels,
+                                    static_cast<int>(side * vae.config.downsampling()), s.labels, s.sample.per_class,
+                                    opt.out);
+    });
+  }
   if (world_rank() == 0) std::printf("wrote %s\n", wrote.c_str());
   return 0;
 }
@@ -236,6 +255,8 @@ std::function<int()> add_sample_command(CLI::App& app) {
       ->capture_default_str();
   auto settings = add_sampler_options(cmd, *opt, SampleSection{}.per_class);
   cmd->add_option("--out", opt->out, "Output PNG (raw samples go to the same name with .h5)")->capture_default_str();
+  cmd->add_option("--vae", opt->vae, "A latent model's VAE (safetensors): the grid shows its decoded pictures");
+  cmd->add_option("--vae-config", opt->vae_config, "The VAE's config.json (default: beside --vae)");
   return [cmd, opt, settings] {
     if (!*cmd) return -1;
     collective_check([&] { opt->settings = settings(); });

@@ -26,6 +26,9 @@ struct SampleOptions {
   std::vector<Setting> settings;
   int batch = 1000;                 // images sampled at once (split over the data-parallel replicas)
   std::string out = "samples.png";  // the grid; raw samples go to the same name with .h5
+  // A latent model's VAE (safetensors; its config.json beside it or vae_config): the grid shows the
+  // decoded pictures, the raw samples stay latents.
+  std::string vae, vae_config;
   int tp = 1, pp = 1;
   std::string backend = "cpu";
   std::string precision = "fp32";

@@ -36,6 +36,8 @@ const std::vector<CommandFiles> kCommands = {
      {{"--weights", In, K::Weights, "the weights being sampled"},
       {"--run", In, K::Weights, "the weights being sampled", "dir:ema.h5"},
       {"--run", In, K::Config, "the run's sampler settings", "dir:config.toml"},
+      {"--vae", In, K::Safetensors, "the VAE that decodes the latents"},
+      {"--vae-config", In, K::Json, "the VAE's config.json"},
       {"--out", Out, K::Png, "the grid"},
       {"--out", Out, K::RawSamples, "the raw samples", "ext:.h5"}}},
     {"evaluate",

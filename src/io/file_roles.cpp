@@ -51,6 +51,7 @@ constexpr KindText kKinds[] = {
     {FileKind::Json, "json", "a JSON file"},
     {FileKind::Png, "png", "a PNG image"},
     {FileKind::Zip, "zip", "a zip archive (.npz or .pt)"},
+    {FileKind::Safetensors, "safetensors", "a safetensors file (a VAE's weights)"},
     {FileKind::Text, "text", "a text file"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
 };
@@ -246,6 +247,10 @@ FileKind detect_kind(const std::string& path) {
   if (hdf5_signature(head)) return hdf5_kind(path);
   if (head.rfind("\x89PNG", 0) == 0) return FileKind::Png;
   if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return FileKind::Zip;
+  // safetensors: an 8-byte little-endian header length, then the header's JSON object.
+  if (head.size() > 9 && head[8] == '{' && static_cast<unsigned char>(head[7]) == 0 &&
+      static_cast<unsigned char>(head[6]) == 0)
+    return FileKind::Safetensors;
   return text_kind(head);
 }
 

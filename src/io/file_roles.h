@@ -19,7 +19,7 @@ enum class FileKind {
   Weights, Golden, Dataset, RawSamples, Classifier, CheckpointIndex, CheckpointShard, Inception, OtherH5,
   DamagedSeal,                          // a sealed HDF5 file whose seal does not match its bytes
   Checkpoint, CheckpointRoot, RunFolder,  // folders: a step folder, a checkpoint root, a run folder
-  Config, RunConfig, Json, Png, Zip, Text,
+  Config, RunConfig, Json, Png, Zip, Safetensors, Text,
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
 };
 

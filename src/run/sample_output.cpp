@@ -38,4 +38,15 @@ std::string write_sample_outputs(const DiTConfig& cfg, const std::vector<float>&
   return picture ? png_path + " and " + raw : raw + " (latents: decode them with the VAE to see pictures)";
 }
 
+std::string write_decoded_outputs(const DiTConfig& cfg, const std::vector<float>& latents,
+                                  const std::vector<float>& images, int channels, int size,
+                                  const std::vector<int>& labels, int per_class, const std::string& png_path) {
+  const std::string raw = std::filesystem::path(png_path).replace_extension(".h5").string();
+  const int n = static_cast<int>(labels.size());
+  write_samples_h5(raw, latents, labels, cfg.in_channels, cfg.input_size, cfg.input_size);
+  const Grid g = make_grid(images.data(), Shape{n, channels, size, size}, n / per_class, per_class, 2);
+  write_png(png_path, g.width, g.height, g.channels, g.pixels.data());
+  return png_path + " (decoded by the VAE) and " + raw + " (latents)";
+}
+
 }  // namespace dit

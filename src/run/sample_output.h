@@ -17,5 +17,10 @@ std::vector<int> grid_labels(const std::vector<int>& classes, int num_classes, i
 // to become pictures. Returns what was written, for the log line.
 std::string write_sample_outputs(const DiTConfig& cfg, const std::vector<float>& samples,
                                  const std::vector<int>& labels, int per_class, const std::string& png_path);
+// A latent model's outputs with its VAE: the grid of the decoded `images` (n, channels, size,
+// size) and the raw latent samples beside it. Called on the rank that decoded.
+std::string write_decoded_outputs(const DiTConfig& cfg, const std::vector<float>& latents,
+                                  const std::vector<float>& images, int channels, int size,
+                                  const std::vector<int>& labels, int per_class, const std::string& png_path);
 
 }  // namespace dit

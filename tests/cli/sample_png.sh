@@ -55,4 +55,37 @@ $MPIRUN -n 2 "$DIT_MP" --tp 2 --pp 1 --steps 2 --data "$SCRATCH/lat.h5" --run-di
   --set train.global_batch=4 > "$SCRATCH/lat.txt" 2>&1 || { cat "$SCRATCH/lat.txt"; fail "latent training failed"; }
 grep -q "samples *Dataset {6, 4, 8, 8}" <<<"$(h5ls "$SCRATCH/lrun/samples.h5")" || fail "latent samples missing"
 [[ ! -e "$SCRATCH/lrun/samples.png" ]] || fail "a latent model drew a PNG"
+# With its VAE (the tiny kl-f8-style VAE of tests/data, 2x downsampling: 8x8 latents are 16x16
+# pictures) the grid shows the decoded pictures, and the raw samples stay the latents.
+DATA=$(cd "$(dirname "$0")/../data" && pwd)
+"$DIT_MP" sample --run "$SCRATCH/lrun" --steps 3 --per-class 2 --vae "$DATA/vae_tiny.safetensors" \
+  --out "$SCRATCH/dec.png" > "$SCRATCH/dec.txt" 2>&1 || { cat "$SCRATCH/dec.txt"; fail "sample --vae failed"; }
+grep -q "decoding 6 latents with AutoencoderKL: blocks 16/32" "$SCRATCH/dec.txt" || fail "no decoding line: $(cat "$SCRATCH/dec.txt")"
+grep -q "samples *Dataset {6, 4, 8, 8}" <<<"$(h5ls "$SCRATCH/dec.h5")" || fail "sample --vae: the raw latents are missing"
+# 3 class rows of 2 pictures of 16x16 RGB with 2-pixel padding: 38 x 56, colour type 2 (RGB).
+/usr/bin/python3 - "$SCRATCH/dec.png" <<'PY' || fail "the decoded grid is not a 38x56 RGB PNG of varied pixels"
+import struct, sys, zlib
+b = open(sys.argv[1], "rb").read()
+w, h, depth, ctype = struct.unpack(">IIBB", b[16:26])
+assert (w, h, depth, ctype) == (38, 56, 8, 2), (w, h, depth, ctype)
+data, i = b"", 8
+while i < len(b):
+    n, kind = struct.unpack(">I4s", b[i:i + 8])
+    if kind == b"IDAT":
+        data += b[i + 8:i + 8 + n]
+    i += 12 + n
+pixels = zlib.decompress(data)
+assert len(set(pixels)) > 20, "the decoded pictures are flat"
+PY
+# The LDM naming with the same weights draws the same grid; a VAE that does not fit is refused.
+"$DIT_MP" sample --run "$SCRATCH/lrun" --steps 3 --per-class 2 --vae "$DATA/vae_tiny_ldm.safetensors" \
+  --vae-config "$DATA/vae_tiny_config.json" --out "$SCRATCH/dec_ldm.png" > "$SCRATCH/dec_ldm.txt" 2>&1 ||
+  { cat "$SCRATCH/dec_ldm.txt"; fail "sample --vae (LDM names) failed"; }
+cmp -s "$SCRATCH/dec.png" "$SCRATCH/dec_ldm.png" || fail "the LDM-named VAE decoded differently"
+out=$("$DIT_MP" sample "${S[@]}" --vae "$DATA/vae_tiny.safetensors" --out "$SCRATCH/bad.png" 2>&1) &&
+  fail "a 1-channel model sampled with a 4-channel VAE"
+grep -q -- "--vae .*vae_tiny.safetensors: its latents have 4 channels, the model's samples 1" <<<"$out" || fail "VAE mismatch: $out"
+out=$("$DIT_MP" sample --run "$SCRATCH/lrun" --vae "$DATA/vae_tiny_config.json" --out "$SCRATCH/bad.png" 2>&1) &&
+  fail "a JSON file was taken as a VAE"
+grep -q -- "--vae .*vae_tiny_config.json is a JSON file, expected a safetensors file" <<<"$out" || fail "--vae JSON: $out"
 echo "ok"

@@ -1,0 +1,47 @@
+// Decoding latent samples (see vae_decode.h).
+#include "run/vae_decode.h"
+
+#include <algorithm>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "layers/vae.h"
+
+namespace dit {
+
+void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& what) {
+  DIT_CHECK(vae.config.latent_channels == model_channels, what, " ", vae.path, ": its latents have ",
+            vae.config.latent_channels, " channels, the model's samples ", model_channels);
+  DIT_CHECK(vae.config.out_channels == 1 || vae.config.out_channels == 3, what, " ", vae.path, ": it decodes to ",
+            vae.config.out_channels, " channels; pictures have 1 or 3");
+}
+
+std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
+                                  std::int64_t n, std::int64_t h, std::int64_t w, int batch) {
+  const VaeConfig& c = vae.config;
+  const std::int64_t f = c.downsampling(), l = c.latent_channels, per_latent = l * h * w;
+  const std::int64_t per_image = c.out_channels * h * f * w * f;
+  DIT_CHECK(static_cast<std::int64_t>(latents.size()) == n * per_latent && batch > 0, "decode: ", latents.size(),
+            " latent values for ", n, " latents of (", l, ", ", h, ", ", w, ")");
+  std::unique_ptr<Backend> be = make_backend(backend, DType::F32);
+  Vae decoder(*be, c, vae.source());
+  Arena arena(*be);
+  std::vector<float> images(static_cast<std::size_t>(n * per_image));
+  std::vector<float> z;
+  for (std::int64_t first = 0; first < n; first += batch) {
+    const std::int64_t b = std::min<std::int64_t>(batch, n - first);
+    arena.reset();
+    z.assign(latents.begin() + first * per_latent, latents.begin() + (first + b) * per_latent);
+    for (float& v : z) v = static_cast<float>(v / vae.scaling_factor + vae.shift_factor);
+    Tensor zt = arena.tensor(Shape{b, l, h, w}, DType::F32);
+    be->copy(zt, Tensor{z.data(), DType::F32, zt.shape, Device::Host});
+    Tensor img = arena.tensor(Shape{b, c.out_channels, h * f, w * f}, DType::F32);
+    decoder.decode(zt, img);
+    be->copy(Tensor{images.data() + first * per_image, DType::F32, img.shape, Device::Host}, img);
+    be->synchronize();
+  }
+  return images;
+}
+
+}  // namespace dit

@@ -1,0 +1,24 @@
+// Pictures from latent samples: the VAE's decoder over a backend of its own. The VAE runs in fp32
+// whatever the run's precision (as diffusers upcasts its VAEs: in bf16 a kl-f8 decode is 2e-2 off,
+// tests/unit/test_vae.cpp), on the run's kind of device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/vae_weights.h"
+
+namespace dit {
+
+// The checks a command makes before it samples: the VAE's latents are the model's (channels), and
+// its pictures have `in_channels` 1 or 3. `what` names the command's flag in messages.
+void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& what);
+
+// images (n, C, h f, w f) in [-1, 1] of latents (n, L, h, w) in the model's space: the decoder
+// reads z = x / scaling_factor + shift_factor, `batch` latents at a time, on `backend` ("cpu" or
+// "cuda") in fp32.
+std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
+                                  std::int64_t n, std::int64_t h, std::int64_t w, int batch);
+
+}  // namespace dit
