@@ -7,7 +7,9 @@
 
 #include "io/command_files.h"
 #include "io/checkpoint.h"
+#include "io/file_roles.h"
 #include "io/prepare.h"
+#include "io/vae_weights.h"
 #include "parallel/world.h"
 
 namespace dit {
@@ -70,13 +72,22 @@ std::function<int()> add_prepare_data_command(CLI::App& app) {
 std::function<int()> add_inspect_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   CLI::App* cmd =
-      app.add_subcommand("inspect", "List a checkpoint's tensors, shapes, layout and step; verify its checksums");
-  cmd->add_option("checkpoint", *path, "A checkpoint step folder (or its root)")->required();
+      app.add_subcommand("inspect", "List a checkpoint's tensors, shapes, layout and step, verifying its checksums; "
+                                    "or name the VAE a safetensors file holds");
+  cmd->add_option("checkpoint", *path, "A checkpoint step folder (or its root), or a VAE's .safetensors")->required();
   return [cmd, path] {
     if (!*cmd) return -1;
     collective_check([&] {
       if (world_rank() != 0) return;
       check_single_input("inspect", *path);
+      if (detect_kind(*path) == FileKind::Safetensors) {
+        const VaeFile vae = open_vae(*path);
+        std::int64_t params = 0;
+        for (const VaeParam& p : vae_parameters(vae.config)) params += p.numel();
+        std::printf("%s\n%s\n%zu tensors, %lld parameters\n", vae.path.c_str(), vae.describe().c_str(),
+                    vae.file->tensors().size(), static_cast<long long>(params));
+        return;
+      }
       std::printf("%s", inspect_checkpoint(*path).c_str());
     });
     return 0;

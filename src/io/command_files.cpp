@@ -60,7 +60,7 @@ const std::vector<CommandFiles> kCommands = {
       {"--features", In, K::Folder, "the latent features"},
       {"--labels", In, K::Folder, "the labels"},
       {"--out", Out, K::Dataset, "the dataset written"}}},
-    {"inspect", {{"@checkpoint", In, K::Checkpoint, "the checkpoint inspected"}}},
+    {"inspect", {{"@checkpoint", In, K::CheckpointOrSafetensors, "the checkpoint or VAE inspected"}}},
     {"plan",
      {{"--config", In, K::Config, "the run's configuration"},
       {"--calibration", In, K::Config, "the time model's calibration"},

@@ -54,6 +54,7 @@ constexpr KindText kKinds[] = {
     {FileKind::Safetensors, "safetensors", "a safetensors file (a VAE's weights)"},
     {FileKind::Text, "text", "a text file"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
+    {FileKind::CheckpointOrSafetensors, "checkpoint_or_safetensors", "a checkpoint or a safetensors file"},
 };
 
 const KindText& text_of(FileKind k) {
@@ -156,6 +157,8 @@ bool fits(FileKind expected, FileKind actual) {
     case FileKind::RunFolder: return folder_kind_p(actual);
     case FileKind::CheckpointRoot: return actual == FileKind::Folder || actual == FileKind::Checkpoint;
     case FileKind::Checkpoint: return actual == FileKind::CheckpointRoot || actual == FileKind::CheckpointIndex;
+    case FileKind::CheckpointOrSafetensors:
+      return actual == FileKind::Safetensors || fits(FileKind::Checkpoint, actual);
     case FileKind::WeightsOrCheckpoint:
       return actual == FileKind::Weights || actual == FileKind::Checkpoint || actual == FileKind::CheckpointRoot ||
              actual == FileKind::CheckpointIndex;

@@ -21,6 +21,7 @@ enum class FileKind {
   Checkpoint, CheckpointRoot, RunFolder,  // folders: a step folder, a checkpoint root, a run folder
   Config, RunConfig, Json, Png, Zip, Safetensors, Text,
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
+  CheckpointOrSafetensors,  // expected only: a checkpoint or a safetensors file (inspect)
 };
 
 std::string kind_name(FileKind kind);  // "a weights file", "a checkpoint's index", ...

@@ -66,7 +66,7 @@ refused "is a checkpoint's index, expected a weights file: give a weights file, 
   "${T[@]}" --run-dir "$SCRATCH/try/s1" --teacher "$R/ckpt/step_00000001/index.h5"
 refused "distill.teacher .*fm_test.h5 is a dataset, expected a weights file" "${T[@]}" \
   --run-dir "$SCRATCH/try/s2" --teacher "$SCRATCH/fm_test.h5"
-refused "inspect: .*W.h5 is a weights file, expected a checkpoint folder|checkpoint .*W.h5 is a weights file, expected a checkpoint folder" \
+refused "checkpoint .*W.h5 is a weights file, expected a checkpoint or a safetensors file" \
   "$DIT_MP" inspect "$SCRATCH/W.h5"
 # 5. A FIFO as --config (train, dry run and plan) is refused at once, never read.
 mkfifo "$SCRATCH/fifo.toml"

@@ -88,4 +88,13 @@ grep -q -- "--vae .*vae_tiny.safetensors: its latents have 4 channels, the model
 out=$("$DIT_MP" sample --run "$SCRATCH/lrun" --vae "$DATA/vae_tiny_config.json" --out "$SCRATCH/bad.png" 2>&1) &&
   fail "a JSON file was taken as a VAE"
 grep -q -- "--vae .*vae_tiny_config.json is a JSON file, expected a safetensors file" <<<"$out" || fail "--vae JSON: $out"
+# inspect names the VAE a safetensors file holds, or says why it cannot.
+out=$("$DIT_MP" inspect "$DATA/vae_tiny.safetensors" 2>&1) || fail "inspect of the VAE failed: $out"
+grep -q "AutoencoderKL: blocks 16/32, 2 ResNets per block, 8 norm groups, 4 latent channels, downsampling 2x" \
+  <<<"$out" || fail "inspect did not name the VAE: $out"
+grep -q "diffusers names; latents scaled by 0.18215; architecture from .*vae_tiny_config.json" <<<"$out" ||
+  fail "inspect did not say where the VAE came from: $out"
+out=$("$DIT_MP" inspect "$DATA/vae_tiny_ldm.safetensors" 2>&1) && fail "the LDM file inspected without its groups"
+grep -q "architecture read from its shapes, 32 norm groups): every block's channels must be a positive multiple" \
+  <<<"$out" || fail "inspect of the LDM file: $out"
 echo "ok"
