@@ -13,6 +13,7 @@
 #include "io/sample_file.h"
 #include "io/weights.h"
 #include "parallel/world.h"
+#include "run/vae_decode.h"
 #include "io/atomic_file.h"
 
 namespace dit {
@@ -35,6 +36,8 @@ void check_evaluate_files(const EvaluateOptions& opt, const EvalPaths& defaults)
     if (o == "--reference-stats") return opt.reference_stats;
     if (o == "--json") return opt.json;
     if (o == "--samples-out") return opt.samples_out;
+    if (o == "--vae") return opt.sample.vae;
+    if (o == "--vae-config") return opt.sample.vae_config;
     if (inception || (!judged && !opt.train_classifier)) return "";
     if (o == "--reference") return opt.reference.empty() ? defaults.reference : opt.reference;
     if (o == "--classifier") return opt.classifier.empty() ? defaults.classifier : opt.classifier;
@@ -117,7 +120,19 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
   return paths;
 }
 
-// Rank 0: the samples judged (or their Inception FID) and the result written as JSON.
+// Latent samples decoded to pictures by the VAE (--vae), in place.
+void decode_samples(const SampleOptions& opt, eval::ImageSet& images) {
+  const VaeFile vae = open_vae(opt.vae, opt.vae_config);
+  check_vae_fits(vae, images.c, "--vae");
+  std::printf("decoding %lld latents with %s\n", static_cast<long long>(images.n), vae.describe().c_str());
+  images.pixels = decode_latents(vae, opt.backend, images.pixels, images.n, images.h, images.w, 8);
+  images.c = vae.config.out_channels;
+  images.h *= vae.config.downsampling();
+  images.w *= vae.config.downsampling();
+}
+
+// Rank 0: the samples judged (or their Inception FID) and the result written as JSON. Written
+// samples (--samples-out) are what was drawn: latents for a latent model.
 void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::ImageSet& images, bool inception) {
   if (!opt.samples_file.empty()) {
     SamplesFile f = read_samples_h5(opt.samples_file);
@@ -128,6 +143,7 @@ void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::
   } else if (!opt.samples_out.empty()) {
     write_samples_h5(opt.samples_out, images.pixels, images.labels, images.c, images.h, images.w);
   }
+  if (!opt.sample.vae.empty()) decode_samples(opt.sample, images);
   std::string json = opt.json;
   if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
   std::string result;
@@ -186,6 +202,8 @@ std::function<int()> add_evaluate_command(CLI::App& app) {
   cmd->add_option("--inception", e.inception,
                   "Inception-V3 FID weights (HDF5, from tools/convert_inception.py): FID in its pool features");
   cmd->add_option("--reference-stats", e.reference_stats, "With --inception: reference mu/sigma (.npz)");
+  cmd->add_option("--vae", e.sample.vae, "A latent model's VAE (safetensors): samples are decoded before judging");
+  cmd->add_option("--vae-config", e.sample.vae_config, "The VAE's config.json (default: beside --vae)");
   cmd->add_option("--batch", e.sample.batch, "Images sampled at once (split over data-parallel replicas)")
       ->capture_default_str();
   auto settings = add_sampler_options(cmd, e.sample, 100);

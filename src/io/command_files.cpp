@@ -51,6 +51,8 @@ const std::vector<CommandFiles> kCommands = {
       {"--train-data", In, K::Dataset, "the training dataset"},
       {"--inception", In, K::Inception, "the Inception-V3 weights"},
       {"--reference-stats", In, K::Zip, "the reference statistics"},
+      {"--vae", In, K::Safetensors, "the VAE that decodes the samples"},
+      {"--vae-config", In, K::Json, "the VAE's config.json"},
       {"--json", Out, K::Json, "the result"},
       {"--run", Out, K::Json, "the result", "dir:eval.json"},
       {"--samples-out", Out, K::RawSamples, "the drawn samples"}}},
