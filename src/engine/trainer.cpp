@@ -44,6 +44,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   }
   batches_ = std::make_unique<BatchSource>(data, noise_, setup.batch, train_.seed, cfg_.class_dropout_prob,
                                            cfg_.num_classes, train_.objective);
+  read_ahead_ = std::make_unique<ReadAhead>(*batches_, ctx.coord.dp, batches_->plan().microbatches);
   executor_ = std::make_unique<PipelineExecutor>(*ctx.pp, be, ctx.watch.get());
   const std::vector<float> table = diffusion::loss_coef_table(noise_, train_.objective.weighting);
   coefs_ = Buffer(be, table.size() * sizeof(float));
@@ -109,7 +110,7 @@ MemoryAccount Trainer::memory() const {
 
 const Microbatch& Trainer::microbatch(int mb) {
   auto it = cache_.find(mb);
-  if (it == cache_.end()) it = cache_.emplace(mb, batches_->get(step_, ctx_->coord.dp, mb)).first;
+  if (it == cache_.end()) it = cache_.emplace(mb, read_ahead_->take(step_, mb)).first;
   return it->second;
 }
 

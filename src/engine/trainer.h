@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/batch.h"
+#include "engine/read_ahead.h"
 #include "engine/dit_pipeline.h"
 #include "engine/step_part.h"
 #include "engine/train_setup.h"
@@ -140,6 +141,7 @@ class Trainer {
   StageCompanion* companion_ = nullptr;           // the first part's companion, or null
   double recipe_weight_ = 1;                      // the product of the parts' recipe weights
   std::unique_ptr<BatchSource> batches_;
+  std::unique_ptr<ReadAhead> read_ahead_;  // reads batches_ a step ahead (destroyed before it)
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t step_ = 0;
   std::size_t workspace_peak_ = 0;
