@@ -1,6 +1,6 @@
 // Dataset-file writers (see prepare.h): readers for IDX gz, image folders (stb_image) and .npy
-// files, and one SchemaWriter that lays out the HDF5 schema of h5_dataset.h in the temporary file
-// of the atomic writer (io/atomic_file.h), which renames the finished file into place.
+// files; io/dataset_writer.h lays out the HDF5 schema of h5_dataset.h in the temporary file of the
+// atomic writer (io/atomic_file.h), which renames the finished file into place.
 #include "io/prepare.h"
 
 #include <hdf5.h>
@@ -17,14 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/dataset_writer.h"
 #include "io/h5.h"
 #include "io/h5_dataset.h"
-#include "io/sealed_h5.h"
 
 namespace dit {
 namespace {
@@ -39,118 +38,6 @@ void check_target(const std::string& out, Overwrite overwrite) {
   DIT_CHECK(overwrite == Overwrite::Yes || !fs::exists(out), out,
             ": already exists; pass overwrite to replace it");
 }
-
-// --- HDF5 writing ------------------------------------------------------------------------------
-
-void write_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type,
-                const void* value, hsize_t count, const std::string& where) {
-  h5::Handle space(count == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr),
-                   H5Sclose);
-  h5::Handle a(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-               H5Aclose);
-  DIT_CHECK(bool(a), where, ": cannot create attribute '", name, "'");
-  DIT_H5_CHECK(H5Awrite(a.get(), mem_type, value), where, " @", name);
-}
-
-// Variable-length UTF-8 strings: h5py reads them as str.
-void write_attr_strings(hid_t obj, const std::string& name, const std::vector<std::string>& v,
-                        h5::AttrShape shape, const std::string& where) {
-  h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  std::vector<const char*> ptrs;
-  for (const auto& s : v) ptrs.push_back(s.c_str());
-  write_attr(obj, name, type.get(), type.get(), ptrs.data(),
-             shape == h5::AttrShape::Scalar ? 0 : hsize_t(v.size()), where);
-}
-
-struct Layout {
-  std::int64_t n = 0;
-  int c = 0, h = 0, w = 0;
-  bool latents = false;  // float32 latents, else uint8 images
-  std::uint64_t text_bytes = 0;  // of attribute strings (class names, the source)
-  std::int64_t sample() const { return std::int64_t(c) * h * w; }
-  // An upper bound of the file's size: the samples and labels, twice the strings, and 1 MiB plus
-  // 0.1% for HDF5's own structures.
-  std::uint64_t file_bound() const {
-    const std::uint64_t raw = std::uint64_t(n) * std::uint64_t(sample()) * (latents ? 4 : 1) + std::uint64_t(n) * 4;
-    return raw + raw / 1024 + 2 * text_bytes + (std::uint64_t(1) << 20);
-  }
-};
-
-// Creates the file `tmp` (the atomic writer's temporary), takes sample slabs, then labels and
-// attributes, and seals it in finish(); the atomic writer renames it into place. Errors name `tmp`,
-// which the atomic writer rewords as the target.
-class SchemaWriter {
- public:
-  SchemaWriter(const std::string& tmp, const Layout& layout) : tmp_(tmp), layout_(layout) {
-    // The 1.8 format or newer: dense attribute storage, so long class_names lists fit; a user block
-    // for the seal, a whole-file CRC-32 (sealed_h5.h). Its disk space is reserved up front.
-    file_.emplace(h5::DiskFile::create_reserved(tmp_, layout.file_bound(), {h5::Format::V18, h5::kSealBytes}));
-    const hsize_t dims[4] = {hsize_t(layout.n), hsize_t(layout.c), hsize_t(layout.h),
-                             hsize_t(layout.w)};
-    h5::Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
-    const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, tmp_);
-    images_ =
-        h5::Handle(H5Dcreate2(file_->get(), "images", layout.latents ? H5T_IEEE_F32LE : H5T_STD_U8LE,
-                              space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                   H5Dclose);
-    DIT_CHECK(bool(images_), tmp_, ": cannot create dataset 'images' (", h5::error_text(), ")");
-  }
-  // Unfinished (an exception): the dataset closes first, then the file is emptied and closed
-  // (h5::DiskFile); the atomic writer removes it.
-  ~SchemaWriter() {
-    images_.reset();
-    file_.reset();
-  }
-  SchemaWriter(const SchemaWriter&) = delete;
-  SchemaWriter& operator=(const SchemaWriter&) = delete;
-
-  hid_t file() const { return file_->get(); }
-
-  // Samples [first, first + count): uint8 or float32 (as the layout says), (count, C, H, W).
-  void write(std::int64_t first, std::int64_t count, const void* data) {
-    if (count == 0) return;
-    const hsize_t start[4] = {hsize_t(first), 0, 0, 0};
-    const hsize_t size[4] = {hsize_t(count), hsize_t(layout_.c), hsize_t(layout_.h),
-                             hsize_t(layout_.w)};
-    h5::Handle fspace(H5Dget_space(images_.get()), H5Sclose);
-    DIT_H5_CHECK(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, size, nullptr),
-                 tmp_, " images");
-    h5::Handle mspace(H5Screate_simple(4, size, nullptr), H5Sclose);
-    DIT_CHECK(H5Dwrite(images_.get(), layout_.latents ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT8, mspace.get(),
-                       fspace.get(), H5P_DEFAULT, data) >= 0,
-              tmp_, ": cannot write samples ", first, "..", first + count - 1, " (", h5::error_text(), ")");
-  }
-
-  void finish(const std::vector<std::int32_t>& labels, int num_classes, const std::string& source) {
-    DIT_CHECK(std::int64_t(labels.size()) == layout_.n, tmp_, ": ", labels.size(), " labels for ",
-              layout_.n, " samples");
-    const hsize_t n = labels.size();
-    h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    const h5::Handle dcpl = h5::creation_plist(H5P_DATASET_CREATE, tmp_);
-    h5::Handle d(H5Dcreate2(file_->get(), "labels", H5T_STD_I32LE, space.get(), H5P_DEFAULT,
-                            dcpl.get(), H5P_DEFAULT),
-                 H5Dclose);
-    DIT_CHECK(bool(d), tmp_, ": cannot create dataset 'labels' (", h5::error_text(), ")");
-    DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0, tmp_,
-              ": cannot write labels (", h5::error_text(), ")");
-    d.reset();
-    const std::int64_t classes = num_classes;
-    write_attr(file(), "num_classes", H5T_STD_I64LE, H5T_NATIVE_INT64, &classes, 0, tmp_);
-    write_attr_strings(file(), "kind", {layout_.latents ? "latents" : "images"}, h5::AttrShape::Scalar, tmp_);
-    write_attr_strings(file(), "source", {source}, h5::AttrShape::Scalar, tmp_);
-    images_.reset();
-    file_->close();
-    h5::seal_file(tmp_);
-  }
-
- private:
-  std::string tmp_;
-  Layout layout_;
-  std::optional<h5::DiskFile> file_;
-  h5::Handle images_;
-};
 
 // --- IDX (gz) ----------------------------------------------------------------------------------
 
@@ -247,7 +134,7 @@ PrepareResult prepare_fashion_mnist(const std::string& src_dir, const std::strin
     for (int r = 0; r < 28; ++r)
       std::memcpy(&padded[(i * 32 + r + 2) * 32 + 2], &images.data[(i * 28 + r) * 28], 28);
   write_atomically(out_path, kWhat, [&](const std::string& tmp) {
-    SchemaWriter writer(tmp, Layout{n, 1, 32, 32, false});
+    DatasetWriter writer(tmp, DatasetLayout{n, 1, 32, 32, false});
     writer.write(0, n, padded.data());
     writer.finish(y, 10, "fashion-mnist " + split);
   });
@@ -311,44 +198,48 @@ void load_square(const std::string& path, int size, std::uint8_t* out) {
 
 }  // namespace
 
+ImageFolder list_image_folder(const std::string& dir) {
+  DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
+  ImageFolder f;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string()[0] != '.')  // skip .git, .cache, ...
+      f.classes.push_back(e.path().filename().string());
+  std::sort(f.classes.begin(), f.classes.end());
+  DIT_CHECK(!f.classes.empty(), dir, ": no class sub-folders, expected one folder of images per class");
+  std::vector<std::size_t> per_class(f.classes.size(), 0);
+  for (std::size_t k = 0; k < f.classes.size(); ++k) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(fs::path(dir) / f.classes[k]))
+      if (e.is_regular_file() && is_image_file(e.path())) found.push_back(e.path().string());
+    std::sort(found.begin(), found.end());
+    per_class[k] = found.size();
+    for (auto& file : found) {
+      f.files.push_back(std::move(file));
+      f.labels.push_back(std::int32_t(k));
+    }
+  }
+  DIT_CHECK(!f.files.empty(), dir, ": no images at all (.png/.jpg/.jpeg) in ", f.classes.size(), " class folders");
+  for (std::size_t k = 0; k < f.classes.size(); ++k)
+    DIT_CHECK(per_class[k] > 0, (fs::path(dir) / f.classes[k]).string(),
+              ": class folder holds no .png/.jpg/.jpeg images");
+  return f;
+}
+
 PrepareResult prepare_images(const std::string& dir, const std::string& out_path, int size,
                              Overwrite overwrite) {
   DIT_CHECK(size >= 1 && size <= 4096, "image size ", size, ", expected 1..4096");
   DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
   check_target(out_path, overwrite);
-  std::vector<std::string> classes;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && e.path().filename().string()[0] != '.')  // skip .git, .cache, ...
-      classes.push_back(e.path().filename().string());
-  std::sort(classes.begin(), classes.end());
-  DIT_CHECK(!classes.empty(), dir,
-            ": no class sub-folders, expected one folder of images per class");
-  std::vector<std::string> files;
-  std::vector<std::int32_t> labels;
-  std::vector<std::size_t> per_class(classes.size(), 0);
-  for (std::size_t k = 0; k < classes.size(); ++k) {
-    std::vector<std::string> found;
-    for (const auto& e : fs::directory_iterator(fs::path(dir) / classes[k]))
-      if (e.is_regular_file() && is_image_file(e.path())) found.push_back(e.path().string());
-    std::sort(found.begin(), found.end());
-    per_class[k] = found.size();
-    for (auto& f : found) {
-      files.push_back(std::move(f));
-      labels.push_back(std::int32_t(k));
-    }
-  }
-  DIT_CHECK(!files.empty(), dir, ": no images at all (.png/.jpg/.jpeg) in ", classes.size(),
-            " class folders");
-  for (std::size_t k = 0; k < classes.size(); ++k)
-    DIT_CHECK(per_class[k] > 0, (fs::path(dir) / classes[k]).string(),
-              ": class folder holds no .png/.jpg/.jpeg images");
-
+  const ImageFolder folder = list_image_folder(dir);
+  const std::vector<std::string>& classes = folder.classes;
+  const std::vector<std::string>& files = folder.files;
+  const std::vector<std::int32_t>& labels = folder.labels;
   const std::int64_t n = std::int64_t(files.size());
-  Layout layout{n, 3, size, size, false};
+  DatasetLayout layout{n, 3, size, size, false};
   layout.text_bytes = dir.size() + 64;
   for (const std::string& name : classes) layout.text_bytes += name.size() + 32;
   write_atomically(out_path, kWhat, [&](const std::string& tmp) {
-    SchemaWriter writer(tmp, layout);
+    DatasetWriter writer(tmp, layout);
     const std::int64_t sample = 3 * std::int64_t(size) * size;
     const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / sample);
     std::vector<std::uint8_t> buf(std::size_t(std::min(batch, n) * sample));
@@ -358,7 +249,7 @@ PrepareResult prepare_images(const std::string& dir, const std::string& out_path
         load_square(files[std::size_t(first + i)], size, &buf[std::size_t(i * sample)]);
       writer.write(first, count, buf.data());
     }
-    write_attr_strings(writer.file(), "class_names", classes, h5::AttrShape::List, tmp);
+    write_dataset_attr_strings(writer.file(), "class_names", classes, h5::AttrShape::List, tmp);
     writer.finish(labels, int(classes.size()), "image folder " + dir);
   });
   return PrepareResult{out_path, n, int(classes.size())};
@@ -531,9 +422,9 @@ PrepareResult prepare_latents(const std::string& features_dir, const std::string
   std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
   std::int64_t max_label = 0;
   write_atomically(out_path, kWhat, [&](const std::string& tmp) {
-    Layout layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true};
+    DatasetLayout layout{n, int(chw[1]), int(chw[2]), int(chw[3]), true};
     layout.text_bytes = features_dir.size() + 64;
-    SchemaWriter writer(tmp, layout);
+    DatasetWriter writer(tmp, layout);
     const std::int64_t batch = std::max<std::int64_t>(1, (std::int64_t(16) << 20) / sample);
     std::vector<float> buf(std::size_t(std::min(batch, n) * sample));
     for (std::int64_t i = 0; i < n; ++i) {
@@ -550,7 +441,7 @@ PrepareResult prepare_latents(const std::string& features_dir, const std::string
       max_label = std::max(max_label, v);
     }
     const double scale = latent_scale;
-    write_attr(writer.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, tmp);
+    write_dataset_attr(writer.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, tmp);
     writer.finish(labels, num_classes > 0 ? num_classes : int(max_label + 1), "fast-DiT latents " + features_dir);
   });
   return PrepareResult{out_path, n, num_classes > 0 ? num_classes : int(max_label + 1)};

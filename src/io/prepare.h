@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dit {
 
@@ -31,12 +32,22 @@ PrepareResult prepare_fashion_mnist(const std::string& src_dir, const std::strin
 
 // A folder of class sub-folders holding .png/.jpg/.jpeg files (any case; other files skipped).
 // Class index = position in the byte-wise sorted sub-folder names, as torchvision's ImageFolder
-// (names starting with '.' are skipped); the class_names attribute lists them in that order.
-// Files within a class are taken in sorted order. Each image is converted to RGB (alpha dropped),
+// (names starting with '.' are skipped). Files within a class are taken in sorted order.
+// Errors: not a folder, no sub-folders, an empty class, no images at all.
+struct ImageFolder {
+  std::vector<std::string> classes;  // the sub-folders' names, sorted
+  std::vector<std::string> files;    // paths (the folder's path joined with the class and name)
+  std::vector<std::int32_t> labels;  // the class index of each file
+};
+ImageFolder list_image_folder(const std::string& dir);
+
+// The image folder above (list_image_folder) as uint8 pixels; the class_names attribute lists the
+// classes in order. Each image is converted to RGB (alpha dropped),
 // centre-cropped to a square of its shorter side and resized to size x size by area averaging:
 // each output pixel is the mean of the source area it covers, with fractional edge weights (exact
 // box downsampling; blends neighbours on upsampling), rounded to uint8 (N, 3, size, size).
-// Errors: no sub-folders, an empty class, no images at all, an image stb_image cannot read.
+// Errors: those of list_image_folder, an image stb_image cannot read. (With a VAE, the folder
+// becomes latents instead: engine/image_latents.h.)
 PrepareResult prepare_images(const std::string& dir, const std::string& out_path, int size,
                              Overwrite overwrite = Overwrite::No);
 
