@@ -26,6 +26,7 @@ enum class RngPurpose : std::uint32_t {
   Sampler = 5,     // sampling-time noise; index = sample index, step = sampler step
   DataOrder = 6,   // per-epoch dataset permutation; step = epoch
   Gate = 7,        // learned pruning's Gumbel noise; index = stream position (engine/layer_gates.h)
+  LatentSample = 8,  // a VAE latent drawn from its Gaussian; index = source image, step = flip
   Test = 100,
 };
 

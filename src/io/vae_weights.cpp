@@ -158,6 +158,7 @@ void read_config(VaeFile& f) {
   if (const Json* v = doc.find("use_quant_conv")) cfg.use_quant_conv = json_bool(*v, where, "use_quant_conv");
   if (const Json* v = doc.find("use_post_quant_conv"))
     cfg.use_post_quant_conv = json_bool(*v, where, "use_post_quant_conv");
+  if (const Json* v = doc.find("force_upcast")) f.force_upcast = json_bool(*v, where, "force_upcast");
   if (const Json* v = doc.find("scaling_factor")) f.scaling_factor = json_number(*v, where, "scaling_factor");
   if (const Json* v = doc.find("shift_factor"); v && v->kind == Json::Kind::Number)
     f.shift_factor = json_number(*v, where, "shift_factor");
