@@ -61,6 +61,8 @@ const std::vector<CommandFiles> kCommands = {
      {{"@dir", In, K::Folder, "the source images"},
       {"--features", In, K::Folder, "the latent features"},
       {"--labels", In, K::Folder, "the labels"},
+      {"--vae", In, K::Safetensors, "the VAE that encodes the images"},
+      {"--vae-config", In, K::Json, "the VAE's config.json"},
       {"--out", Out, K::Dataset, "the dataset written"}}},
     {"inspect", {{"@checkpoint", In, K::CheckpointOrSafetensors, "the checkpoint or VAE inspected"}}},
     {"plan",

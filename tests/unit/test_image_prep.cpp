@@ -4,22 +4,36 @@
 // decoding, on crops of a real photograph (tests/data/image_prep/README.md). PNG decoding and every
 // crop must match PIL exactly; JPEG decoders legitimately differ (stb_image is not libjpeg), so stb's
 // JPEG pixels are held within a bound measured here. Then the refusals: a CMYK JPEG, truncated
-// JPEG and PNG files, a PNG with a bad CRC, other data, each a one-phrase reason.
+// JPEG and PNG files, a PNG with a bad CRC, other data, each a one-phrase reason. vae_latent_work:
+// the resumable work folder (records, a torn tail cut off, other settings and foreign files
+// refused, a damaged record found). vae_latents: the whole preparation on one rank against the
+// pieces composed by hand.
 #include <gtest/gtest.h>
 
 #include <zlib.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "engine/image_latents.h"
 #include "io/h5.h"
+#include "io/h5_dataset.h"
 #include "io/image_prep.h"
+#include "io/latent_work.h"
+#include "io/vae_weights.h"
+#include "layers/vae.h"
 #include "io_test_util.h"
 
 namespace dit {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 const std::string kDir = std::string(DIT_TEST_DATA) + "/image_prep/";
 const std::string kGolden = kDir + "image_prep_golden.h5";
@@ -148,6 +162,123 @@ TEST(image_prep, RefusesCmykTruncatedAndCorruptFiles) {
   EXPECT_EQ(problem_of("GIF89a..."), "neither PNG nor JPEG data");
   EXPECT_EQ(problem_of(""), "an empty file");
   EXPECT_NE(decode_image_file(kDir + "no_such.png").problem.find("cannot be read"), std::string::npos);
+}
+
+// The work folder: records appended by two ranks are found again with their values; a torn last
+// record is cut off before a resumed run appends; other settings and foreign files are refused
+// with one line; a damaged record is found when its values are read.
+TEST(vae_latent_work, RecordsTornTailsAndRefusals) {
+  io_test::Scratch dir("latent_work");
+  const std::string out = dir / "o.h5", folder = LatentWork::folder_of(out);
+  LatentWork w(out, "size 32\nflips none\n");
+  EXPECT_EQ(w.prepare(), 0);
+  ASSERT_TRUE(fs::is_regular_file(folder + "/settings.txt"));
+  LatentRecord a;
+  a.batch = 0;
+  a.files_digest = 7;
+  a.problems = {"", "a truncated JPEG (...)"};
+  a.samples = 1;
+  a.sample_floats = 3;
+  const std::vector<float> va = {1.5f, -2.f, 3.25f}, vb = {4.f, 5.f, 6.f, 7.f, 8.f, 9.f};
+  LatentRecord b = a;
+  b.batch = 1;
+  b.problems = {"", ""};
+  b.samples = 2;
+  w.append(0, a, va.data());
+  w.append(1, b, vb.data());
+  std::vector<LatentRecord> found = w.scan();
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].batch, 0);
+  EXPECT_EQ(found[0].files_digest, 7u);
+  EXPECT_EQ(found[0].problems, a.problems);
+  EXPECT_EQ(w.read_values(found[0]), va);
+  EXPECT_EQ(w.read_values(found[1]), vb);
+
+  // A kill while appending leaves half a record: kept out of the scan, cut off by prepare().
+  const std::string part0 = folder + "/part-00000.bin";
+  const auto whole = fs::file_size(part0);
+  std::string half = io_test::read_all(part0).substr(0, whole / 2);
+  std::ofstream(part0, std::ios::binary | std::ios::app) << half;
+  EXPECT_EQ(w.scan().size(), 2u);
+  LatentWork again(out, "size 32\nflips none\n");
+  EXPECT_EQ(again.prepare(), 2);
+  EXPECT_EQ(fs::file_size(part0), whole);
+
+  // Other settings: refused, naming the first that differs; the work is kept.
+  LatentWork other(out, "size 32\nflips both\n");
+  EXPECT_EQ(io_test::error_of([&] { other.prepare(); })
+                .rfind(folder + " holds the unfinished work of a preparation with other settings: flips none there, "
+                                "both here; rerun that command to finish it, or remove " + folder + " to start afresh",
+                       0),
+            0u);
+  EXPECT_EQ(fs::file_size(part0), whole);
+  io_test::write_plain(folder + "/notes.txt", "mine");
+  EXPECT_NE(io_test::error_of([&] { again.prepare(); }).find("holds notes.txt, which dit_mp did not write"),
+            std::string::npos);
+  fs::remove(folder + "/notes.txt");
+
+  // A damaged value in a record that is not its part's last: found when read. (A part's last
+  // record is checked by the scan, as a torn one would be: it is left out.)
+  again.append(0, b, vb.data());
+  {
+    std::fstream f(part0, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(std::streamoff(found[0].bytes - 8));
+    f.put('\x7f');
+  }
+  found = again.scan();
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_NE(io_test::error_of([&] { again.read_values(found[0]); }).find("fails its CRC"), std::string::npos);
+  EXPECT_EQ(again.read_values(found[1]), vb);
+  again.remove();
+  EXPECT_FALSE(fs::exists(folder));
+}
+
+// The preparation on one rank (no MPI) of a folder of the real pictures, against the same steps by
+// hand: decode, center_crop_arr, x / 127.5 - 1, the VAE's encoder, its mean; bit for bit.
+TEST(vae_latents, OneRankMatchesThePiecesByHand) {
+  io_test::Scratch dir("vae_latents");
+  fs::create_directories(dir.path / "imgs" / "a");
+  fs::create_directories(dir.path / "imgs" / "b");
+  fs::copy_file(kDir + "photo_a.png", dir / "imgs/a/1.png");
+  fs::copy_file(kDir + "photo_f.jpg", dir / "imgs/a/2.jpg");
+  fs::copy_file(kDir + "gray_c.png", dir / "imgs/b/3.png");
+  fs::copy_file(kDir + "cmyk.jpg", dir / "imgs/b/4.jpg");
+  ImageLatentsOptions o;
+  o.dir = dir / "imgs";
+  o.out = dir / "lat.h5";
+  o.vae = std::string(DIT_TEST_DATA) + "/vae_tiny.safetensors";
+  o.size = 16;
+  o.batch = 2;
+  EXPECT_NE(io_test::error_of([&] { prepare_image_latents(o); }).find("4.jpg: a CMYK JPEG"), std::string::npos);
+  EXPECT_FALSE(fs::exists(o.out));
+  o.bad_files = BadFiles::Skip;
+  const PrepareResult r = prepare_image_latents(o);
+  EXPECT_EQ(r.samples, 3);
+  EXPECT_FALSE(fs::exists(LatentWork::folder_of(o.out))) << "the work folder stays";
+
+  H5Dataset data(o.out);
+  EXPECT_EQ(data.kind(), "latents");
+  EXPECT_EQ(data.num_classes(), 2);
+  EXPECT_DOUBLE_EQ(data.latent_scale(), 0.18215);
+  const VaeFile file = open_vae(o.vae);
+  auto be = make_backend("cpu");
+  Vae vae(*be, file.config, file.source());
+  Arena arena(*be);
+  const char* names[] = {"imgs/a/1.png", "imgs/a/2.jpg", "imgs/b/3.png"};
+  for (int i = 0; i < 3; ++i) {
+    const RgbImage crop = center_crop_arr(decode_image_file(dir / names[i]).image, 16);
+    std::vector<float> x(3 * 16 * 16), m(8 * 8 * 8), served(4 * 8 * 8);
+    to_unit_chw(crop, Mirror::No, x.data());
+    Tensor tx = arena.tensor(Shape{1, 3, 16, 16}, DType::F32), tm = arena.tensor(Shape{1, 8, 8, 8}, DType::F32);
+    be->copy(tx, Tensor{x.data(), DType::F32, tx.shape, Device::Host});
+    vae.encode(tx, tm);
+    be->copy(Tensor{m.data(), DType::F32, tm.shape, Device::Host}, tm);
+    be->synchronize();
+    EXPECT_EQ(data.label(i), i < 2 ? 0 : 1);
+    data.get(i, served.data());  // the latent times latent_scale, as training reads it
+    for (int j = 0; j < 4 * 8 * 8; ++j)
+      ASSERT_EQ(served[std::size_t(j)], m[std::size_t(j)] * float(data.latent_scale())) << names[i] << " value " << j;
+  }
 }
 
 }  // namespace dit

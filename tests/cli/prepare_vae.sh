@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# `dit_mp prepare-data images DIR --vae FILE`: a folder of real pictures into latents, over ranks.
+# The folder: 40 Fashion-MNIST test images (tinted to RGB) as PNG and JPEG in 3 class folders, a
+# grayscale PNG, two small real JPEG photographs, plus a CMYK JPEG and a truncated JPEG. Then:
+# --bad-files fail stops every rank naming the CMYK file, nothing written; --bad-files skip at 2 ranks
+# with the tiny VAE succeeds, skipping those 2; 1 rank writes the same bytes; a run killed midway
+# (the DIT_PREPARE_KILL_AFTER hook: a rank kills itself with SIGKILL after K images) resumes, after
+# its work folder refused a command of other settings, into the same bytes; the latent-diffusion
+# named copy of the VAE gives the same latents; --flips both stores the mirror images after the
+# originals; --latent sample draws; and `dit_mp train` runs 2 steps on the latents.
+source "$(dirname "$0")/common.sh"
+export OMPI_MCA_orte_execute_quiet=1  # mpirun's own banners off (see bad_inputs.sh)
+prepare_fashion_test
+IM="$SCRATCH/imgs"
+PIC="$DIT_DATA/image_prep"
+VAE="$DIT_DATA/vae_tiny.safetensors"
+
+# PNG written with zlib alone; JPEG with PIL where it is installed (python3-matplotlib brings it, as
+# scripts/install_deps.sh installs), else those pictures are PNG too (the photographs stay JPEG).
+/usr/bin/python3 - "$SCRATCH/fm_test.h5" "$IM" <<'PY'
+import os, struct, sys, zlib
+import numpy as np
+
+def read_images(path, n):  # the uint8 (N, 1, 32, 32) 'images' of dit_mp's dataset, without h5py
+    import subprocess
+    raw = path + ".raw"
+    subprocess.run(["h5dump", "-d", "/images", "-c", f"{n},1,32,32", "-b", "LE", "-o", raw, path],
+                   capture_output=True, check=True)
+    return np.fromfile(raw, dtype=np.uint8).reshape(n, 32, 32)
+
+def png(path, a):
+    h, w = a.shape[:2]
+    kind = 0 if a.ndim == 2 else 2
+    raw = b"".join(b"\0" + a[r].tobytes() for r in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, kind, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+try:
+    from PIL import Image
+except ImportError:
+    Image = None
+    print("note: no PIL: the Fashion-MNIST pictures are PNG only")
+x = read_images(sys.argv[1], 40)
+classes = ["a_top", "b_shoe", "c_bag"]
+for c in classes:
+    os.makedirs(os.path.join(sys.argv[2], c))
+for i in range(40):
+    g = x[i].astype(np.float32)
+    rgb = np.stack([g, g * 0.7 + 40, 255 - g], -1).clip(0, 255).astype(np.uint8)
+    stem = os.path.join(sys.argv[2], classes[i % 3], f"fm_{i:02d}")
+    if i % 2 == 0 and Image is not None:
+        Image.fromarray(rgb).save(stem + ".jpg", quality=90)
+    else:
+        png(stem + ".png", rgb)
+png(os.path.join(sys.argv[2], "a_top", "gray.png"), x[40 - 1])
+PY
+cp "$PIC/photo_f.jpg" "$IM/a_top/photo.jpg"
+cp "$PIC/gray_g.jpg" "$IM/c_bag/gray_photo.jpg"
+cp "$PIC/cmyk.jpg" "$IM/b_shoe/cmyk.jpg"
+head -c 3000 "$PIC/photo_f.jpg" > "$IM/c_bag/truncated.jpg"
+FILES=$(find "$IM" -type f | wc -l)
+[[ $FILES -eq 45 ]] || fail "expected 45 pictures, made $FILES"
+
+P=(prepare-data images "$IM" --vae "$VAE" --size 32 --batch 4)
+attr_root() {  # attr_root FILE NAME: a root attribute's value as h5dump prints it
+  h5dump -a "/$2" "$1" | sed -n '/DATA {/,/}/p' | grep -o '(0).*' | sed 's/(0): //; s/ //g; s/"//g'
+}
+T0=$(date +%s.%N)
+
+# --bad-files fail (the default): one line naming the CMYK file, non-zero on every rank, no dataset.
+rc=0
+$MPIRUN -n 2 "$DIT_MP" "${P[@]}" --out "$SCRATCH/fail.h5" > "$SCRATCH/fail.out" 2> "$SCRATCH/fail.err" || rc=$?
+[[ $rc -ne 0 ]] || fail "a CMYK JPEG did not fail the preparation"
+grep -q "cmyk.jpg: a CMYK JPEG (4 colour components)" "$SCRATCH/fail.err" || { cat "$SCRATCH/fail.err"; fail "the CMYK file is not named"; }
+[[ $(wc -l < "$SCRATCH/fail.err") -eq 1 ]] || { cat "$SCRATCH/fail.err"; fail "not one line on stderr"; }
+[[ ! -e "$SCRATCH/fail.h5" ]] && ! ls "$SCRATCH"/fail.h5.tmp-* > /dev/null 2>&1 || fail "a failed preparation left a dataset"
+echo "ok: --bad-files fail names the CMYK file"
+
+# --bad-files skip at 2 ranks: both bad files skipped and counted; the work folder is gone.
+$MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/two.h5" > "$SCRATCH/two.out" 2>&1 ||
+  { cat "$SCRATCH/two.out"; fail "prepare-data --vae at 2 ranks failed"; }
+grep -q "^skipped 2 of 45 files (--bad-files skip)$" "$SCRATCH/two.out" || { cat "$SCRATCH/two.out"; fail "2 skipped files not reported"; }
+grep -q "^skipped .*truncated.jpg: a truncated JPEG" "$SCRATCH/two.out" || fail "the truncated file is not named"
+grep -q "^prepare-data: 45/45 images (100.0%), .* images/s" "$SCRATCH/two.out" || fail "no progress line"
+[[ ! -e "$SCRATCH/two.h5.parts" ]] || fail "the work folder stayed"
+h5ls "$SCRATCH/two.h5" | grep -q "images *Dataset {43, 4, 16, 16}" || { h5ls "$SCRATCH/two.h5"; fail "expected 43 latents of 4x16x16"; }
+[[ $(attr_root "$SCRATCH/two.h5" skipped_files) == 2 && $(attr_root "$SCRATCH/two.h5" kind) == latents &&
+   $(attr_root "$SCRATCH/two.h5" latent_scale) == 0.18215 ]] || fail "attributes skipped_files, kind, latent_scale"
+echo "ok: 2 ranks, 2 files skipped"
+
+# 1 rank: the same bytes.
+"$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/one.h5" > "$SCRATCH/one.out" 2>&1 ||
+  { cat "$SCRATCH/one.out"; fail "prepare-data --vae at 1 rank failed"; }
+cmp "$SCRATCH/one.h5" "$SCRATCH/two.h5" || fail "1 rank and 2 ranks wrote different files"
+echo "ok: 1 rank writes the file 2 ranks wrote, byte for byte"
+
+# Killed after 8 images on a rank: the work stays; a command of other settings is refused by it;
+# the same command resumes (at 1 rank here) into the same bytes.
+rc=0
+DIT_PREPARE_KILL_AFTER=8 $MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/kill.h5" \
+  > "$SCRATCH/kill.out" 2>&1 || rc=$?
+[[ $rc -ne 0 && ! -e "$SCRATCH/kill.h5" ]] || { cat "$SCRATCH/kill.out"; fail "the killed run finished (rc $rc)"; }
+ls "$SCRATCH"/kill.h5.parts/part-*.bin > /dev/null || fail "the killed run left no part"
+rc=0
+"$DIT_MP" "${P[@]}" --bad-files skip --flips both --out "$SCRATCH/kill.h5" > "$SCRATCH/other.out" 2> "$SCRATCH/other.err" || rc=$?
+[[ $rc -ne 0 ]] || fail "other settings resumed the work folder"
+grep -q "kill.h5.parts holds the unfinished work of a preparation with other settings: flips none there, both here" \
+  "$SCRATCH/other.err" || { cat "$SCRATCH/other.err"; fail "the refusal does not name the setting"; }
+"$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/kill.h5" > "$SCRATCH/resume.out" 2>&1 ||
+  { cat "$SCRATCH/resume.out"; fail "the resumed preparation failed"; }
+grep -q "^resuming: [1-9][0-9]* of 45 images done" "$SCRATCH/resume.out" || { cat "$SCRATCH/resume.out"; fail "it did not resume"; }
+cmp "$SCRATCH/kill.h5" "$SCRATCH/two.h5" || fail "the resumed preparation wrote another file"
+echo "ok: killed, resumed: $(grep "^resuming" "$SCRATCH/resume.out"), the same bytes"
+
+# The latent-diffusion naming of the same weights (with its config given) gives the same latents.
+"$DIT_MP" prepare-data images "$IM" --vae "$DIT_DATA/vae_tiny_ldm.safetensors" --vae-config "$DIT_DATA/vae_tiny_config.json" \
+  --size 32 --batch 4 --bad-files skip --out "$SCRATCH/ldm.h5" > "$SCRATCH/ldm.out" 2>&1 ||
+  { cat "$SCRATCH/ldm.out"; fail "prepare-data with the LDM-named VAE failed"; }
+for d in /images /labels; do
+  h5diff "$SCRATCH/ldm.h5" "$SCRATCH/two.h5" $d $d > /dev/null || fail "the LDM-named VAE's $d differ"
+done
+echo "ok: the LDM-named VAE gives the same latents"
+
+# Flips and draws: --flips both stores each picture, then its mirror image: with the mean, the
+# originals are the latents above; --latent sample draws around them (at 2 ranks).
+"$DIT_MP" "${P[@]}" --bad-files skip --flips both --out "$SCRATCH/flips.h5" > "$SCRATCH/flips.out" 2>&1 ||
+  { cat "$SCRATCH/flips.out"; fail "--flips both failed"; }
+$MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --flips both --latent sample --seed 3 --out "$SCRATCH/draw.h5" \
+  > "$SCRATCH/draw.out" 2>&1 || { cat "$SCRATCH/draw.out"; fail "--latent sample failed"; }
+for f in two flips draw; do
+  h5dump -d /images -b LE -o "$SCRATCH/$f.raw" "$SCRATCH/$f.h5" > /dev/null
+done
+/usr/bin/python3 - "$SCRATCH" <<'PY'
+import sys
+import numpy as np
+two, flips, draw = (np.fromfile(f"{sys.argv[1]}/{n}.raw", dtype="<f4").reshape(-1, 4, 16, 16) for n in ("two", "flips", "draw"))
+assert two.shape[0] == 43 and flips.shape == draw.shape == (86, 4, 16, 16), (two.shape, flips.shape, draw.shape)
+assert np.array_equal(flips[0::2], two), "--flips both: the originals are not the unflipped latents"
+assert not np.array_equal(flips[1::2], flips[0::2]), "the mirror images' latents equal the originals'"
+assert np.all(np.isfinite(draw)) and not np.array_equal(draw, flips), "the draws equal the means"
+print(f"ok: --flips both: 86 latents, originals as without flips; draws differ from the means by "
+      f"{np.abs(draw - flips).mean():.3g} on average")
+PY
+T1=$(date +%s.%N)
+echo "prepare-data --vae: 9 commands on 45 pictures in $(python3 -c "print(f'{$T1 - $T0:.1f}')") s"
+
+# Training on the latents: in_channels = the VAE's 4 latent channels, 16 x 16 latents.
+"$DIT_MP" --tp 1 --pp 1 --steps 2 --run-dir "$SCRATCH/run" "${TINY[@]}" --data "$SCRATCH/two.h5" \
+  --set model.in_channels=4 --set model.input_size=16 --set model.num_classes=3 > "$SCRATCH/train.out" 2>&1 ||
+  { cat "$SCRATCH/train.out"; fail "training on the prepared latents failed"; }
+[[ -f "$SCRATCH/run/ema.h5" ]] || fail "the run wrote no ema.h5"
+echo "ok: 2 training steps on the latents"
