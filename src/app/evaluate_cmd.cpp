@@ -160,7 +160,9 @@ void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::
 
 }  // namespace
 
-int run_evaluate(const EvaluateOptions& opt) {
+int run_evaluate(const EvaluateOptions& given) {
+  EvaluateOptions opt = given;
+  collective_check([&] { opt.sample = with_run_vae(given.sample); });
   const bool from_weights = !opt.sample.run_dir.empty() || !opt.sample.weights.empty();
   const bool inception = !opt.inception.empty() || !opt.reference_stats.empty();
   EvalPaths paths;

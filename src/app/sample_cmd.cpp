@@ -128,6 +128,16 @@ SampleSource resolve_source(const SampleOptions& requested) {
 
 SampleSection check_sample_request(const SampleOptions& opt) { return resolve_source(opt).sample; }
 
+SampleOptions with_run_vae(SampleOptions opt) {
+  const fs::path config = fs::path(opt.run_dir) / "config.toml";
+  if (opt.vae.empty() && !opt.run_dir.empty() && fs::is_regular_file(config)) {
+    const RunConfig cfg = RunConfig::from_file(config.string());
+    opt.vae = cfg.data.vae;
+    opt.vae_config = cfg.data.vae_config;
+  }
+  return opt;
+}
+
 SampledImages sample_from_weights(const SampleOptions& requested) {
   SampleSource src;
   collective_check([&] { src = resolve_source(requested); });
@@ -168,7 +178,9 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   return out;
 }
 
-int run_sample(const SampleOptions& opt) {
+int run_sample(const SampleOptions& given) {
+  SampleOptions opt;
+  collective_check([&] { opt = with_run_vae(given); });
   collective_check([&] { check_sample_files(opt); });  // before anything is read
   const SampledImages s = sample_from_weights(opt);
   std::string wrote;

@@ -36,6 +36,8 @@ void check_train_files(const RunConfig& cfg, const std::string& config) {
       [&](const FileDecl& d) -> std::string {
         const std::string key = d.key;
         if (key == "data.path") return cfg.data.path;
+        if (key == "data.vae") return cfg.data.vae;
+        if (key == "data.vae_config") return cfg.data.vae_config;
         if (key == "run.init_from") return cfg.run.init_from;
         if (key == "run.resume") return cfg.run.resume == "auto" ? "" : cfg.run.resume;
         if (key == "distill.teacher") return cfg.distill.teacher;

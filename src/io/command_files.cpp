@@ -20,6 +20,8 @@ const std::vector<CommandFiles> kCommands = {
       {"--init-from", In, K::WeightsOrCheckpoint, "the weights the run starts from", "", "run.init_from"},
       {"--resume", In, K::Checkpoint, "the checkpoint resumed", "", "run.resume"},
       {"--teacher", In, K::Weights, "the teacher", "", "distill.teacher"},
+      {"data.vae", In, K::Safetensors, "the VAE that decodes the sample grids", "", "data.vae"},
+      {"data.vae_config", In, K::Json, "the VAE's config.json", "", "data.vae_config"},
       {"eval.reference", In, K::Dataset, "the evaluation's reference set", "", "eval.reference"},
       {"eval.classifier", In, K::Classifier, "the evaluation's classifier", "", "eval.classifier"},
       {"--run-dir", Out, K::RunFolder, "the run folder", "", "run.dir"},

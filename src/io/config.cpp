@@ -73,7 +73,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"virtual_stages", &p.virtual_stages}}},
       {"data",
        {{"path", &c.data.path}, {"prepare", &c.data.prepare},
-        {"latent_scale", &c.data.latent_scale}}},
+        {"latent_scale", &c.data.latent_scale}, {"vae", &c.data.vae}, {"vae_config", &c.data.vae_config}}},
       {"sample",
        {{"num_steps", &s.num_steps}, {"sampler", choice(&s.sampler, diffusion::kSamplerNames)},
         {"last_step_size", &s.last_step_size}, {"cfg_scale", &s.cfg_scale},

@@ -102,6 +102,9 @@ struct DataSection {
   std::string path = "data/fashion_mnist.h5";  // HDF5 dataset (see io/h5_dataset.h)
   std::string prepare = "fashion-mnist";        // what to prepare when `path` is missing: fashion-mnist | none
   double latent_scale = 0.18215;                // used when the file holds latents
+  // A latent dataset's VAE (safetensors) and its config.json ("": beside it): the sample grids of
+  // the run, and `dit_mp sample --run`, show the decoded pictures.
+  std::string vae, vae_config;
   bool operator==(const DataSection&) const = default;
 };
 

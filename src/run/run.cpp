@@ -26,6 +26,7 @@
 #include "run/run_folder.h"
 #include "run/run_identity.h"
 #include "run/sample_output.h"
+#include "run/vae_decode.h"
 #include "run/signals.h"
 #include "io/atomic_file.h"
 
@@ -80,6 +81,12 @@ void Run::open_data() {
               model.in_channels, "x", model.input_size, "x", model.input_size, " (model.in_channels, model.input_size)");
     DIT_CHECK(data_->num_classes() <= model.num_classes, cfg_.data.path, " has ", data_->num_classes(),
               " classes but model.num_classes = ", model.num_classes);
+    DIT_CHECK(cfg_.data.vae_config.empty() || !cfg_.data.vae.empty(), "data.vae_config = ", cfg_.data.vae_config,
+              " without data.vae");
+    if (!cfg_.data.vae.empty()) {
+      vae_ = open_vae(cfg_.data.vae, cfg_.data.vae_config);
+      check_vae_fits(*vae_, model.in_channels, "data.vae");
+    }
   });
 }
 
@@ -353,7 +360,20 @@ std::pair<std::vector<float>, std::vector<int>> Run::draw_ema(const std::vector<
 void Run::sample_grid(const std::string& name) {
   const auto [samples, labels] =
       draw_ema(cfg_.sample.classes, cfg_.sample.per_class, cfg_.sample.num_steps, "sample.per_class");
-  const std::string wrote = write_sample_outputs(setup_.model, samples, labels, cfg_.sample.per_class, file(name));
+  std::string wrote;
+  if (!vae_) {
+    wrote = write_sample_outputs(setup_.model, samples, labels, cfg_.sample.per_class, file(name));
+  } else {
+    collective_check([&] {  // rank 0 decodes; a failure there ends every rank
+      if (ctx_.world_rank != 0) return;
+      const std::int64_t side = setup_.model.input_size, n = static_cast<std::int64_t>(labels.size());
+      const std::vector<float> images = decode_latents(
+          *vae_, cfg_.train.backend == BackendKind::Cuda ? "cuda" : "cpu", samples, n, side, side, 8);
+      wrote = write_decoded_outputs(setup_.model, samples, images, vae_->config.out_channels,
+                                    static_cast<int>(side * vae_->config.downsampling()), labels,
+                                    cfg_.sample.per_class, file(name));
+    });
+  }
   if (ctx_.world_rank == 0) console_.line("wrote " + wrote);
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "eval/quality.h"
 #include "io/config.h"
 #include "io/dataset.h"
+#include "io/vae_weights.h"
 #include "run/log.h"
 
 namespace dit {
@@ -59,6 +61,7 @@ class Run {
   TrainSetup setup_;
   std::vector<MemoryAccount> planned_;
   std::unique_ptr<Dataset> data_;
+  std::optional<VaeFile> vae_;  // data.vae: the grids are decoded (rank 0)
   std::unique_ptr<Backend> be_;
   ParallelContext ctx_;
   std::string comms_, rank_map_;

@@ -224,6 +224,24 @@ run lat_scale "${LAT[@]}" --set data.latent_scale=1.0
 differs lat lat_scale loss data.latent_scale
 run lat_official "${LAT[@]}" --set sample.cfg_official=true
 differs lat lat_official samples sample.cfg_official
+# data.vae: the grid is decoded by the VAE (tests/data's tiny one: 8x8 latents, 16x16 pictures),
+# and `sample --run` finds it; data.vae_config names its config.json (the LDM-named copy has none).
+DATA=$(cd "$(dirname "$0")/../data" && pwd)
+run lat_vae "${LAT[@]}" --set data.vae="$DATA/vae_tiny.safetensors"
+differs lat lat_vae files data.vae
+grep -q "samples.png (decoded by the VAE)" "$SCRATCH/lat_vae.log" || fail "data.vae: no decoded grid"
+out=$("$DIT_MP" sample --run "$SCRATCH/lat_vae" --steps 2 --per-class 1 --out "$SCRATCH/lat_vae_s.png" 2>&1) ||
+  fail "sample --run of a run with data.vae: $out"
+grep -q "decoding 3 latents with AutoencoderKL" <<<"$out" || fail "sample --run did not decode with the run's VAE: $out"
+run lat_vae_ldm "${LAT[@]}" --set data.vae="$DATA/vae_tiny_ldm.safetensors" \
+  --set data.vae_config="$DATA/vae_tiny_config.json"
+cmp -s "$SCRATCH/lat_vae/samples.png" "$SCRATCH/lat_vae_ldm/samples.png" ||
+  fail "data.vae_config: the LDM-named VAE with the same config decoded another grid"
+echo "ok: data.vae_config names the VAE's config.json"
+refused "data.vae_config = .*vae_tiny_config.json without data.vae" "${LAT[@]}" \
+  --set data.vae_config="$DATA/vae_tiny_config.json"
+refused "data.vae .*vae_tiny.safetensors: its latents have 4 channels, the model's samples 1" \
+  --set data.vae="$DATA/vae_tiny.safetensors"
 
 # [sample]
 refused "sample.cfg_t_max = 0.2: expected a noise level in \[sample.cfg_t_min = 0.5, 1\]" \
