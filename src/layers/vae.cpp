@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/virtual/virtual_backend.h"
 #include "core/error.h"
 
 namespace dit {
@@ -127,17 +128,17 @@ Vae::Vae(Backend& be, const VaeConfig& cfg, const VaeWeightSource& source) : be_
     offset += (static_cast<std::size_t>(s.numel()) * elem + align - 1) / align * align;
     return t;
   };
-  auto upload = [&](const Tensor& dst, const std::vector<float>& v) {
-    be_.copy(dst, Tensor{const_cast<float*>(v.data()), DType::F32, dst.shape, Device::Host});
-  };
+  const bool planning = be_.device() == Device::Virtual;  // lays the memory out, reads nothing
   for (const VaeParam& p : list) {
-    const std::vector<float> v = source(p);
-    DIT_CHECK(static_cast<std::int64_t>(v.size()) == p.numel(), "VAE parameter ", p.name, ": ", v.size(),
-              " values for ", p.numel());
     Shape s;
     for (auto d : p.shape) s.dims[s.rank++] = d;
-    Tensor t = place(s);
-    upload(t, v);
+    const Tensor t = place(s);
+    if (!planning) {
+      const std::vector<float> v = source(p);
+      DIT_CHECK(static_cast<std::int64_t>(v.size()) == p.numel(), "VAE parameter ", p.name, ": ", v.size(),
+                " values for ", p.numel());
+      be_.copy(t, Tensor{const_cast<float*>(v.data()), DType::F32, t.shape, Device::Host});
+    }
     named_.emplace_back(p.name, t);
     params_count_ += p.numel();
   }
@@ -309,6 +310,16 @@ void Vae::decode(const Tensor& latents, const Tensor& images) {
                  images, Accumulate::Overwrite);
   emit("decoder.conv_out", images);
   arena_.reset();
+}
+
+std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w) {
+  VirtualBackend plan(dtype);
+  Vae vae(plan, cfg, nullptr);
+  Arena io(plan);
+  const std::int64_t f = cfg.downsampling();
+  vae.decode(io.tensor(Shape{n, cfg.latent_channels, h, w}, dtype),
+             io.tensor(Shape{n, cfg.out_channels, h * f, w * f}, dtype));
+  return plan.allocated_bytes() + plan.workspace_bytes();
 }
 
 }  // namespace dit

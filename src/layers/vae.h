@@ -55,9 +55,14 @@ std::vector<VaeParam> vae_parameters(const VaeConfig& cfg);
 // Supplies a parameter's values (fp32, numel of the parameter), given what it is.
 using VaeWeightSource = std::function<std::vector<float>(const VaeParam&)>;
 
+// Device bytes a decode of `n` latents (L, h, w) takes in `dtype`: the parameters, the activations
+// and the largest convolution's scratch, from a decode run on the planning backend.
+std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w);
+
 class Vae {
  public:
-  // Uploads every parameter from `source` in the backend's compute dtype.
+  // Uploads every parameter from `source` in the backend's compute dtype. On the planning backend
+  // (Device::Virtual) the source is not read: only the memory is laid out (vae_decode_bytes).
   Vae(Backend& be, const VaeConfig& cfg, const VaeWeightSource& source);
 
   const VaeConfig& config() const { return cfg_; }

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/resources.h"
 #include "layers/vae.h"
 
 namespace dit {
@@ -17,6 +18,17 @@ void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& w
             vae.config.out_channels, " channels; pictures have 1 or 3");
 }
 
+int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch, double budget,
+                 const std::string& where) {
+  for (int b = std::max(batch, 1);; b /= 2) {  // halving: 8, 4, 2, 1
+    const double need = static_cast<double>(vae_decode_bytes(cfg, DType::F32, b, h, w));
+    if (need <= budget) return b;
+    if (b == 1)
+      DIT_FAIL("decoding one latent of (", cfg.latent_channels, ", ", h, ", ", w, ") needs ", format_bytes(need),
+               " (the VAE's parameters, activations and scratch, planned), more than ", where);
+  }
+}
+
 std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
                                   std::int64_t n, std::int64_t h, std::int64_t w, int batch) {
   const VaeConfig& c = vae.config;
@@ -25,6 +37,11 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
   DIT_CHECK(static_cast<std::int64_t>(latents.size()) == n * per_latent && batch > 0, "decode: ", latents.size(),
             " latent values for ", n, " latents of (", l, ", ", h, ", ", w, ")");
   std::unique_ptr<Backend> be = make_backend(backend, DType::F32);
+  std::size_t free = 0, total = 0;
+  const bool device = be->device_memory(&free, &total);
+  const double budget = device ? 0.9 * static_cast<double>(free) : 0.8 * machine_memory_bytes();
+  batch = decode_batch(c, h, w, std::min<std::int64_t>(batch, std::max<std::int64_t>(n, 1)), budget,
+                       format_bytes(budget) + (device ? " usable on the GPU" : " of this machine's memory"));
   Vae decoder(*be, c, vae.source());
   Arena arena(*be);
   std::vector<float> images(static_cast<std::size_t>(n * per_image));

@@ -15,9 +15,16 @@ namespace dit {
 // its pictures have `in_channels` 1 or 3. `what` names the command's flag in messages.
 void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& what);
 
+// The largest batch of at most `batch` latents (L, h, w) whose decode fits `budget` bytes, as
+// planned (layers/vae.h vae_decode_bytes: parameters, activations, scratch); throws with the
+// numbers when one latent does not fit. `where` names the memory ("GPU 0: 12 GiB free").
+int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch, double budget,
+                 const std::string& where);
+
 // images (n, C, h f, w f) in [-1, 1] of latents (n, L, h, w) in the model's space: the decoder
-// reads z = x / scaling_factor + shift_factor, `batch` latents at a time, on `backend` ("cpu" or
-// "cuda") in fp32.
+// reads z = x / scaling_factor + shift_factor, at most `batch` latents at a time (fewer when the
+// device's free memory, or on the CPU the machine's, holds fewer), on `backend` ("cpu" or "cuda")
+// in fp32.
 std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
                                   std::int64_t n, std::int64_t h, std::int64_t w, int batch);
 

@@ -25,6 +25,7 @@
 #include "io/h5.h"
 #include "io/vae_weights.h"
 #include "layers/vae.h"
+#include "run/vae_decode.h"
 #include "backend_params.h"
 #include "io_test_util.h"
 #include "reference_ops.h"
@@ -368,6 +369,26 @@ TEST(vae_file, MissingTensorIsNamedWithBothNames) {
   const std::string e = error_of([&] { open_vae(c.weights()); });
   EXPECT_NE(e.find("decoder.up_blocks.1.resnets.2.conv2.bias"), std::string::npos) << e;
   EXPECT_NE(e.find(c.weights()), std::string::npos) << e;
+}
+
+// ---- decoding memory ---------------------------------------------------------------------------
+TEST(vae_memory, DecodeIsPlannedAndBatchesShrinkToFit) {
+  const VaeConfig sd;  // kl-f8: 83.65M parameters
+  std::int64_t params = 0;
+  for (const VaeParam& p : vae_parameters(sd)) params += p.numel();
+  EXPECT_EQ(params, 83653863) << "the kl-f8 architecture's parameter count";
+  const std::size_t one = vae_decode_bytes(sd, DType::F32, 1, 32, 32), two = vae_decode_bytes(sd, DType::F32, 2, 32, 32);
+  EXPECT_GT(one, static_cast<std::size_t>(params) * 4) << "the parameters are counted";
+  EXPECT_GT(two, one) << "activations grow with the batch";
+  EXPECT_LT(vae_decode_bytes(sd, DType::BF16, 1, 32, 32), one);
+  std::printf("    kl-f8 decode of 32x32x4 latents, fp32: %.0f MiB for 1, %.0f MiB for 2\n", one / 1048576.0,
+              two / 1048576.0);
+  const double three = static_cast<double>(vae_decode_bytes(sd, DType::F32, 4, 32, 32)) - 1;
+  EXPECT_EQ(decode_batch(sd, 32, 32, 8, 1e15, "plenty"), 8);
+  EXPECT_EQ(decode_batch(sd, 32, 32, 8, three, "a little"), 2);
+  const std::string e = error_of([&] { decode_batch(sd, 32, 32, 8, static_cast<double>(one) - 1, "2 GiB free"); });
+  EXPECT_NE(e.find("decoding one latent of (4, 32, 32) needs"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than 2 GiB free"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // Pointers it returns are never dereferenced: tensors on Device::Virtual are only passed around.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 
 #include "backend/backend.h"
@@ -82,8 +83,15 @@ class VirtualBackend final : public Backend {
   void softmax_rows(const Tensor&, const Tensor&, const Tensor&, SoftmaxStats) override {}
   void softmax_rows_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void row_dot(const Tensor&, const Tensor&, const Tensor&) override {}
-  std::size_t workspace_bytes() const override { return composed_.workspace_bytes(); }
-  void conv2d_fwd(const Tensor&, const Tensor&, const Tensor&, const ConvGeometry&, const Tensor&, Accumulate) override {}
+  // The composed attention's workspace, or the im2col patches of the largest convolution (the CUDA
+  // backend's scratch), whichever is larger.
+  std::size_t workspace_bytes() const override { return std::max(composed_.workspace_bytes(), conv_scratch_); }
+  void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor&, const ConvGeometry& g, const Tensor& y,
+                  Accumulate) override {
+    const ConvShape s = conv_shape(x, w, g, y);
+    conv_scratch_ = std::max(conv_scratch_, static_cast<std::size_t>(s.c * s.kh * s.kw * s.oh * s.ow) *
+                                                dtype_size(x.dtype));
+  }
   void group_norm_fwd(const Tensor&, int, const Tensor&, const Tensor&, float, bool, const Tensor&) override {}
   void upsample_nearest2x(const Tensor&, const Tensor&) override {}
   void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}
@@ -107,6 +115,7 @@ class VirtualBackend final : public Backend {
   Attention attention_;
   static constexpr std::uintptr_t kFirstAddress = 4096;
   std::uintptr_t next_ = kFirstAddress;  // the next address handed out
+  std::size_t conv_scratch_ = 0;
   ComposedAttention composed_{*this};
 };
 
