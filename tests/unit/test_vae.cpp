@@ -312,6 +312,13 @@ TEST(vae_file, ConfigThatDisagreesWithTheWeightsIsNamed) {
   c.config(json.replace(json.find(from), from.size(), "\"layers_per_block\": 3"));
   const std::string e = error_of([&] { open_vae(c.weights()); });
   EXPECT_NE(e.find("no tensor encoder.down_blocks.0.resnets.2"), std::string::npos) << e;
+  json = read_all(kData + "/vae_tiny_config.json");  // the second block 48 wide: the tensors hold 32
+  const std::string second = "32\n  ]";
+  ASSERT_NE(json.find(second), std::string::npos);
+  c.config(json.replace(json.find(second), second.size(), "48\n  ]"));
+  const std::string shape = error_of([&] { open_vae(c.weights()); });
+  EXPECT_NE(shape.find("encoder.down_blocks.1.resnets.0.conv1.weight has shape (32, 16, 3, 3)"), std::string::npos)
+      << shape;
   c.config("{\"_class_name\": \"UNet2DConditionModel\"}");
   EXPECT_NE(error_of([&] { open_vae(c.weights()); }).find("_class_name is 'UNet2DConditionModel'"), std::string::npos);
   c.config("{\"norm_num_groups\": 8, \"act_fn\": \"gelu\"}");
