@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The kl-f8 VAE's encode and decode speed beside PyTorch (a benchmark, not a test): bench_vae
+# (the project's Vae on the CPU backend) and vae_torch.py (diffusers' own AutoencoderKL on Debian's
+# PyTorch, float32), same config, batch, image size and thread count, alternating in one run
+# (REPS repetitions per thread count, the order swapped every repetition), and between them the
+# machine's GEMM ceiling (bench_gemm's 1024^3 fp32 GEMM through the backend, same threads).
+# Prints a markdown table: median images/s of each side, ours / PyTorch, each side's GFLOP/s and
+# its share of the measured GEMM ceiling and of the nominal one (215 GFLOP/s for 2 cores,
+# ../shared/ENV.md; 107.5 per core).
+#   benchmarks/vae.sh [--build build] [--diffusers-src /tmp/diffusers_src] [--threads "1 2"]
+#                     [--reps 3] [--iters 1] [--warmup 1] [--size 256] [--batch 1] [--out DIR]
+set -euo pipefail
+BUILD=build DIFFUSERS=/tmp/diffusers_src THREADS="1 2" REPS=3 ITERS=1 WARMUP=1 SIZE=256 BATCH=1 OUT=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD=$2; shift 2 ;;
+    --diffusers-src) DIFFUSERS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
+    --iters) ITERS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --size) SIZE=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    *) echo "vae.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+here=$(cd "$(dirname "$0")" && pwd)
+for bin in bench_vae bench_gemm; do
+  [ -x "$BUILD/bin/$bin" ] || { echo "vae.sh: $BUILD/bin/$bin is not built" >&2; exit 2; }
+done
+if [ -z "$OUT" ]; then
+  OUT=$(mktemp -d /tmp/dit_vae_bench.XXXXXX)
+fi
+mkdir -p "$OUT"
+COMMON=(--batch "$BATCH" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP")
+echo "vae.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), threads $THREADS, $REPS repetitions, batch $BATCH, ${SIZE}x${SIZE}," \
+     "warm-up $WARMUP, timed $ITERS per pass; logs in $OUT" >&2
+ours() {  # threads rep
+  OMP_NUM_THREADS=$1 "$BUILD/bin/bench_vae" --backend cpu --threads "$1" "${COMMON[@]}" \
+    --json "$OUT/ours_t$1_r$2.json" >"$OUT/ours_t$1_r$2.log" 2>&1 || { cat "$OUT/ours_t$1_r$2.log" >&2; exit 1; }
+  grep -E "encode:|decode:" "$OUT/ours_t$1_r$2.log" | sed "s/^/  ours  t$1 r$2/" >&2
+}
+torch() {
+  OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 /usr/bin/python3 "$here/vae_torch.py" --diffusers-src "$DIFFUSERS" \
+    --threads "$1" "${COMMON[@]}" --json "$OUT/torch_t$1_r$2.json" >"$OUT/torch_t$1_r$2.log" 2>&1 ||
+    { cat "$OUT/torch_t$1_r$2.log" >&2; exit 1; }
+  grep -E "encode:|decode:" "$OUT/torch_t$1_r$2.log" | sed "s/^/  torch t$1 r$2/" >&2
+}
+gemm() {
+  OMP_NUM_THREADS=$1 "$BUILD/bin/bench_gemm" --benchmark_filter='BM_BackendGemm/1024/1024/1024' \
+    --benchmark_min_time=0.5 --benchmark_format=json >"$OUT/gemm_t$1_r$2.json" 2>/dev/null
+}
+for rep in $(seq 1 "$REPS"); do
+  for t in $THREADS; do
+    if [ $((rep % 2)) -eq 1 ]; then ours "$t" "$rep"; gemm "$t" "$rep"; torch "$t" "$rep"
+    else torch "$t" "$rep"; gemm "$t" "$rep"; ours "$t" "$rep"; fi
+  done
+done
+/usr/bin/python3 - "$OUT" "$THREADS" "$REPS" <<'PY'
+import json, statistics, sys
+out, threads, reps = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+NOMINAL_PER_CORE = 107.5   # ../shared/ENV.md: ~215 GFLOP/s fp32 for the machine's 2 cores
+med = statistics.median
+print("| threads | pass | GFLOP per image | ours images/s | PyTorch images/s | ours / PyTorch | "
+      "ours GFLOP/s | PyTorch GFLOP/s | GEMM ceiling GFLOP/s | ours % of ceiling | PyTorch % of ceiling | "
+      "ours % of nominal | PyTorch % of nominal |")
+print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for t in threads:
+    ours = [json.load(open(f"{out}/ours_t{t}_r{r}.json")) for r in range(1, reps + 1)]
+    torch = [json.load(open(f"{out}/torch_t{t}_r{r}.json")) for r in range(1, reps + 1)]
+    ceil = med([b["GFLOP/s"] / 1e9 for r in range(1, reps + 1)
+                for b in json.load(open(f"{out}/gemm_t{t}_r{r}.json"))["benchmarks"]])
+    nominal = NOMINAL_PER_CORE * int(t)
+    for p in ("encode", "decode"):
+        gflop = 2 * ours[0][f"{p}_gmac_per_image"]
+        assert abs(gflop - 2 * torch[0][f"{p}_gmac_per_image"]) < 1e-5 * gflop, "FLOP counts differ"
+        oi, ti = med([o[f"{p}_images_s"] for o in ours]), med([x[f"{p}_images_s"] for x in torch])
+        og, tg = oi * gflop, ti * gflop
+        print(f"| {t} | {p} | {gflop:.1f} | {oi:.4f} | {ti:.4f} | {oi / ti:.2f}x | {og:.1f} | {tg:.1f} | "
+              f"{ceil:.1f} | {100 * og / ceil:.0f}% | {100 * tg / ceil:.0f}% | {100 * og / nominal:.0f}% | "
+              f"{100 * tg / nominal:.0f}% |")
+    if not all(o["finite"] for o in ours + torch):
+        print(f"| {t} | WARNING: non-finite outputs in a run |")
+PY

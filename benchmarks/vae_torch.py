@@ -1,0 +1,146 @@
+"""Encode/decode images/s of diffusers' own AutoencoderKL on PyTorch: the baseline of bench_vae.
+
+The model is diffusers' `AutoencoderKL` imported from a source tree (the same import, with the same
+shims, as tools/make_vae_golden.py: `load_diffusers`), built with Stable Diffusion's kl-f8 config
+(block_out_channels 128/256/512/512, 4 x DownEncoderBlock2D / UpDecoderBlock2D, 2 ResNets per
+block, 32 groups, 4 latent channels, mid-block attention), random float32 weights from a fixed seed
+(convolution and linear weights and biases normal * 0.02, GroupNorm weight 1 and bias 0, as
+bench_vae draws them), in eval mode under torch.no_grad(). Timed: `model.encode(images)` of
+(N, 3, S, S) images uniform in [-1, 1] (its latent_dist: the moments and the Gaussian made of them)
+and `model.decode(latents).sample` of (N, 4, S/8, S/8) standard normal latents, --warmup untimed
+calls, then --iters timed calls, the median reported, with torch.set_num_threads(--threads) (the first warm-up call runs
+even with --warmup 0: it counts the FLOPs).
+FLOPs: the same count as bench_vae (2 x the multiply-adds of every convolution and of the
+attention's matmuls), counted here from the modules themselves (forward hooks on every Conv2d and
+the shapes of the attention's inputs) in the first warm-up call.
+
+  /usr/bin/python3 benchmarks/vae_torch.py --diffusers-src /tmp/diffusers_src --threads 2 --iters 3
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import make_vae_golden  # noqa: E402  (load_diffusers: diffusers imported with its shims)
+
+KL_F8 = dict(in_channels=3, out_channels=3, latent_channels=4,
+             block_out_channels=[128, 256, 512, 512],
+             down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+             layers_per_block=2, norm_num_groups=32, act_fn="silu", sample_size=256,
+             scaling_factor=0.18215, mid_block_add_attention=True)
+
+
+def build(d, seed):
+    torch.manual_seed(seed)
+    model = d.kl.AutoencoderKL(**KL_F8)
+    with torch.no_grad():
+        for _, m in model.named_modules():
+            if isinstance(m, nn.GroupNorm):
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+            elif isinstance(m, (nn.Conv2d, nn.Linear)):
+                m.weight.normal_(0.0, 0.02)
+                if m.bias is not None:
+                    m.bias.normal_(0.0, 0.02)
+    return model.float().eval()
+
+
+def count_macs(model, fn):
+    """Multiply-adds of one call of fn: every Conv2d's output numel x C_in/groups x kh x kw, and
+    each mid-block attention's projections (4 T C^2) and products (2 T^2 C), per sample."""
+    macs = [0.0]
+    hooks = []
+
+    def conv_hook(m, _inp, out):
+        kh, kw = m.kernel_size
+        macs[0] += out.numel() * (m.in_channels // m.groups) * kh * kw
+
+    def attn_hook(m, inp, _out):
+        x = inp[0]   # (N, C, H, W)
+        n, c, t = x.shape[0], x.shape[1], x.shape[2] * x.shape[3]
+        macs[0] += n * (4.0 * t * c * c + 2.0 * t * t * c)
+
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Conv2d):
+            hooks.append(m.register_forward_hook(conv_hook))
+        elif name.endswith("mid_block.attentions.0"):
+            hooks.append(m.register_forward_hook(attn_hook))
+    with torch.no_grad():
+        fn()
+    for h in hooks:
+        h.remove()
+    return macs[0]
+
+
+def median_s(fn, warm, reps):
+    """Median seconds of reps timed calls after warm untimed ones, all times, the last output."""
+    with torch.no_grad():
+        for _ in range(warm):
+            fn()
+        t = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = fn()
+            t.append(time.perf_counter() - t0)
+    return statistics.median(t), t, out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--diffusers-src", required=True,
+                    help="huggingface/diffusers tree (repository root or its src/)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", choices=["encode", "decode", "both"], default="both")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    d = make_vae_golden.load_diffusers(a.diffusers_src)
+    model = build(d, a.seed)
+    n, s, ls = a.batch, a.size, a.size // 8
+    g = torch.Generator().manual_seed(a.seed)
+    images = torch.rand(n, 3, s, s, generator=g) * 2 - 1
+    latents = torch.randn(n, 4, ls, ls, generator=g)
+    encode = lambda: model.encode(images).latent_dist  # noqa: E731
+    decode = lambda: model.decode(latents).sample      # noqa: E731
+    params = sum(p.numel() for p in model.parameters())
+    print(f"vae_torch: diffusers {d.version} AutoencoderKL kl-f8, {params / 1e6:.1f} M parameters; "
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}, float32; batch {n}, "
+          f"images {s}x{s}, latents 4x{ls}x{ls}")
+    res = dict(side="pytorch", torch=torch.__version__, diffusers=d.version, batch=n, size=s,
+               threads=torch.get_num_threads())
+    finite = True
+    for name, fn in (("encode", encode), ("decode", decode)):
+        if a.only not in (name, "both"):
+            continue
+        macs = count_macs(model, fn) / n   # this call is the first warm-up call
+        sec, all_t, out = median_s(fn, max(a.warmup - 1, 0), a.iters)
+        out = out.mean if name == "encode" else out
+        finite = finite and bool(torch.isfinite(out).all())
+        res.update({f"{name}_gmac_per_image": macs / 1e9, f"{name}_s": sec,
+                    f"{name}_images_s": n / sec, f"{name}_gflop_s": 2 * macs * n / sec / 1e9})
+        calls = " ".join(f"{1e3 * t:.1f}" for t in all_t)
+        print(f"  {name}: {1e3 * sec:9.1f} ms  {n / sec:8.4f} images/s  "
+              f"{2 * macs * n / sec / 1e9:7.1f} GFLOP/s  ({macs / 1e9:.2f} GMAC per image; calls: {calls} ms)")
+    res["finite"] = finite
+    if not finite:
+        print("  WARNING: non-finite values in the outputs")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f)
+            f.write("\n")
+    return 0 if finite else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
