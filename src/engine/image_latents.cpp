@@ -87,13 +87,13 @@ Plan make_plan(const ImageLatentsOptions& o) {
   p.channels = c.latent_channels;
   p.batches = (p.files() + o.batch - 1) / o.batch;
   if (world_rank() == 0) {
-    const std::string vae_abs = fs::absolute(o.vae).lexically_normal().string();
-    p.settings = "dit_mp prepare-data images with a VAE: the work of " + o.out + "\n" +
-                 "folder " + fs::absolute(o.dir).lexically_normal().string() + "\n" +
-                 "size " + std::to_string(o.size) + "\nflips " + flips_name(o.flips) + "\nlatent " + p.latent_text() +
-                 "\nbatch " + std::to_string(o.batch) + "\nvae " + vae_abs + " (" +
-                 std::to_string(fs::file_size(o.vae)) + " bytes, crc32 " + hex(file_crc32(o.vae), 8) + ")\n" +
-                 "vae_architecture " + p.vae.describe() + "\ncompute " + p.compute + "\n";
+    // What the records' values depend on, one "key value" line each (io/latent_work.h).
+    const std::string vae_id = fs::absolute(o.vae).lexically_normal().string() + " (" +
+                               std::to_string(fs::file_size(o.vae)) + " bytes, crc32 " + hex(file_crc32(o.vae), 8) + ")";
+    p.settings = "work dit_mp prepare-data images --vae, version 1\nfolder " +
+                 fs::absolute(o.dir).lexically_normal().string() + "\nsize " + std::to_string(o.size) + "\nflips " +
+                 flips_name(o.flips) + "\nlatent " + p.latent_text() + "\nbatch " + std::to_string(o.batch) +
+                 "\nvae " + vae_id + "\nvae_architecture " + p.vae.describe() + "\ncompute " + p.compute + "\n";
   }
   return p;
 }
