@@ -85,7 +85,7 @@ grep -q "^skipped 2 of 45 files (--bad-files skip)$" "$SCRATCH/two.out" || { cat
 grep -q "^skipped .*truncated.jpg: a truncated JPEG" "$SCRATCH/two.out" || fail "the truncated file is not named"
 grep -q "^prepare-data: 45/45 images (100.0%), .* images/s" "$SCRATCH/two.out" || fail "no progress line"
 [[ ! -e "$SCRATCH/two.h5.parts" ]] || fail "the work folder stayed"
-h5ls "$SCRATCH/two.h5" | grep -q "images *Dataset {43, 4, 16, 16}" || { h5ls "$SCRATCH/two.h5"; fail "expected 43 latents of 4x16x16"; }
+grep -q "images *Dataset {43, 4, 16, 16}" <<<"$(h5ls "$SCRATCH/two.h5")" || { h5ls "$SCRATCH/two.h5"; fail "expected 43 latents of 4x16x16"; }
 [[ $(attr_root "$SCRATCH/two.h5" skipped_files) == 2 && $(attr_root "$SCRATCH/two.h5" kind) == latents &&
    $(attr_root "$SCRATCH/two.h5" latent_scale) == 0.18215 ]] || fail "attributes skipped_files, kind, latent_scale"
 echo "ok: 2 ranks, 2 files skipped"
@@ -152,3 +152,31 @@ echo "prepare-data --vae: 9 commands on 45 pictures in $(python3 -c "print(f'{$T
   { cat "$SCRATCH/train.out"; fail "training on the prepared latents failed"; }
 [[ -f "$SCRATCH/run/ema.h5" ]] || fail "the run wrote no ema.h5"
 echo "ok: 2 training steps on the latents"
+
+# Pictures out: sample --vae decodes the latent model's samples into the grid (16x16 latents are
+# 32x32 pictures), and evaluate --vae judges the decoded pictures with an Inception-V3 (random
+# weights, built by tools/inception_reference.py: the eval.inception fixture) against its stats.
+VAE=$(cd "$(dirname "$0")/../data" && pwd)/vae_tiny.safetensors
+"$DIT_MP" sample --run "$SCRATCH/run" --steps 2 --per-class 2 --vae "$VAE" --out "$SCRATCH/grid.png" \
+  > "$SCRATCH/sample.out" 2>&1 || { cat "$SCRATCH/sample.out"; fail "sample --vae failed"; }
+grep -q "decoding 6 latents with AutoencoderKL" "$SCRATCH/sample.out" || fail "sample --vae did not decode"
+grep -q "samples *Dataset {6, 4, 16, 16}" <<<"$(h5ls "$SCRATCH/grid.h5")" || fail "sample --vae: no raw latents"
+# 3 class rows of 2 pictures of 32x32 with 2-pixel padding: 70 x 104 (PNG's IHDR width, height).
+[[ $(od -An -tu1 -j16 -N8 "$SCRATCH/grid.png" | tr -s ' ') == " 0 0 0 70 0 0 0 104" ]] ||
+  fail "sample --vae: the grid is not 3 rows of 2 pictures of 32x32 (70 x 104 pixels)"
+echo "ok: sample --vae wrote the decoded grid and the latents"
+INC=${DIT_INCEPTION_REF:-}
+if [[ -z $INC || -e $INC/SKIPPED || ! -f $INC/inception_random.h5 ]]; then
+  echo "evaluate --vae not run: no Inception fixture (${INC:-DIT_INCEPTION_REF unset}${INC:+: $(cat "$INC/SKIPPED" 2>/dev/null)})"
+else
+  "$DIT_MP" evaluate --run "$SCRATCH/run" --vae "$VAE" --inception "$INC/inception_random.h5" \
+    --reference-stats "$INC/stats_a.npz" --per-class 4 --steps 2 --json "$SCRATCH/eval.json" > "$SCRATCH/eval.out" 2>&1 ||
+    { cat "$SCRATCH/eval.out"; fail "evaluate --vae failed"; }
+  grep -q "decoding 12 latents" "$SCRATCH/eval.out" || fail "evaluate --vae did not decode"
+  /usr/bin/python3 - "$SCRATCH/eval.json" <<'PY' || fail "evaluate --vae: no finite FID of 12 decoded samples"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["feature_space"] == "inception-v3" and r["n"] == 12 and math.isfinite(r["fid"]) and r["fid"] > 0, r
+print(f"ok: evaluate --vae: Inception FID {r['fid']:.1f} of 12 decoded samples")
+PY
+fi
