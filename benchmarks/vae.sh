@@ -4,9 +4,10 @@
 # PyTorch, float32), same config, batch, image size and thread count, alternating in one run
 # (REPS repetitions per thread count, the order swapped every repetition), and between them the
 # machine's GEMM ceiling (bench_gemm's 1024^3 fp32 GEMM through the backend, same threads).
-# Prints a markdown table: median images/s of each side, ours / PyTorch, each side's GFLOP/s and
-# its share of the measured GEMM ceiling and of the nominal one (215 GFLOP/s for 2 cores,
-# ../shared/ENV.md; 107.5 per core).
+# Prints a markdown table: images/s of each side (the median over the repetitions, and the best,
+# the run least disturbed by other work on the machine), ours / PyTorch of both, each side's
+# median GFLOP/s and its share of the measured GEMM ceiling and of the nominal one (215 GFLOP/s for
+# 2 cores, ../shared/ENV.md; 107.5 per core), and the 1-minute load average seen before the runs.
 #   benchmarks/vae.sh [--build build] [--diffusers-src /tmp/diffusers_src] [--threads "1 2"]
 #                     [--reps 3] [--iters 1] [--warmup 1] [--size 256] [--batch 1] [--out DIR]
 set -euo pipefail
@@ -37,11 +38,13 @@ COMMON=(--batch "$BATCH" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP")
 echo "vae.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), threads $THREADS, $REPS repetitions, batch $BATCH, ${SIZE}x${SIZE}," \
      "warm-up $WARMUP, timed $ITERS per pass; logs in $OUT" >&2
 ours() {  # threads rep
+  cut -d' ' -f1 /proc/loadavg >>"$OUT/loadavg_t$1"
   OMP_NUM_THREADS=$1 "$BUILD/bin/bench_vae" --backend cpu --threads "$1" "${COMMON[@]}" \
     --json "$OUT/ours_t$1_r$2.json" >"$OUT/ours_t$1_r$2.log" 2>&1 || { cat "$OUT/ours_t$1_r$2.log" >&2; exit 1; }
   grep -E "encode:|decode:" "$OUT/ours_t$1_r$2.log" | sed "s/^/  ours  t$1 r$2/" >&2
 }
 torch() {
+  cut -d' ' -f1 /proc/loadavg >>"$OUT/loadavg_t$1"
   OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 /usr/bin/python3 "$here/vae_torch.py" --diffusers-src "$DIFFUSERS" \
     --threads "$1" "${COMMON[@]}" --json "$OUT/torch_t$1_r$2.json" >"$OUT/torch_t$1_r$2.log" 2>&1 ||
     { cat "$OUT/torch_t$1_r$2.log" >&2; exit 1; }
@@ -62,24 +65,28 @@ import json, statistics, sys
 out, threads, reps = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
 NOMINAL_PER_CORE = 107.5   # ../shared/ENV.md: ~215 GFLOP/s fp32 for the machine's 2 cores
 med = statistics.median
-print("| threads | pass | GFLOP per image | ours images/s | PyTorch images/s | ours / PyTorch | "
+print("| threads | pass | GFLOP per image | ours images/s (best) | PyTorch images/s (best) | ours / PyTorch (best) | "
       "ours GFLOP/s | PyTorch GFLOP/s | GEMM ceiling GFLOP/s | ours % of ceiling | PyTorch % of ceiling | "
-      "ours % of nominal | PyTorch % of nominal |")
-print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "ours % of nominal | PyTorch % of nominal | load average |")
+print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for t in threads:
     ours = [json.load(open(f"{out}/ours_t{t}_r{r}.json")) for r in range(1, reps + 1)]
     torch = [json.load(open(f"{out}/torch_t{t}_r{r}.json")) for r in range(1, reps + 1)]
     ceil = med([b["GFLOP/s"] / 1e9 for r in range(1, reps + 1)
                 for b in json.load(open(f"{out}/gemm_t{t}_r{r}.json"))["benchmarks"]])
+    load = [float(x) for x in open(f"{out}/loadavg_t{t}").read().split()]
     nominal = NOMINAL_PER_CORE * int(t)
     for p in ("encode", "decode"):
         gflop = 2 * ours[0][f"{p}_gmac_per_image"]
         assert abs(gflop - 2 * torch[0][f"{p}_gmac_per_image"]) < 1e-5 * gflop, "FLOP counts differ"
-        oi, ti = med([o[f"{p}_images_s"] for o in ours]), med([x[f"{p}_images_s"] for x in torch])
+        o = [x[f"{p}_images_s"] for x in ours]
+        q = [x[f"{p}_images_s"] for x in torch]
+        oi, ti = med(o), med(q)
         og, tg = oi * gflop, ti * gflop
-        print(f"| {t} | {p} | {gflop:.1f} | {oi:.4f} | {ti:.4f} | {oi / ti:.2f}x | {og:.1f} | {tg:.1f} | "
-              f"{ceil:.1f} | {100 * og / ceil:.0f}% | {100 * tg / ceil:.0f}% | {100 * og / nominal:.0f}% | "
-              f"{100 * tg / nominal:.0f}% |")
-    if not all(o["finite"] for o in ours + torch):
+        print(f"| {t} | {p} | {gflop:.1f} | {oi:.4f} ({max(o):.4f}) | {ti:.4f} ({max(q):.4f}) | "
+              f"{oi / ti:.2f}x ({max(o) / max(q):.2f}x) | {og:.1f} | {tg:.1f} | {ceil:.1f} | "
+              f"{100 * og / ceil:.0f}% | {100 * tg / ceil:.0f}% | {100 * og / nominal:.0f}% | "
+              f"{100 * tg / nominal:.0f}% | {min(load):.1f}-{max(load):.1f} |")
+    if not all(x["finite"] for x in ours + torch):
         print(f"| {t} | WARNING: non-finite outputs in a run |")
 PY
