@@ -1,20 +1,19 @@
 // CPU backend: the image-network primitives (backend.h "image networks"). Convolution is im2col
 // over bands of output rows and one GEMM per band: a band's patches form a (C kh kw, rows Wo)
-// matrix that the weight (K, C kh kw) multiplies straight into y's rows. The bands are small (about
-// a megabyte of patches, at least 256 columns) and each OpenMP thread takes whole bands: it
-// gathers the band's patches into its own buffer, which is still in cache when its single-threaded
-// GEMM reads them, and adds the bias to the band's rows while they are too. A single-threaded
-// Eigen GEMM runs at 90-100 GFLOP/s on a core at these shapes but at 24-70 GFLOP/s once the
-// patch matrix spans a whole 256 x 256 image (tens to hundreds of MB), and one band per thread
-// needs no synchronisation between them. A 1x1 stride-1 convolution without padding reads x as
-// it is, in column blocks of the same size.
+// matrix that the weight (K, C kh kw) multiplies into a (K, rows Wo) block of y. The bands are
+// small (about a megabyte of patches or of output, at least 256 columns) and each OpenMP thread
+// takes whole bands, with its own buffers: it gathers a band's patches, which are still in cache
+// when its single-threaded GEMM reads them, and the GEMM writes a dense output block that is then
+// added into y with the bias (store_band says why not into y directly). A single-threaded Eigen
+// GEMM runs at 90-100 GFLOP/s on a core at these shapes but at 24-70 GFLOP/s once the patch matrix
+// spans a whole 256 x 256 image (tens to hundreds of MB), and bands of one thread need no
+// synchronisation with another's. A 1x1 stride-1 convolution without padding reads x as it is,
+// in column blocks of the same size.
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <memory>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/host_views.h"
@@ -25,20 +24,21 @@ namespace {
 
 using cpu::host_f32;
 
-// The patch floats a band aims at (1 MB), and the fewest columns a band has (narrower GEMMs lose
-// speed; with 4608-row patches, C = 512 at 3x3, a band of 256 columns is 4.7 MB).
+// The floats a band's patches (or output block) aim at (1 MB), and the fewest columns a band has
+// (narrower GEMMs lose speed; with 4608-row patches, C = 512 at 3x3, 256 columns are 4.7 MB).
 constexpr std::int64_t kBandFloats = std::int64_t(1) << 18;
 constexpr std::int64_t kMinBandCols = 256;
 
-// A thread's patch buffer, kept between calls (grown, never shrunk, never zeroed).
-float* patch_scratch(std::size_t floats) {
-  thread_local std::unique_ptr<float[]> buf;
-  thread_local std::size_t size = 0;
-  if (size < floats) {
-    buf.reset(new float[floats]);
-    size = floats;
+// A thread's buffers (0: patches, 1: a band's GEMM output), kept between calls (grown, never
+// shrunk, never zeroed).
+float* thread_scratch(int which, std::size_t floats) {
+  thread_local std::unique_ptr<float[]> buf[2];
+  thread_local std::size_t size[2] = {0, 0};
+  if (size[which] < floats) {
+    buf[which].reset(new float[floats]);
+    size[which] = floats;
   }
-  return buf.get();
+  return buf[which].get();
 }
 
 // First index i >= 0 with i * s + off >= 0, and one past the last with i * s + off < lim (s > 0).
@@ -80,14 +80,21 @@ void im2col_rows(const ConvShape& s, const ConvGeometry& g, const float* x, std:
   }
 }
 
-// y[k, j0 .. j0 + len) += bias[k] for every output channel k of one image (plane pixels each).
-void add_bias(const float* bias, std::int64_t k, std::int64_t plane, std::int64_t j0, std::int64_t len,
-              float* y) {
-  if (bias == nullptr) return;
+// A band's GEMM output out (k, len) into y's rows [j0, j0 + len) of one image (plane pixels a
+// channel), plus the bias; added to what y holds with Accumulate::Add. The GEMM writes a dense
+// buffer rather than y itself: y's rows lie a power of two apart (256 KB at 256 x 256), and
+// Eigen's zeroing and updating of a tile strided so ran through L2 as through one set.
+void store_band(const float* out, std::int64_t k, std::int64_t len, const float* bias, Accumulate acc,
+                std::int64_t plane, std::int64_t j0, float* y) {
   for (std::int64_t i = 0; i < k; ++i) {
+    const float* o = out + i * len;
     float* yk = y + i * plane + j0;
-    const float b = bias[i];
-    for (std::int64_t j = 0; j < len; ++j) yk[j] += b;
+    const float b = bias != nullptr ? bias[i] : 0.f;
+    if (acc == Accumulate::Add) {
+      for (std::int64_t j = 0; j < len; ++j) yk[j] += o[j] + b;
+    } else {
+      for (std::int64_t j = 0; j < len; ++j) yk[j] = o[j] + b;
+    }
   }
 }
 
@@ -126,30 +133,29 @@ void CpuBackend::conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias
   }
   const std::int64_t patch = s.c * s.kh * s.kw, plane = s.oh * s.ow;
   if (s.n == 0 || s.k == 0 || plane == 0) return;
-  const float beta = acc == Accumulate::Add ? 1.f : 0.f;
   const bool direct = s.kh == 1 && s.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
                       g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0;
-  const std::int64_t want_cols = std::max(kMinBandCols, kBandFloats / std::max<std::int64_t>(patch, 1));
+  const std::int64_t want_cols = std::max(kMinBandCols, kBandFloats / std::max({patch, s.k, std::int64_t(1)}));
   // A band: `band` output rows (im2col) or `band` columns of the plane (direct).
   const std::int64_t band = direct ? std::min(want_cols, plane)
                                    : std::clamp<std::int64_t>((want_cols + s.ow - 1) / s.ow, 1, s.oh);
+  const std::int64_t band_cols = direct ? band : band * s.ow;
   const std::int64_t per_image = direct ? (plane + band - 1) / band : (s.oh + band - 1) / band;
   const std::int64_t tiles = s.n * per_image;
   auto run = [&](std::int64_t t) {
     const std::int64_t n = t / per_image, b0 = (t % per_image) * band;
     const float* xn = px + n * s.c * s.h * s.w;
-    float* yn = py + n * s.k * plane;
+    float* out = thread_scratch(1, static_cast<std::size_t>(s.k * band_cols));
     if (direct) {
       const std::int64_t len = std::min(band, plane - b0);
-      cpu_sgemm(Transpose::No, Transpose::No, s.k, len, s.c, 1.f, pw, s.c, xn + b0, plane, beta, yn + b0, plane);
-      add_bias(pb, s.k, plane, b0, len, yn);
+      cpu_sgemm(Transpose::No, Transpose::No, s.k, len, s.c, 1.f, pw, s.c, xn + b0, plane, 0.f, out, len);
+      store_band(out, s.k, len, pb, acc, plane, b0, py + n * s.k * plane);
     } else {
       const std::int64_t rows = std::min(band, s.oh - b0), cols = rows * s.ow;
-      float* col = patch_scratch(static_cast<std::size_t>(patch * band * s.ow));
+      float* col = thread_scratch(0, static_cast<std::size_t>(patch * band_cols));
       im2col_rows(s, g, xn, b0, rows, col);
-      cpu_sgemm(Transpose::No, Transpose::No, s.k, cols, patch, 1.f, pw, patch, col, cols, beta, yn + b0 * s.ow,
-                plane);
-      add_bias(pb, s.k, plane, b0 * s.ow, cols, yn);
+      cpu_sgemm(Transpose::No, Transpose::No, s.k, cols, patch, 1.f, pw, patch, col, cols, 0.f, out, cols);
+      store_band(out, s.k, cols, pb, acc, plane, b0 * s.ow, py + n * s.k * plane);
     }
   };
   // Whole bands per thread; with fewer bands than threads, one band after the other, each GEMM
