@@ -133,7 +133,7 @@ SampleOptions with_run_vae(SampleOptions opt) {
   if (opt.vae.empty() && !opt.run_dir.empty() && fs::is_regular_file(config)) {
     const RunConfig cfg = RunConfig::from_file(config.string());
     opt.vae = cfg.data.vae;
-    opt.vae_config = cfg.data.vae_config;
+    if (opt.vae_config.empty()) opt.vae_config = cfg.data.vae_config;  // a given --vae-config stays
   }
   return opt;
 }

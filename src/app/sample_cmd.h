@@ -49,7 +49,8 @@ SampledImages sample_from_weights(const SampleOptions& opt);
 SampleSection check_sample_request(const SampleOptions& opt);
 
 int run_sample(const SampleOptions& opt);
-// opt with the run's data.vae and data.vae_config when it names a run and no --vae.
+// opt with the run's data.vae (and its data.vae_config unless --vae-config is given) when it names a
+// run and no --vae.
 SampleOptions with_run_vae(SampleOptions opt);
 
 // The flags `sample` and `evaluate` share (sampler settings, classes, layout, backend), with
