@@ -31,8 +31,10 @@ mid_block_add_attention true (others: diffusers' defaults, written in the json).
 
 Weights: torch.manual_seed(0), diffusers' own init (PyTorch defaults; nothing in the VAE is
 zero-initialised), then every GroupNorm's weight := 1 + 0.1 randn and bias := 0.1 randn (module
-order, same global RNG) so gamma/beta mix-ups show; all rounded to float32 (they are float32) and
-only then cast to float64 (`model.double()`): the F32 files hold exactly the golden's weights.
+order, same global RNG) so gamma/beta mix-ups show; then every parameter rounded to a bfloat16
+value (held as float32) and only then cast to float64 (`model.double()`): the F32 files hold exactly
+the golden's weights, and, as with the inputs, a bf16 or fp16 run holds them exactly too, so its
+error against the golden is its own arithmetic's, not the rounding of the file.
 
 vae_tiny_golden.h5 (every dataset float64, PyTorch NCHW layout; no weights inside)
 ---------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ Self-checks after writing (the tool fails if any does not hold): the safetensors
 re-read with an independent reader (json + numpy.frombuffer) and a model rebuilt from the written
 config.json and vae_tiny.safetensors reproduces every dataset bit for bit; diffusers'
 `convert_ldm_vae_checkpoint` maps the LDM file back onto the diffusers file exactly; the stock
-float32 run is within 1e-5 relative L2 of every tensor; with --ldm-src the CompVis Encoder/Decoder
+float32 run is within 1e-4 (the float32 rule; it lands near 1e-5) relative L2 of every tensor; with --ldm-src the CompVis Encoder/Decoder
 (GroupNorm groups set to 8; the original hard-codes 32) load the LDM file strictly and agree to 1e-12.
 """
 
@@ -267,6 +269,8 @@ def build_model(d):
             if isinstance(m, nn.GroupNorm):
                 m.weight.copy_(1.0 + 0.1 * torch.randn(m.weight.shape))
                 m.bias.copy_(0.1 * torch.randn(m.bias.shape))
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     assert all(v.dtype == torch.float32 for v in sd.values())
     for k, v in sd.items():   # nothing zero (diffusers zero-inits nothing in the VAE) or constant
@@ -624,7 +628,7 @@ def check_float32(d, sd, golden):
     g32 = {k: v.float() for k, v in golden.items()}
     res = flat(compute(model, g32["input/image"], g32["encoder/noise"], g32["activations/image"]))
     worst = max((rs.rel_l2(v, golden[k]), k) for k, v in res.items())
-    assert worst[0] < 1e-5, worst
+    assert worst[0] < 1e-4, worst   # the float32 rule
     print(f"  stock float32 diffusers vs the float64 file: worst rel L2 {worst[0]:.1e} ({worst[1]})")
 
 
