@@ -12,6 +12,7 @@
 #include "eval/quality.h"
 #include "io/sample_file.h"
 #include "io/weights.h"
+#include "parallel/rows.h"
 #include "parallel/world.h"
 #include "run/vae_decode.h"
 #include "io/atomic_file.h"
@@ -51,21 +52,32 @@ void write_json_file(const std::string& path, const std::string& json) {
   std::printf("wrote %s\n", path.c_str());
 }
 
-// FID in Inception-V3 pool features against a .npz of reference mu/sigma. Latent samples must be
-// decoded to pictures first: the network takes 1 or 3 channel images in [-1, 1].
-std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& images) {
-  DIT_CHECK(images.c == 1 || images.c == 3, "--inception: samples have ", images.c,
-            " channels; Inception takes pictures (1 or 3 channels): decode latent samples with the VAE first");
-  const eval::Gaussian ref = eval::load_reference_npz(opt.reference_stats);
-  const eval::Features f =
-      eval::inception_features(opt.inception, images.pixels, int(images.n), images.c, images.h, images.w);
-  const double fid = eval::frechet_distance(eval::fit_gaussian(f), ref);
-  std::printf("FID %.4f in Inception-V3 pool features (%d-d) of %lld samples against %s\n", fid,
-              eval::kInceptionFeatures, static_cast<long long>(images.n), opt.reference_stats.c_str());
-  char b[128];
-  std::snprintf(b, sizeof b, "{\"feature_space\": \"inception-v3\", \"n\": %lld, \"fid\": %.8g, ",
-                static_cast<long long>(images.n), fid);
-  return std::string(b) + "\"reference_stats\": " + quote_string(opt.reference_stats) + "}";
+// Collective: FID in Inception-V3 pool features against a .npz of reference mu/sigma, each rank
+// computing the features of its share of the pictures (`mine`, each (c, h, w) in [-1, 1]); the
+// result as JSON on rank 0. Latent samples must be decoded first (--vae).
+std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& shape, const Rows& mine) {
+  eval::Features f;
+  collective_check([&] {
+    DIT_CHECK(shape.c == 1 || shape.c == 3, "--inception: samples have ", shape.c,
+              " channels; Inception takes pictures (1 or 3 channels): decode latent samples with --vae first");
+    if (mine.n > 0) f = eval::inception_features(opt.inception, mine.values, int(mine.n), shape.c, shape.h, shape.w);
+  });
+  eval::Features all;
+  all.f = eval::kInceptionFeatures;
+  all.data = gather_rows(f.data, mine.n, all.f);  // rank order is the samples' order
+  all.n = static_cast<std::int64_t>(all.data.size()) / all.f;
+  std::string result;
+  collective_check([&] {
+    if (world_rank() != 0) return;
+    const double fid = eval::frechet_distance(eval::fit_gaussian(all), eval::load_reference_npz(opt.reference_stats));
+    std::printf("FID %.4f in Inception-V3 pool features (%d-d) of %lld samples against %s\n", fid,
+                eval::kInceptionFeatures, static_cast<long long>(all.n), opt.reference_stats.c_str());
+    char b[128];
+    std::snprintf(b, sizeof b, "{\"feature_space\": \"inception-v3\", \"n\": %lld, \"fid\": %.8g, ",
+                  static_cast<long long>(all.n), fid);
+    result = std::string(b) + "\"reference_stats\": " + quote_string(opt.reference_stats) + "}";
+  });
+  return result;
 }
 
 // Enough samples to measure, known before any is drawn.
@@ -120,20 +132,9 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
   return paths;
 }
 
-// Latent samples decoded to pictures by the VAE (--vae), in place.
-void decode_samples(const SampleOptions& opt, eval::ImageSet& images) {
-  const VaeFile vae = open_vae(opt.vae, opt.vae_config);
-  check_vae_fits(vae, images.c, "--vae");
-  std::printf("decoding %lld latents with %s\n", static_cast<long long>(images.n), vae.describe().c_str());
-  images.pixels = decode_latents(vae, opt.backend, images.pixels, images.n, images.h, images.w, 8);
-  images.c = vae.config.out_channels;
-  images.h *= vae.config.downsampling();
-  images.w *= vae.config.downsampling();
-}
-
-// Rank 0: the samples judged (or their Inception FID) and the result written as JSON. Written
-// samples (--samples-out) are what was drawn: latents for a latent model.
-void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::ImageSet& images, bool inception) {
+// Rank 0: the samples of --samples, or the drawn ones kept in --samples-out (what was drawn:
+// latents for a latent model).
+void take_samples(const EvaluateOptions& opt, eval::ImageSet& images) {
   if (!opt.samples_file.empty()) {
     SamplesFile f = read_samples_h5(opt.samples_file);
     images.n = std::int64_t(f.labels.size());
@@ -143,19 +144,38 @@ void judge_and_report(const EvaluateOptions& opt, const EvalPaths& paths, eval::
   } else if (!opt.samples_out.empty()) {
     write_samples_h5(opt.samples_out, images.pixels, images.labels, images.c, images.h, images.w);
   }
-  if (!opt.sample.vae.empty()) decode_samples(opt.sample, images);
-  std::string json = opt.json;
-  if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
-  std::string result;
-  if (inception) {
-    result = inception_fid(opt, images);
-  } else {
-    const QualityJudge judge(paths);
-    const QualityReport r = judge.judge(images);
-    std::printf("%s", quality_table(r).c_str());
-    result = quality_json(r);
-  }
-  if (!json.empty()) write_json_file(json, result);
+}
+
+// Collective: rank 0's samples dealt out over the ranks, decoded to pictures by the VAE (--vae)
+// where they are latents; returns this rank's pictures, and `images` gets their shape on every rank.
+Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images) {
+  const std::vector<std::int64_t> dims = broadcast_values({images.n, images.c, images.h, images.w});
+  images.n = dims[0];
+  images.c = int(dims[1]), images.h = int(dims[2]), images.w = int(dims[3]);
+  Rows rows{images.n, images.image_size(), std::move(images.pixels)};
+  images.pixels.clear();
+  if (opt.sample.vae.empty()) return scatter_rows(rows);
+  VaeFile vae;
+  collective_check([&] {
+    vae = open_vae(opt.sample.vae, opt.sample.vae_config);
+    check_vae_fits(vae, images.c, "--vae");
+    if (world_rank() == 0)
+      std::printf("decoding %lld latents with %s over %d ranks\n", static_cast<long long>(images.n),
+                  vae.describe().c_str(), world_size());
+  });
+  Rows mine = decode_share(vae, opt.sample.backend, rows, images.h, images.w);
+  images.c = vae.config.out_channels;
+  images.h *= int(vae.config.downsampling());
+  images.w *= int(vae.config.downsampling());
+  return mine;
+}
+
+// Rank 0: the pictures judged in the classifier's feature space against the reference set.
+std::string judge_samples(const EvalPaths& paths, const eval::ImageSet& images) {
+  const QualityJudge judge(paths);
+  const QualityReport r = judge.judge(images);
+  std::printf("%s", quality_table(r).c_str());
+  return quality_json(r);
 }
 
 }  // namespace
@@ -177,7 +197,23 @@ int run_evaluate(const EvaluateOptions& given) {
     images.labels = std::move(s.labels);
   }
   collective_check([&] {
-    if (world_rank() == 0) judge_and_report(opt, paths, images, inception);
+    if (world_rank() == 0) take_samples(opt, images);
+  });
+  // Decoding and Inception's features run on every rank, each on its share; the classifier on rank 0.
+  std::string result;
+  if (inception || !opt.sample.vae.empty()) {
+    const Rows mine = pictures_share(opt, images);
+    if (inception)
+      result = inception_fid(opt, images, mine);
+    else
+      images.pixels = gather_rows(mine).values;
+  }
+  collective_check([&] {
+    if (world_rank() != 0) return;
+    if (!inception) result = judge_samples(paths, images);
+    std::string json = opt.json;
+    if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
+    if (!json.empty()) write_json_file(json, result);
   });
   return 0;
 }

@@ -187,12 +187,17 @@ int run_sample(const SampleOptions& given) {
   if (opt.vae.empty()) {
     wrote = write_sample_outputs(s.model, s.samples, s.labels, s.sample.per_class, opt.out);
   } else {
+    VaeFile vae;
+    const std::int64_t n = static_cast<std::int64_t>(s.labels.size()), side = s.model.input_size;
+    collective_check([&] {
+      vae = open_vae(opt.vae, opt.vae_config);
+      if (world_rank() == 0)
+        std::printf("decoding %lld latents with %s over %d ranks\n", static_cast<long long>(n),
+                    vae.describe().c_str(), world_size());
+    });
+    const std::vector<float> images = decode_on_ranks(vae, opt.backend, s.samples, n, side, side);
     collective_check([&] {
       if (world_rank() != 0) return;
-      const VaeFile vae = open_vae(opt.vae, opt.vae_config);
-      const std::int64_t n = static_cast<std::int64_t>(s.labels.size()), side = s.model.input_size;
-      std::printf("decoding %lld latents with %s\n", static_cast<long long>(n), vae.describe().c_str());
-      const std::vector<float> images = decode_latents(vae, opt.backend, s.samples, n, side, side, 8);
       wrote = write_decoded_outputs(s.model, s.samples, images, vae.config.out_channels,
                                     static_cast<int>(side * vae.config.downsampling()), s.labels, s.sample.per_class,
                                     opt.out);

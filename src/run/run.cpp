@@ -364,11 +364,11 @@ void Run::sample_grid(const std::string& name) {
   if (!vae_) {
     wrote = write_sample_outputs(setup_.model, samples, labels, cfg_.sample.per_class, file(name));
   } else {
-    collective_check([&] {  // rank 0 decodes; a failure there ends every rank
+    const std::int64_t side = setup_.model.input_size, n = static_cast<std::int64_t>(labels.size());
+    const std::vector<float> images =  // every rank decodes its share; rank 0 writes
+        decode_on_ranks(*vae_, cfg_.train.backend == BackendKind::Cuda ? "cuda" : "cpu", samples, n, side, side);
+    collective_check([&] {
       if (ctx_.world_rank != 0) return;
-      const std::int64_t side = setup_.model.input_size, n = static_cast<std::int64_t>(labels.size());
-      const std::vector<float> images = decode_latents(
-          *vae_, cfg_.train.backend == BackendKind::Cuda ? "cuda" : "cpu", samples, n, side, side, 8);
       wrote = write_decoded_outputs(setup_.model, samples, images, vae_->config.out_channels,
                                     static_cast<int>(side * vae_->config.downsampling()), labels,
                                     cfg_.sample.per_class, file(name));

@@ -61,7 +61,7 @@ class Run {
   TrainSetup setup_;
   std::vector<MemoryAccount> planned_;
   std::unique_ptr<Dataset> data_;
-  std::optional<VaeFile> vae_;  // data.vae: the grids are decoded (rank 0)
+  std::optional<VaeFile> vae_;  // data.vae: the grids are decoded (over every rank)
   std::unique_ptr<Backend> be_;
   ParallelContext ctx_;
   std::string comms_, rank_map_;

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "core/resources.h"
 #include "layers/vae.h"
+#include "parallel/device_placement.h"
+#include "parallel/world.h"
 
 namespace dit {
 
@@ -30,7 +32,7 @@ int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch
 }
 
 std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
-                                  std::int64_t n, std::int64_t h, std::int64_t w, int batch) {
+                                  std::int64_t n, std::int64_t h, std::int64_t w, int batch, int ranks_here) {
   const VaeConfig& c = vae.config;
   const std::int64_t f = c.downsampling(), l = c.latent_channels, per_latent = l * h * w;
   const std::int64_t per_image = c.out_channels * h * f * w * f;
@@ -39,9 +41,12 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
   std::unique_ptr<Backend> be = make_backend(backend, DType::F32);
   std::size_t free = 0, total = 0;
   const bool device = be->device_memory(&free, &total);
-  const double budget = device ? 0.9 * static_cast<double>(free) : 0.8 * machine_memory_bytes();
+  const double budget =
+      device ? 0.9 * static_cast<double>(free) : 0.8 * machine_memory_bytes() / std::max(ranks_here, 1);
   batch = decode_batch(c, h, w, std::min<std::int64_t>(batch, std::max<std::int64_t>(n, 1)), budget,
-                       format_bytes(budget) + (device ? " usable on the GPU" : " of this machine's memory"));
+                       format_bytes(budget) + (device ? " usable on the GPU"
+                                                      : " of this machine's memory (a share of " +
+                                                            std::to_string(std::max(ranks_here, 1)) + " ranks)"));
   Vae decoder(*be, c, vae.source());
   Arena arena(*be);
   std::vector<float> images(static_cast<std::size_t>(n * per_image));
@@ -59,6 +64,28 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
     be->synchronize();
   }
   return images;
+}
+
+Rows decode_share(const VaeFile& vae, const std::string& backend, const Rows& latents, std::int64_t h, std::int64_t w) {
+  const VaeConfig& c = vae.config;
+  const std::int64_t f = c.downsampling();
+  const Rows mine = scatter_rows(latents);
+  Rows images;
+  images.n = mine.n;
+  images.width = c.out_channels * h * f * w * f;
+  const int ranks_here = place_rank_on_gpu().local_size;  // collective on its first call: every rank is here
+  collective_check([&] {
+    DIT_CHECK(mine.width == c.latent_channels * h * w, "decode: latents of ", mine.width, " values, the VAE's are (",
+              c.latent_channels, ", ", h, ", ", w, ")");
+    if (mine.n > 0) images.values = decode_latents(vae, backend, mine.values, mine.n, h, w, 8, ranks_here);
+  });
+  return images;
+}
+
+std::vector<float> decode_on_ranks(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
+                                   std::int64_t n, std::int64_t h, std::int64_t w) {
+  const Rows mine = decode_share(vae, backend, {n, vae.config.latent_channels * h * w, latents}, h, w);
+  return gather_rows(mine).values;
 }
 
 }  // namespace dit
