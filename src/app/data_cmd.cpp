@@ -3,10 +3,12 @@
 #include "app/data_cmd.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "engine/image_latents.h"
+#include "io/atomic_file.h"
 #include "io/command_files.h"
 #include "io/checkpoint.h"
 #include "io/file_roles.h"
@@ -15,6 +17,8 @@
 #include "parallel/world.h"
 
 namespace dit {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -73,6 +77,14 @@ ImageLatentsOptions latent_options(const PrepareFlags& f) {
   o.backend = f.backend;
   o.precision = f.precision;
   o.overwrite = f.overwrite ? Overwrite::Yes : Overwrite::No;
+  o.bad_file_hint = " (--bad-files fail; --bad-files skip leaves such files out)";
+  DIT_CHECK(o.size >= 1 && o.size <= 4096, "--size ", o.size, ": expected 1 to 4096");
+  DIT_CHECK(o.batch >= 1 && o.batch <= 4096, "--batch ", o.batch, ": expected 1 to 4096");
+  DIT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16", "--precision ", o.precision,
+            ": expected fp32, bf16 or fp16");
+  check_writable_target(o.out, "dataset");
+  DIT_CHECK(o.overwrite == Overwrite::Yes || !fs::exists(o.out), o.out,
+            ": already exists; pass --overwrite to replace it");
   return o;
 }
 

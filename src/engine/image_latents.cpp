@@ -62,26 +62,20 @@ std::string hex(std::uint64_t v, int digits) {
 Plan make_plan(const ImageLatentsOptions& o) {
   Plan p;
   p.o = o;
-  DIT_CHECK(o.size >= 1 && o.size <= 4096, "--size ", o.size, ": expected 1 to 4096");
-  DIT_CHECK(o.batch >= 1 && o.batch <= 4096, "--batch ", o.batch, ": expected 1 to 4096");
-  DIT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16", "--precision ", o.precision,
-            ": expected fp32, bf16 or fp16");
-  check_writable_target(o.out, "dataset");
-  DIT_CHECK(o.overwrite == Overwrite::Yes || !fs::exists(o.out), o.out,
-            ": already exists; pass --overwrite to replace it");
+  DIT_CHECK(o.size >= 1 && o.batch >= 1, "image latents: size ", o.size, " and batch ", o.batch, " must be positive");
   p.folder = list_image_folder(o.dir);
   p.vae = open_vae(o.vae, o.vae_config);
   const VaeConfig& c = p.vae.config;
-  DIT_CHECK(p.vae.shift_factor == 0.0, "--vae ", o.vae, ": its shift_factor is ", p.vae.shift_factor,
+  DIT_CHECK(p.vae.shift_factor == 0.0, "the VAE ", o.vae, ": its shift_factor is ", p.vae.shift_factor,
             " (latent = (mean - shift) x scale); dit_mp's latent datasets record a scale alone (latent_scale), so "
             "such a VAE is refused");
-  DIT_CHECK(c.in_channels == 3, "--vae ", o.vae, ": it encodes ", c.in_channels, "-channel images; pictures are RGB");
-  DIT_CHECK(o.size % c.downsampling() == 0, "--size ", o.size, " is not a multiple of the VAE's downsampling factor ",
-            c.downsampling(), "; try --size ", std::max(1, o.size / c.downsampling()) * c.downsampling());
+  DIT_CHECK(c.in_channels == 3, "the VAE ", o.vae, ": it encodes ", c.in_channels, "-channel images; pictures are RGB");
+  DIT_CHECK(o.size % c.downsampling() == 0, "image size ", o.size, " is not a multiple of the VAE's downsampling factor ",
+            c.downsampling(), "; try ", std::max(1, o.size / c.downsampling()) * c.downsampling());
   // diffusers' force_upcast: the VAE runs in fp32 whatever precision is asked for.
   p.compute = backend_name(o.backend, p.vae.force_upcast ? "fp32" : o.precision);
   std::string why;
-  DIT_CHECK(backend_available(p.compute, &why), "--backend ", o.backend, " --precision ", o.precision, ": ", why);
+  DIT_CHECK(backend_available(p.compute, &why), "backend ", p.compute, ": ", why);
   p.copies = o.flips == Flips::Both ? 2 : 1;
   p.side = o.size / c.downsampling();
   p.channels = c.latent_channels;
@@ -138,8 +132,8 @@ std::vector<const LatentRecord*> finished(const Plan& p, const std::vector<Laten
   return by_batch;
 }
 
-std::string bad_file_line(const std::string& file, const std::string& problem) {
-  return file + ": " + problem + " (--bad-files fail; --bad-files skip leaves such files out)";
+std::string bad_file_line(const Plan& p, const std::string& file, const std::string& problem) {
+  return file + ": " + problem + p.o.bad_file_hint;
 }
 
 // Encodes one batch at a time on this rank's backend.
@@ -171,7 +165,7 @@ class BatchEncoder {
     for (std::int64_t i = 0; i < count; ++i) {
       if (errors[std::size_t(i)]) std::rethrow_exception(errors[std::size_t(i)]);
       if (!rec.problems[std::size_t(i)].empty() && p_.o.bad_files == BadFiles::Fail)
-        DIT_FAIL(bad_file_line(p_.folder.files[std::size_t(first + i)], rec.problems[std::size_t(i)]));
+        DIT_FAIL(bad_file_line(p_, p_.folder.files[std::size_t(first + i)], rec.problems[std::size_t(i)]));
     }
     std::vector<std::int64_t> sources;  // the file index of each latent
     const std::int64_t pixels = 3 * std::int64_t(p_.o.size) * p_.o.size;
@@ -297,7 +291,7 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
     for (std::size_t i = 0; i < r->problems.size(); ++i) {
       const std::string& file = p.folder.files[std::size_t(p.first(b)) + i];
       if (!r->problems[i].empty()) {
-        DIT_CHECK(p.o.bad_files == BadFiles::Skip, bad_file_line(file, r->problems[i]));
+        DIT_CHECK(p.o.bad_files == BadFiles::Skip, bad_file_line(p, file, r->problems[i]));
         skipped.push_back(file + ": " + r->problems[i]);
         continue;
       }
@@ -336,7 +330,7 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
   work.remove();
   for (const std::string& s : skipped) std::printf("skipped %s\n", s.c_str());
   if (!skipped.empty())
-    std::printf("skipped %zu of %lld files (--bad-files skip)\n", skipped.size(), static_cast<long long>(p.files()));
+    std::printf("skipped %zu of %lld files that do not decode\n", skipped.size(), static_cast<long long>(p.files()));
   return PrepareResult{p.o.out, n, int(p.folder.classes.size())};
 }
 

@@ -41,6 +41,7 @@ struct ImageLatentsOptions {
   std::string backend = "cpu";  // the VAE's backend on every rank (cpu or cuda)
   std::string precision = "fp32";  // fp32 unless the VAE allows 16 bits (its config's force_upcast false)
   Overwrite overwrite = Overwrite::No;
+  std::string bad_file_hint;    // appended to a bad file's line (the command's words for what to do)
 };
 
 // Collective: every rank calls it with the same options. Errors are agreed (one line, every rank

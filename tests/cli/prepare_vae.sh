@@ -76,12 +76,25 @@ $MPIRUN -n 2 "$DIT_MP" "${P[@]}" --out "$SCRATCH/fail.h5" > "$SCRATCH/fail.out" 
 grep -q "cmyk.jpg: a CMYK JPEG (4 colour components)" "$SCRATCH/fail.err" || { cat "$SCRATCH/fail.err"; fail "the CMYK file is not named"; }
 [[ $(wc -l < "$SCRATCH/fail.err") -eq 1 ]] || { cat "$SCRATCH/fail.err"; fail "not one line on stderr"; }
 [[ ! -e "$SCRATCH/fail.h5" ]] && ! ls "$SCRATCH"/fail.h5.tmp-* > /dev/null 2>&1 || fail "a failed preparation left a dataset"
+grep -q "(--bad-files fail; --bad-files skip leaves such files out)" "$SCRATCH/fail.err" || fail "the line does not say what to do"
 echo "ok: --bad-files fail names the CMYK file"
+# Settings the VAE or the command cannot take: one line naming them, at 2 ranks, nothing written.
+for bad in "--size 0 --batch 4|--size 0: expected 1 to 4096" \
+           "--size 33 --batch 4|image size 33 is not a multiple of the VAE's downsampling factor 2; try 32" \
+           "--size 32 --batch 5000|--batch 5000: expected 1 to 4096" \
+           "--size 32 --batch 4 --precision fp8|--precision fp8: expected fp32, bf16 or fp16"; do
+  rc=0
+  $MPIRUN -n 2 "$DIT_MP" "${P[@]:0:5}" ${bad%%|*} --out "$SCRATCH/bad.h5" > /dev/null 2> "$SCRATCH/bad.err" || rc=$?
+  [[ $rc -ne 0 && $(wc -l < "$SCRATCH/bad.err") -eq 1 ]] && grep -qF -- "${bad#*|}" "$SCRATCH/bad.err" ||
+    { cat "$SCRATCH/bad.err"; fail "${bad%%|*}: not refused in one line naming it"; }
+  [[ ! -e "$SCRATCH/bad.h5" ]] || fail "${bad%%|*} wrote a dataset"
+done
+echo "ok: bad --size, --batch and --precision refused in one line"
 
 # --bad-files skip at 2 ranks: both bad files skipped and counted; the work folder is gone.
 $MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/two.h5" > "$SCRATCH/two.out" 2>&1 ||
   { cat "$SCRATCH/two.out"; fail "prepare-data --vae at 2 ranks failed"; }
-grep -q "^skipped 2 of 45 files (--bad-files skip)$" "$SCRATCH/two.out" || { cat "$SCRATCH/two.out"; fail "2 skipped files not reported"; }
+grep -q "^skipped 2 of 45 files that do not decode$" "$SCRATCH/two.out" || { cat "$SCRATCH/two.out"; fail "2 skipped files not reported"; }
 grep -q "^skipped .*truncated.jpg: a truncated JPEG" "$SCRATCH/two.out" || fail "the truncated file is not named"
 grep -q "^prepare-data: 45/45 images (100.0%), .* images/s" "$SCRATCH/two.out" || fail "no progress line"
 [[ ! -e "$SCRATCH/two.h5.parts" ]] || fail "the work folder stayed"
