@@ -66,9 +66,6 @@ Plan make_plan(const ImageLatentsOptions& o) {
   p.folder = list_image_folder(o.dir);
   p.vae = open_vae(o.vae, o.vae_config);
   const VaeConfig& c = p.vae.config;
-  DIT_CHECK(p.vae.shift_factor == 0.0, "the VAE ", o.vae, ": its shift_factor is ", p.vae.shift_factor,
-            " (latent = (mean - shift) x scale); dit_mp's latent datasets record a scale alone (latent_scale), so "
-            "such a VAE is refused");
   DIT_CHECK(c.in_channels == 3, "the VAE ", o.vae, ": it encodes ", c.in_channels, "-channel images; pictures are RGB");
   DIT_CHECK(o.size % c.downsampling() == 0, "image size ", o.size, " is not a multiple of the VAE's downsampling factor ",
             c.downsampling(), "; try ", std::max(1, o.size / c.downsampling()) * c.downsampling());
@@ -318,6 +315,10 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
     const double scale = p.vae.scaling_factor;
     const std::int64_t size = p.o.size, skips = std::int64_t(skipped.size());
     write_dataset_attr(w.file(), "latent_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale, 0, tmp);
+    if (p.vae.shift_factor != 0.0) {  // (SD3/Flux-style VAEs; training serves (x - shift) * scale)
+      const double shift = p.vae.shift_factor;
+      write_dataset_attr(w.file(), "latent_shift", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &shift, 0, tmp);
+    }
     write_dataset_attr_strings(w.file(), "class_names", p.folder.classes, h5::AttrShape::List, tmp);
     write_dataset_attr_strings(w.file(), "vae", {p.vae.describe()}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr_strings(w.file(), "vae_file", {vae_file}, h5::AttrShape::Scalar, tmp);

@@ -14,8 +14,9 @@
 // extracts them). Latent: the mean of the encoder's Gaussian, or a draw mean + std * noise
 // (diffusers' DiagonalGaussianDistribution: log-variance clamped to [-30, 20]) with the noise from
 // Philox (seed, LatentSample, step = flip, index = the file's position). Stored unscaled as float32
-// (N, L, size / f, size / f), kind "latents", latent_scale = the VAE's scaling_factor (training
-// multiplies by it). A VAE with a shift_factor is refused: the schema has no shift.
+// (N, L, size / f, size / f), kind "latents", latent_scale = the VAE's scaling_factor and, when
+// the VAE has one, latent_shift = its shift_factor (training serves (x - shift) * scale, as
+// diffusers normalises SD3 and Flux latents).
 #pragma once
 
 #include <cstdint>

@@ -95,6 +95,8 @@ void H5Dataset::read_attrs(double latent_scale_override) {
               "latent scale override = ", latent_scale_override, " for ", p,
               ", expected > 0 (or 0 for the file's value)");
     if (latent_scale_override > 0) scale_ = latent_scale_override;
+    shift_ = file_.has_attr("/", "latent_shift") ? file_.attr_double("/", "latent_shift") : 0.0;
+    DIT_CHECK(std::isfinite(shift_), p, ": attribute 'latent_shift' = ", shift_, ", expected a finite number");
   }
   if (file_.has_attr("/", "class_names")) {
     class_names_ = file_.attr_strings("/", "class_names");
@@ -152,8 +154,8 @@ int H5Dataset::get(std::int64_t index, float* out) const {
     DIT_CHECK(std::all_of(out, out + numel, [](float v) { return std::isfinite(v); }), path(), ": sample ", index,
               " of 'images' holds NaN or Inf values: expected finite latents (re-create the dataset with dit_mp "
               "prepare-data latents)");
-    const float scale = float(scale_);
-    for (std::int64_t i = 0; i < numel; ++i) out[i] *= scale;
+    const float scale = float(scale_), shift = float(shift_);
+    for (std::int64_t i = 0; i < numel; ++i) out[i] = (out[i] - shift) * scale;
   } else {
     for (std::int64_t i = 0; i < numel; ++i) out[i] = out[i] / 127.5f - 1.0f;
   }
@@ -166,6 +168,7 @@ std::string H5Dataset::describe() const {
      << shape_.channels << "x" << shape_.height << "x" << shape_.width << ", " << classes_
      << " classes";
   if (latents_) os << ", latent scale " << scale_;
+  if (shift_ != 0) os << " after shift " << shift_;
   os << " (" << path() << ")";
   return os.str();
 }

@@ -15,13 +15,14 @@ namespace dit {
 
 // The dataset file schema (one HDF5 file):
 //   /images   (N, C, H, W)  uint8    kind "images":  pixels 0..255, served as x / 127.5 - 1
-//                           float32  kind "latents": VAE latents, served as x * latent_scale
+//                           float32  kind "latents": VAE latents, served as (x - latent_shift) * latent_scale
 //   /labels   (N,)          any integer type, each in [0, num_classes)
 //   root attributes:
 //     num_classes   integer >= 1                                         (required)
 //     kind          "images" | "latents"; must agree with the images dtype (optional: inferred)
 //     source        free text, e.g. "fashion-mnist train"                 (optional)
 //     latent_scale  float > 0, latents only; default 0.18215 (SD VAE)     (optional)
+//     latent_shift  finite float, latents only; default 0 (SD3/Flux VAEs' shift_factor) (optional)
 //     class_names   array of num_classes strings (image folders)         (optional)
 // Files are untrusted input: everything above is checked at open, all labels included.
 // Error messages read "<path>: <object> <problem>, expected <what>".
@@ -44,6 +45,7 @@ class H5Dataset final : public Dataset {
   const std::string& kind() const { return kind_; }  // "images" or "latents"
   const std::string& source() const { return source_; }
   double latent_scale() const { return scale_; }  // the factor applied to latents (1 for images)
+  double latent_shift() const { return shift_; }  // subtracted from latents before the scale (0 for images)
   const std::vector<std::string>& class_names() const { return class_names_; }  // may be empty
 
  private:
@@ -59,7 +61,7 @@ class H5Dataset final : public Dataset {
   int classes_ = 0;
   std::vector<std::int32_t> labels_;  // (N,)
   std::string kind_, source_;
-  double scale_ = 1;
+  double scale_ = 1, shift_ = 0;
   std::vector<std::string> class_names_;
 };
 

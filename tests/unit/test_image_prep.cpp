@@ -281,4 +281,46 @@ TEST(vae_latents, OneRankMatchesThePiecesByHand) {
   }
 }
 
+// A VAE with a shift_factor (SD3/Flux-style normalisation): the file records it as latent_shift and
+// training is served (mean - shift) * scale, the VAE's own scale and shift.
+TEST(vae_latents, ShiftedVaeIsServedShiftedThenScaled) {
+  io_test::Scratch dir("vae_shift");
+  fs::create_directories(dir.path / "imgs" / "a");
+  fs::copy_file(kDir + "photo_a.png", dir / "imgs/a/1.png");
+  std::ifstream in(std::string(DIT_TEST_DATA) + "/vae_tiny_config.json");
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"scaling_factor\": 0.18215", "\"scaling_factor\": 0.3611"},
+                                 {"\"shift_factor\": null", "\"shift_factor\": 0.1159"}}) {
+    const std::size_t at = json.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    json.replace(at, from.size(), to);
+  }
+  std::ofstream(dir / "config.json") << json;
+  ImageLatentsOptions o;
+  o.dir = dir / "imgs";
+  o.out = dir / "lat.h5";
+  o.vae = std::string(DIT_TEST_DATA) + "/vae_tiny.safetensors";
+  o.vae_config = dir / "config.json";
+  o.size = 16;
+  prepare_image_latents(o);
+  H5Dataset data(o.out);
+  EXPECT_DOUBLE_EQ(data.latent_scale(), 0.3611);
+  EXPECT_DOUBLE_EQ(data.latent_shift(), 0.1159);
+  const VaeFile file = open_vae(o.vae, o.vae_config);
+  auto be = make_backend("cpu");
+  Vae vae(*be, file.config, file.source());
+  Arena arena(*be);
+  const RgbImage crop = center_crop_arr(decode_image_file(dir / "imgs/a/1.png").image, 16);
+  std::vector<float> x(3 * 16 * 16), m(8 * 8 * 8), served(4 * 8 * 8);
+  to_unit_chw(crop, Mirror::No, x.data());
+  Tensor tx = arena.tensor(Shape{1, 3, 16, 16}, DType::F32), tm = arena.tensor(Shape{1, 8, 8, 8}, DType::F32);
+  be->copy(tx, Tensor{x.data(), DType::F32, tx.shape, Device::Host});
+  vae.encode(tx, tm);
+  be->copy(Tensor{m.data(), DType::F32, tm.shape, Device::Host}, tm);
+  be->synchronize();
+  data.get(0, served.data());
+  for (int j = 0; j < 4 * 8 * 8; ++j)
+    ASSERT_EQ(served[std::size_t(j)], (m[std::size_t(j)] - 0.1159f) * 0.3611f) << "value " << j;
+}
+
 }  // namespace dit
