@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA Release binaries here (build-gpu/) and packs what a GPU host without a package
 # manager needs to run them into .gpu/ (git-ignored; the device tool carries it):
-#   bin/   dit_mp, dit_tests, dit_mpi_tests, bench_train, bench_attention
+#   bin/   dit_mp, dit_tests, dit_mpi_tests, bench_train, bench_attention, bench_vae
 #   lib/   their shared-library closure, minus glibc, libstdc++, libgcc_s and the CUDA, cuBLAS,
 #          cuDNN and NCCL libraries (the GPU host brings those: toolkit and pip packages), and
 #          minus HDF5's network and crypto dependencies (its ros3 driver, which dit_mp never
@@ -9,13 +9,17 @@
 #          which leaves out 27 libraries (15 MiB) of curl, OpenSSL, GnuTLS, Kerberos and LDAP
 #   mpi/   a relocatable OpenMPI 4.1 runtime (mpirun, orted, plugins, help files) and PMIx plugins
 #   data/  a small latents dataset (.h5) for the training runs
+#   diffusers/src/diffusers/  with DIT_DIFFUSERS_SRC (or --diffusers-src) naming a diffusers tree:
+#          only the Python files benchmarks/vae_torch.py imports (the VAE's PyTorch baseline in
+#          run.sh's stage 9; listed by importing it here), plus diffusers/, models/ and utils/'s
+#          top-level modules; without a tree, skipped with the reason (stage 9 then times ours alone)
 #   env.sh sets OPAL_*/PMIX_* so the moved OpenMPI finds its plugins and help files there
 # Then checks the pack on this machine: 2 ranks under the pack's mpirun and a singleton, with
 # LD_LIBRARY_PATH set to the pack only, and LD_DEBUG showing where MPI, PMIx, HDF5 and the MPI
 # plugins were loaded from.
-# Last, bin/ lib/ mpi/ pmix/ go into one pack.tar.xz (about a third of their size), which
+# Last, bin/ lib/ mpi/ pmix/ (and diffusers/) go into one pack.tar.xz (about a third of their size), which
 # benchmarks/gpu/run.sh unpacks on the GPU host.
-#   scripts/pack_gpu.sh [--jobs N] [--from BUILD_DIR] [--pack DIR] [--no-compress]
+#   scripts/pack_gpu.sh [--jobs N] [--from BUILD_DIR] [--pack DIR] [--no-compress] [--diffusers-src DIR]
 # --from: pack an existing build tree instead of building build-gpu/ (a CPU build packs too: the
 # conformance and GPU steps then skip); --pack: where to pack (default .gpu/); --no-compress:
 # leave the folders as they are (usable in place: source env.sh).
@@ -29,13 +33,15 @@ PACK=$ROOT/.gpu
 JOBS=${DIT_JOBS:-1}
 DO_BUILD=1
 COMPRESS=1
+DIFFUSERS_SRC=${DIT_DIFFUSERS_SRC:-}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --from) BUILD=$(cd "$2" && pwd); DO_BUILD=0; shift 2 ;;
     --pack) PACK=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --no-compress) COMPRESS=0; shift ;;
-    *) echo "pack_gpu.sh: unknown argument $1 (expected --jobs N, --from DIR, --pack DIR, --no-compress)" >&2
+    --diffusers-src) DIFFUSERS_SRC=$2; shift 2 ;;
+    *) echo "pack_gpu.sh: unknown argument $1 (expected --jobs N, --from DIR, --pack DIR, --no-compress, --diffusers-src DIR)" >&2
        exit 2 ;;
   esac
 done
@@ -52,10 +58,13 @@ if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$ROOT" -B "$BUILD" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_SKIP_BUILD_RPATH=ON >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log"; exit 1; }
-  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention
+  cmake --build "$BUILD" -j "$JOBS" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention \
+    bench_vae
 fi
-BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train" "$BUILD/bin/bench_attention")
-for b in "${BINS[@]}"; do [[ -x $b ]] || { echo "pack_gpu.sh: $b was not built" >&2; exit 1; }; done
+BINS=("$BUILD/bin/dit_mp" "$BUILD/bin/bench_train" "$BUILD/bin/bench_attention" "$BUILD/bin/bench_vae")
+for b in "${BINS[@]}"; do
+  [[ -x $b ]] || { echo "pack_gpu.sh: $b was not built (cmake --build $BUILD --target $(basename "$b"))" >&2; exit 1; }
+done
 for t in dit_tests dit_mpi_tests; do
   if [[ -x $BUILD/tests/$t ]]; then BINS+=("$BUILD/tests/$t")
   else echo "pack_gpu.sh: warning: no $BUILD/tests/$t: the pack has no $t" >&2; fi
@@ -229,8 +238,50 @@ pack_env "OMP_NUM_THREADS=1 timeout 300 '$PACK/bin/bench_train' --model DiT-S/4 
   --batch 2 --steps 1 --warmup 1" >"$tmp/bench.log" 2>&1 ||
   { cat "$tmp/bench.log"; echo "pack_gpu.sh: bench_train (cpu) failed" >&2; exit 1; }
 echo "  bench_train --backend cpu: ran"
+pack_env "OMP_NUM_THREADS=2 timeout 120 '$PACK/bin/bench_vae' --backend cpu --threads 2 --size 16 --iters 1 \
+  --warmup 0" >"$tmp/bench_vae.log" 2>&1 || { cat "$tmp/bench_vae.log"; echo "pack_gpu.sh: bench_vae (cpu) failed" >&2; exit 1; }
+echo "  bench_vae --backend cpu: ran"
 
-# ---- 7. compress: what travels is env.sh, data/ and one archive (run.sh unpacks it) -----------
+# ---- 7. diffusers' VAE for the PyTorch baseline of stage 9 (optional) ---------------------------
+# The files are those the import of benchmarks/vae_torch.py loads from the tree (asked of a python
+# with torch here), plus the top-level modules of diffusers/, models/ and utils/ (what PyTorch 2.x
+# may import lazily on other paths); then vae_torch.py runs once from the packed copy alone.
+pack_diffusers() {
+  local src=$DIFFUSERS_SRC root py list
+  [[ -n $src ]] || { echo "diffusers: not packed: no DIT_DIFFUSERS_SRC or --diffusers-src (stage 9 times dit_mp's VAE alone)"; return 0; }
+  root=$src; [[ -d $src/src/diffusers ]] && root=$src/src
+  [[ -f $root/diffusers/models/autoencoders/autoencoder_kl.py ]] ||
+    { echo "diffusers: not packed: $src holds no diffusers/models/autoencoders/autoencoder_kl.py"; return 0; }
+  py=""
+  for p in python3 /usr/bin/python3; do
+    command -v "$p" >/dev/null && "$p" -c "import torch" >/dev/null 2>&1 && { py=$p; break; }
+  done
+  [[ -n $py ]] || { echo "diffusers: not packed: no python with torch here to list the files vae_torch.py imports"; return 0; }
+  list=$("$py" - "$ROOT/benchmarks" "$root" <<'PY' 2>"$tmp/diffusers_list.log"
+import glob, os, sys
+bench, root = sys.argv[1], os.path.realpath(sys.argv[2])
+sys.path.insert(0, bench)
+import vae_torch
+vae_torch.load_diffusers(root)
+files = {os.path.realpath(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+files = {f for f in files if f.startswith(root + os.sep)}
+for d in ("diffusers", "diffusers/models", "diffusers/utils"):
+    files.update(os.path.realpath(f) for f in glob.glob(os.path.join(root, d, "*.py")))
+print("\n".join(sorted(os.path.relpath(f, root) for f in files)))
+PY
+) || { cat "$tmp/diffusers_list.log"; echo "diffusers: not packed: importing it from $root failed (above)"; return 0; }
+  mkdir -p "$PACK/diffusers/src"
+  # shellcheck disable=SC2086  # one relative path a word (diffusers' file names have no spaces)
+  (cd "$root" && tar cf - $list) | tar xf - -C "$PACK/diffusers/src"
+  OMP_NUM_THREADS=2 timeout 120 "$py" "$ROOT/benchmarks/vae_torch.py" --diffusers-src "$PACK/diffusers" --size 16 \
+    --iters 1 --warmup 0 --threads 2 >"$tmp/vae_torch.log" 2>&1 ||
+    { cat "$tmp/vae_torch.log"; echo "pack_gpu.sh: vae_torch.py failed on the packed diffusers files" >&2; exit 1; }
+  echo "diffusers: $(wc -w <<<"$list") files ($(du -sk "$PACK/diffusers" | cut -f1) KiB) from $root;" \
+    "vae_torch.py ran from them ($(grep -m1 -o 'torch [^,]*' "$tmp/vae_torch.log"))"
+}
+pack_diffusers
+
+# ---- 8. compress: what travels is env.sh, data/ and one archive (run.sh unpacks it) -----------
 unpacked=$(du -sm "$PACK" | cut -f1)
 nlibs=$(find "$PACK/lib" -name '*.so*' | wc -l)
 if [[ $COMPRESS == 1 ]]; then
@@ -240,8 +291,9 @@ if [[ $COMPRESS == 1 ]]; then
   # as large, so the carry it holds under the budget bounds this default's.
   level=${DIT_PACK_XZ_LEVEL:-9}
   [[ $level =~ ^[0-9]$ ]] || { echo "pack_gpu.sh: DIT_PACK_XZ_LEVEL=$level: expected 0 to 9" >&2; exit 2; }
-  tar cf - -C "$PACK" bin lib mpi pmix | xz -T1 --lzma2=preset="$level",dict=64MiB >"$PACK/pack.tar.xz"
-  rm -rf "${PACK:?}"/{bin,lib,mpi,pmix}
+  parts=(bin lib mpi pmix); [[ -d $PACK/diffusers ]] && parts+=(diffusers)
+  tar cf - -C "$PACK" "${parts[@]}" | xz -T1 --lzma2=preset="$level",dict=64MiB >"$PACK/pack.tar.xz"
+  rm -rf "${PACK:?}"/{bin,lib,mpi,pmix,diffusers}
 fi
 size_b=$(du -sb "$PACK" | cut -f1)
 # What the device tool carries: the pack plus the working tree it copies (tracked files and

@@ -9,6 +9,8 @@
 #     failures; a case cuDNN declines is a NOT SERVED row, not a failure), then bench_attention
 #   6 golden verify in fp32 and bf16        7 a 5-step 1-rank bf16 training run, then NCCL at 1 rank
 #   8 throughput of DiT-B/2 and DiT-XL/2 beside PyTorch (MFU, host syncs, primitive/gap split)
+#   9 the kl-f8 VAE: encode and decode images/s and TFLOP/s at 256x256, fp32 and bf16, beside
+#     diffusers' AutoencoderKL on PyTorch when the pack carries its files (time kept for it in 8)
 #   bash benchmarks/gpu/run.sh --build .gpu --out $OUT      (device tool: carry [".gpu"])
 #   bash benchmarks/gpu/run.sh --build .gpu --out /tmp/o --cpu-smoke   (no GPU: every stage on the CPU)
 # --build DIR: a pack from scripts/pack_gpu.sh (env.sh, data/, pack.tar.xz, unpacked first) or a
@@ -16,7 +18,7 @@
 #   the carried binaries do not start, it builds from source (needs the dependencies' headers).
 # --cpu-smoke: where there is no GPU, run each GPU stage's CPU counterpart (cpu backends, a tiny
 #   model), so the whole script and its table are exercised.
-# --stages LIST: only these stages (e.g. 5,8; stage 1 always runs), to rerun part of a check.
+# --stages LIST: only these stages (e.g. 5,8,9; stage 1 always runs), to rerun part of a check.
 # $OUT receives four files (the device tool returns at most 8): summary.txt (the table, rewritten
 # after every row), table.md (the same as a Markdown table for docs/gpu.md), logs.tar.gz (every
 # step's log, rewritten after every row) and results.json (benchmark numbers, at the end).
@@ -37,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --cpu-smoke) CPU_SMOKE=1; shift ;;
     --stages) STAGES=$2; shift 2
-      [[ $STAGES =~ ^[1-8](,[1-8])*$ ]] || { echo "run.sh: --stages $STAGES: expected stage numbers 1-8, e.g. 5,8" >&2; exit 2; } ;;
+      [[ $STAGES =~ ^[1-9](,[1-9])*$ ]] || { echo "run.sh: --stages $STAGES: expected stage numbers 1-9, e.g. 5,8" >&2; exit 2; } ;;
     *) echo "run.sh: unknown argument $1 (expected --build DIR, --out DIR, --cpu-smoke, --stages LIST)" >&2; exit 2 ;;
   esac
 done
@@ -52,6 +54,7 @@ export GTEST_COLOR=no  # plain logs: the rows are read from them (mpirun would o
 # ---- the table: one row per step, written out after every row --------------------------------
 declare -a ROWS=() MD_ROWS=()
 OUT_OF_TIME=0  # set when a step was not started for want of time; its row says so
+RESERVE=0      # seconds of the budget kept for later stages (stage 8 leaves stage 9 its time)
 FAILED_ROWS=0
 want() { [[ $STAGES == all || ,$STAGES, == *",$1,"* ]]; }  # is stage $1 selected?
 # Every log so far, as one archive: a killed run still returns them (one file of the eight).
@@ -86,7 +89,7 @@ row() {
 logname() { echo "$LOGS/${1//[^A-Za-z0-9_.-]/_}.log"; }
 # The step's limit within what is left of the budget (0: none left).
 limit() {
-  local left=$((BUDGET - SECONDS - 5))
+  local left=$((BUDGET - SECONDS - 5 - RESERVE))
   (( left < 10 )) && { echo 0; return; }
   (( $1 < left )) && echo "$1" || echo "$left"
 }
@@ -156,7 +159,7 @@ echo "CUDA library folders: $CUDA_LIBS" >>"$LOGS/python.log"
 PACK_LIB=""
 DIT_MPIRUN=$(command -v mpirun || true)
 OURS=(env)  # until a build is chosen: nothing to run
-DIT_MP="" DIT_TESTS="" DIT_MPI_TESTS="" BENCH_TRAIN="" BENCH_ATTN=""
+DIT_MP="" DIT_TESTS="" DIT_MPI_TESTS="" BENCH_TRAIN="" BENCH_ATTN="" BENCH_VAE=""
 use_build() {
   BUILD=$1
   DIT_MP=$BUILD/bin/dit_mp
@@ -166,6 +169,7 @@ use_build() {
   [[ -x $DIT_MPI_TESTS ]] || DIT_MPI_TESTS=$BUILD/tests/dit_mpi_tests
   BENCH_TRAIN=$BUILD/bin/bench_train
   BENCH_ATTN=$BUILD/bin/bench_attention
+  BENCH_VAE=$BUILD/bin/bench_vae
   PACK_LIB=""
   if [[ -f $BUILD/env.sh ]]; then
     # shellcheck disable=SC1091
@@ -185,7 +189,8 @@ build_from_source() {
   local b=$WORK/build
   run "configure (source build)" 120 cmake -S "$ROOT" -B "$b" -DDIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release || { row "source build" "$(status)" "configure: $(why_failed)"; return 1; }
-  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention ||
+  run "build (source build)" 300 cmake --build "$b" -j "$(nproc)" --target dit_mp dit_tests dit_mpi_tests bench_train bench_attention \
+    bench_vae ||
     { row "source build" "$(status)" "$(why_failed)"; return 1; }
   row "source build" PASS "$TOOK s"
   use_build "$b"
@@ -206,7 +211,7 @@ fi
 if [[ -n $BUILD ]]; then use_build "$BUILD"; else build_from_source; fi
 # Unresolved libraries of every binary, with the library path our programs get.
 : >"$LOGS/ldd.log"
-for b in "$DIT_MP" "$DIT_TESTS" "$DIT_MPI_TESTS" "$BENCH_TRAIN" "$BENCH_ATTN"; do
+for b in "$DIT_MP" "$DIT_TESTS" "$DIT_MPI_TESTS" "$BENCH_TRAIN" "$BENCH_ATTN" "$BENCH_VAE"; do
   [[ -x $b ]] && { echo "== $b" >>"$LOGS/ldd.log"; "${OURS[@]}" ldd "$b" >>"$LOGS/ldd.log" 2>&1; }
 done
 MISSING=$(grep 'not found' "$LOGS/ldd.log" | awk '{print $1}' | sort -u | tr '\n' ' ')
@@ -475,6 +480,8 @@ PY
   fi
   row "$label" "$st" "$note"
 }
+VAE_RESERVE=60  # stage 9's estimate on a GPU (four processes) with room: stage 8 leaves it that much
+want 9 && RESERVE=$VAE_RESERVE
 if want 8; then
   if [[ ! -x ${BENCH_TRAIN:-} ]]; then
     row "8 throughput" "NOT RUN" "no bench_train"
@@ -485,6 +492,104 @@ if want 8; then
     bench_pair "8 throughput DiT-S/4 16x16 (cpu smoke)" DiT-S/4 16 4,2 cpu fp32 cpu 1 1 60 60 --num-classes 10
   else
     for spec in "${BENCH[@]}"; do row "8 throughput ${spec%%:*} bf16" "NOT RUN" "$NO_GPU_WHY"; done
+  fi
+fi
+RESERVE=0
+
+# ---- 9. the kl-f8 VAE's encode and decode beside diffusers' AutoencoderKL on PyTorch -------------
+# bench_vae (random weights, its own FLOP count: 136.36 GMAC to encode and 311.09 to decode one
+# 256x256 image) and benchmarks/vae_torch.py (the same architecture, weights drawn the same way,
+# same batch; its hooks count the same FLOPs) with diffusers' files from the pack (pack_gpu.sh with
+# DIT_DIFFUSERS_SRC) or DIT_DIFFUSERS_SRC here. Ours tries its batches largest first, a smaller one
+# only after running out of memory; PyTorch starts at the batch ours ran. TFLOP/s = images/s x
+# bench_vae's FLOPs per image, for both sides.
+VAE_DIFFUSERS=""
+for d in "${BUILD:-}/diffusers" "${DIT_DIFFUSERS_SRC:-}"; do
+  [[ -n $d && ( -d $d/src/diffusers || -d $d/diffusers ) ]] && { VAE_DIFFUSERS=$d; break; }
+done
+# vae_pair LABEL BACKEND PRECISION DEVICE SIZE BATCHES ITERS WARMUP LIMIT_OURS LIMIT_TORCH [TORCH]
+# (TORCH 0: ours alone; the CPU smoke runs PyTorch once, in fp32, to keep the stage short.)
+vae_pair() {
+  local label=$1 be=$2 prec=$3 dev=$4 size=$5 batches=$6 iters=$7 warm=$8 lo=$9 lt=${10} with_torch=${11:-1}
+  local b ok=0 used="" tb="" torch_ok=0 ours_json="" torch_json="" tf32=()
+  for b in ${batches//,/ }; do
+    ours_json=$LOGS/vae_${prec}_b${b}_ours.json
+    run "vae $prec b$b ours" "$lo" "${OURS[@]}" "$BENCH_VAE" --backend "$be" --batch "$b" --size "$size" \
+      --iters "$iters" --warmup "$warm" --json "$ours_json"
+    if [[ $RC == 0 ]]; then ok=1; used=$b; break; fi
+    is_oom "$LOG" || break  # only running out of memory is worth a smaller batch
+  done
+  local ours_rc=$RC ours_log=$LOG start=${used:-${batches%%,*}}
+  RC=125
+  [[ ${DIT_TF32:-0} == 1 && $prec == fp32 ]] && tf32=(--tf32)
+  if [[ -n $PY && -n $VAE_DIFFUSERS && $with_torch == 1 ]]; then
+    for b in ${batches//,/ }; do
+      (( b > start )) && continue
+      torch_json=$LOGS/vae_${prec}_b${b}_torch.json
+      run "vae $prec b$b torch" "$lt" env PYTHONUNBUFFERED=1 "$PY" "$ROOT/benchmarks/vae_torch.py" \
+        --diffusers-src "$VAE_DIFFUSERS" --device "$dev" --precision "$prec" "${tf32[@]}" --batch "$b" \
+        --size "$size" --iters "$iters" --warmup "$warm" --threads "${OMP_NUM_THREADS:-1}" --json "$torch_json"
+      if [[ $RC == 0 ]]; then torch_ok=1; tb=$b; break; fi
+      is_oom "$LOG" || break
+    done
+  fi
+  local torch_rc=$RC torch_log=$LOG st=PASS note
+  if [[ $ok == 0 ]]; then RC=$ours_rc; st=$(status); fi
+  # The row's note, and one record of the pair (FLOPs, images/s, TFLOP/s of each side) for results.json.
+  note=$(python3 - "$ours_json" "$torch_json" "$ok" "$torch_ok" "$LOGS/vae_$prec.json" "$label" <<'PY' 2>&1
+import json, sys
+def load(p, ok):
+    try:
+        return json.load(open(p)) if ok == "1" else None
+    except (OSError, ValueError):
+        return None
+o, t = load(sys.argv[1], sys.argv[3]), load(sys.argv[2], sys.argv[4])
+ref = o or t
+rec = {"bench": "vae", "row": sys.argv[6], "ours": o, "torch": t}
+part = []
+for side, r in (("ours", o), ("torch", t)):
+    if not r:
+        continue
+    cells = []
+    for p in ("encode", "decode"):
+        tflops = r[f"{p}_images_s"] * 2 * ref[f"{p}_gmac_per_image"] / 1e3
+        rec[f"{side}_{p}_images_s"], rec[f"{side}_{p}_tflop_s"] = r[f"{p}_images_s"], tflops
+        cells.append(f"{p} {r[f'{p}_images_s']:.4g} img/s {tflops:.3g} TFLOP/s")
+    extra = f" ({r['attention']})" if side == "torch" and "attention" in r else ""
+    part.append(f"{side} b{r['batch']} " + ", ".join(cells) + extra)
+if o and t:
+    part.append("ours/torch " + ", ".join(f"{p} {o[f'{p}_images_s'] / t[f'{p}_images_s']:.2f}x"
+                                          for p in ("encode", "decode")))
+if ref:
+    rec.update(size=ref["size"], encode_gmac_per_image=ref["encode_gmac_per_image"],
+               decode_gmac_per_image=ref["decode_gmac_per_image"])
+    json.dump(rec, open(sys.argv[5], "w"), indent=1)
+print("; ".join(part) if part else "ours failed", end="")
+PY
+)
+  [[ -s $LOGS/vae_$prec.json ]] && RESULTS+=("$LOGS/vae_$prec.json")
+  [[ $ok == 0 ]] && note="$note; ours (rc $ours_rc): $(LOG=$ours_log why_failed)"
+  if [[ $torch_ok == 0 ]]; then
+    if [[ $with_torch == 0 ]]; then note="$note; torch not run: the CPU smoke runs it in fp32 only"
+    elif [[ -z $PY ]]; then note="$note; torch not run: no python with torch"
+    elif [[ -z $VAE_DIFFUSERS ]]; then
+      note="$note; torch not run: no diffusers source (pack it: DIT_DIFFUSERS_SRC=DIR scripts/pack_gpu.sh)"
+    elif [[ $torch_rc == 125 ]]; then note="$note; torch not run (time budget spent)"
+    else note="$note; torch (rc $torch_rc): $(LOG=$torch_log why_failed)"; fi
+  fi
+  row "$label" "$st" "$note"
+}
+if want 9; then
+  if [[ ! -x ${BENCH_VAE:-} ]]; then
+    row "9 VAE kl-f8 encode/decode" "NOT RUN" "no bench_vae"
+  elif [[ $HAVE_GPU == 1 ]]; then
+    vae_pair "9 VAE kl-f8 256x256 fp32" cuda fp32 cuda 256 16,8,4 3 1 40 50
+    vae_pair "9 VAE kl-f8 256x256 bf16" cuda:bf16 bf16 cuda 256 16,8,4 3 1 40 50
+  elif [[ $SMOKE == 1 ]]; then
+    vae_pair "9 VAE kl-f8 32x32 fp32 (cpu smoke)" cpu fp32 cpu 32 1 1 1 60 60
+    vae_pair "9 VAE kl-f8 32x32 bf16 (cpu smoke)" cpu:bf16 bf16 cpu 32 1 1 1 60 60 0
+  else
+    for prec in fp32 bf16; do row "9 VAE kl-f8 256x256 $prec" "NOT RUN" "$NO_GPU_WHY"; done
   fi
 fi
 
