@@ -148,7 +148,8 @@ void take_samples(const EvaluateOptions& opt, eval::ImageSet& images) {
 
 // Collective: rank 0's samples dealt out over the ranks, decoded to pictures by the VAE (--vae)
 // where they are latents; returns this rank's pictures, and `images` gets their shape on every rank.
-Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images) {
+// `decoder` gets the VAE's one-line description (empty without --vae).
+Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images, std::string& decoder) {
   const std::vector<std::int64_t> dims = broadcast_values({images.n, images.c, images.h, images.w});
   images.n = dims[0];
   images.c = int(dims[1]), images.h = int(dims[2]), images.w = int(dims[3]);
@@ -163,6 +164,7 @@ Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images) {
       std::printf("decoding %lld latents with %s over %d ranks\n", static_cast<long long>(images.n),
                   vae.describe().c_str(), world_size());
   });
+  decoder = opt.sample.vae + " (" + vae.describe() + ")";
   Rows mine = decode_share(vae, opt.sample.backend, rows, images.h, images.w);
   images.c = vae.config.out_channels;
   images.h *= int(vae.config.downsampling());
@@ -200,9 +202,9 @@ int run_evaluate(const EvaluateOptions& given) {
     if (world_rank() == 0) take_samples(opt, images);
   });
   // Decoding and Inception's features run on every rank, each on its share; the classifier on rank 0.
-  std::string result;
+  std::string result, decoder;
   if (inception || !opt.sample.vae.empty()) {
-    const Rows mine = pictures_share(opt, images);
+    const Rows mine = pictures_share(opt, images, decoder);
     if (inception)
       result = inception_fid(opt, images, mine);
     else
@@ -211,6 +213,7 @@ int run_evaluate(const EvaluateOptions& given) {
   collective_check([&] {
     if (world_rank() != 0) return;
     if (!inception) result = judge_samples(paths, images);
+    if (!decoder.empty()) result.insert(1, "\"decoded_by\": " + quote_string(decoder) + ", ");  // the pictures' VAE
     std::string json = opt.json;
     if (json.empty() && !opt.sample.run_dir.empty()) json = (fs::path(opt.sample.run_dir) / "eval.json").string();
     if (!json.empty()) write_json_file(json, result);

@@ -190,6 +190,7 @@ else
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 assert r["feature_space"] == "inception-v3" and r["n"] == 12 and math.isfinite(r["fid"]) and r["fid"] > 0, r
+assert "vae_tiny.safetensors (AutoencoderKL: " in r["decoded_by"], r
 print(f"ok: evaluate --vae: Inception FID {r['fid']:.1f} of 12 decoded samples")
 PY
   # Decoding and Inception's features split over the ranks (1, 2 and 4 ranks: 6 latents dealt
