@@ -62,6 +62,43 @@ void check_upsample2x(const Tensor& x, const Tensor& y) {
             "upsample_nearest2x: x", x.shape.str(), " y", y.shape.str(), ": expected y (N, C, 2H, 2W)");
 }
 
+Pool2dShape pool2d_shape(const Tensor& x, const PoolGeometry& g, const Tensor& y) {
+  auto says = [&] {
+    return "pool2d: x" + x.shape.str() + " y" + y.shape.str() + " window (" + std::to_string(g.kh) + ", " +
+           std::to_string(g.kw) + ") stride (" + std::to_string(g.stride_h) + ", " + std::to_string(g.stride_w) +
+           ") padding (" + std::to_string(g.pad_top) + ", " + std::to_string(g.pad_bottom) + ", " +
+           std::to_string(g.pad_left) + ", " + std::to_string(g.pad_right) + ")";
+  };
+  DIT_CHECK(x.shape.rank == 4 && y.shape.rank == 4, says(), ": expected x (N, C, H, W) and y (N, C, Ho, Wo)");
+  DIT_CHECK(g.kh > 0 && g.kw > 0 && g.stride_h > 0 && g.stride_w > 0, says(),
+            ": windows and strides must be positive");
+  DIT_CHECK(g.pad_top >= 0 && g.pad_bottom >= 0 && g.pad_left >= 0 && g.pad_right >= 0 && 2 * g.pad_top <= g.kh &&
+                2 * g.pad_bottom <= g.kh && 2 * g.pad_left <= g.kw && 2 * g.pad_right <= g.kw,
+            says(), ": padding must be between 0 and half the window");
+  Pool2dShape s{x.dim(0), x.dim(1), x.dim(2), x.dim(3), 0, 0};
+  const std::int64_t ph = s.h + g.pad_top + g.pad_bottom, pw = s.w + g.pad_left + g.pad_right;
+  DIT_CHECK(ph >= g.kh && pw >= g.kw, says(), ": the window must fit the padded input");
+  s.oh = (ph - g.kh) / g.stride_h + 1;
+  s.ow = (pw - g.kw) / g.stride_w + 1;
+  DIT_CHECK(y.dim(0) == s.n && y.dim(1) == s.c && y.dim(2) == s.oh && y.dim(3) == s.ow, says(), ": y must be (",
+            s.n, ", ", s.c, ", ", s.oh, ", ", s.ow, ")");
+  return s;
+}
+
+void check_resize(const Tensor& x, const Tensor& y) {
+  DIT_CHECK(x.shape.rank == 4 && y.shape.rank == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) &&
+                x.dim(2) >= 1 && x.dim(3) >= 1 && y.dim(2) >= 1 && y.dim(3) >= 1,
+            "resize_bilinear: x", x.shape.str(), " y", y.shape.str(),
+            ": expected x (N, C, H, W) and y (N, C, Ho, Wo), every size at least 1");
+}
+
+void check_copy_channels(const Tensor& src, const Tensor& dst, std::int64_t offset) {
+  DIT_CHECK(src.shape.rank == 4 && dst.shape.rank == 4 && src.dim(0) == dst.dim(0) && src.dim(2) == dst.dim(2) &&
+                src.dim(3) == dst.dim(3) && offset >= 0 && offset + src.dim(1) <= dst.dim(1),
+            "copy_channels: src", src.shape.str(), " into dst", dst.shape.str(), " at channel ", offset,
+            ": expected src (N, c, H, W) and dst (N, C, H, W) with 0 <= offset and offset + c <= C");
+}
+
 void Backend::gemm_bias(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,
                         const Tensor& bias, const Tensor& c) {
   DIT_CHECK(c.shape.rank == 2 && bias.numel() == c.dim(1), "gemm_bias: a bias of ", bias.numel(),

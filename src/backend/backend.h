@@ -110,6 +110,34 @@ GroupNormShape group_norm_shape(const Tensor& x, int groups, const Tensor& gamma
 // Throws naming both shapes unless x is (N, C, H, W) and y (N, C, 2H, 2W).
 void check_upsample2x(const Tensor& x, const Tensor& y);
 
+// Where a pooling window goes over its input: the window (kh, kw), the stride, and the zero padding
+// on each side as in ConvGeometry (at most half the window, as PyTorch allows, so every window holds
+// an in-image pixel).
+struct PoolGeometry {
+  int kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  // k x k windows at `stride` with `pad` on every side.
+  static PoolGeometry square(int k, int stride, int pad = 0) { return {k, k, stride, stride, pad, pad, pad, pad}; }
+  // One window over a whole h x w map: the global pool.
+  static PoolGeometry global(int h, int w) { return {h, w, 1, 1, 0, 0, 0, 0}; }
+};
+// What a pooling window gives: its maximum (the padding takes no part: PyTorch pads max pools with
+// -inf) or its mean over the in-image pixels only (count_include_pad=False, TensorFlow's rule) or
+// over all kh kw positions, the padding counted as zeros (count_include_pad=True).
+enum class PoolKind : std::uint8_t { Max, AverageExcludingPadding, AverageIncludingPadding };
+// The sizes of y = pool(x): x (N, C, H, W), y (N, C, Ho, Wo), Ho = (H + pad_top + pad_bottom - kh) /
+// stride_h + 1 (floor). One line naming both shapes and the geometry when they disagree.
+struct Pool2dShape {
+  std::int64_t n, c, h, w, oh, ow;
+};
+Pool2dShape pool2d_shape(const Tensor& x, const PoolGeometry& g, const Tensor& y);
+// Throws naming both shapes unless x is (N, C, H, W) and y (N, C, Ho, Wo) with H, W, Ho, Wo >= 1.
+void check_resize(const Tensor& x, const Tensor& y);
+// Throws naming both shapes and the offset unless src (N, c, H, W) fits channels
+// [offset, offset + c) of dst (N, C, H, W).
+void check_copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset);
+
 class Backend : public Allocator {
  public:
   ~Backend() override = default;
@@ -152,6 +180,8 @@ class Backend : public Allocator {
   virtual void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
   virtual void silu_fwd(const Tensor& x, const Tensor& y) = 0;
   virtual void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) = 0;
+  // y = max(x, 0) (y may be x); forward only, for the frozen image networks.
+  virtual void relu_fwd(const Tensor& x, const Tensor& y) = 0;
 
   // ---- adaLN ----------------------------------------------------------------------------------
   // y = LayerNorm(x) * (1 + scale) + shift, no affine, per token over D; x (N, T, D).
@@ -251,6 +281,16 @@ class Backend : public Allocator {
                               float eps, bool silu, const Tensor& y) = 0;
   // y (N, C, 2H, 2W) = x (N, C, H, W) with each pixel repeated 2 x 2 (nearest-neighbour upsampling).
   virtual void upsample_nearest2x(const Tensor& x, const Tensor& y) = 0;
+  // y (N, C, Ho, Wo) = the maximum or mean (`kind`) of each window of x (N, C, H, W) that `g`
+  // places (pool2d_shape checks the sizes); means are summed in fp32 or wider.
+  virtual void pool2d_fwd(const Tensor& x, const PoolGeometry& g, PoolKind kind, const Tensor& y) = 0;
+  // y (N, C, Ho, Wo) = x (N, C, H, W) resized bilinearly as F.interpolate(mode="bilinear",
+  // align_corners=False, antialias=False): each output pixel mixes the 2 x 2 source pixels that
+  // math::bilinear_tap picks along each axis (a same-size axis is copied).
+  virtual void resize_bilinear(const Tensor& x, const Tensor& y) = 0;
+  // Channels [offset, offset + c) of dst (N, C, H, W) = src (N, c, H, W), the rest of dst kept:
+  // torch.cat of branches along channels, one branch at a time.
+  virtual void copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset) = 0;
 
   // ---- embeddings ---------------------------------------------------------------------------
   // out[n] = table[ids[n]]; ids (N) int32, table (V, D), out (N, D)

@@ -81,6 +81,31 @@ struct Silu {
   }
 };
 
+// ReLU(x) = max(x, 0), forward only (the frozen image networks: Inception-V3).
+struct Relu {
+  DIT_HD static float forward(float x) { return x > 0.f ? x : 0.f; }
+};
+
+// One output index `o` of a bilinear resize of an axis of `in` samples to `out`, as PyTorch's
+// upsample_bilinear2d (align_corners=False) computes it in float: the source coordinate
+// (o + 0.5) in / out - 0.5, clamped at 0, falls between samples i0 and i1 (i1 = i0 at the last
+// sample) with weights w0 = 1 - lambda and w1 = lambda. An axis of equal size is copied.
+struct BilinearTap {
+  int i0, i1;
+  float w0, w1;
+};
+DIT_HD BilinearTap bilinear_tap(int o, int in, int out) {
+  if (in == out) return {o, o, 1.f, 0.f};
+  const float scale = static_cast<float>(in) / static_cast<float>(out);
+  const float raw = scale * (static_cast<float>(o) + 0.5f) - 0.5f;
+  const float src = raw > 0.f ? raw : 0.f;
+  const int truncated = static_cast<int>(src);
+  const int i = truncated < in - 1 ? truncated : in - 1;
+  const float d = src - static_cast<float>(i);
+  const float lambda = d < 0.f ? 0.f : (d > 1.f ? 1.f : d);
+  return {i, i + (i < in - 1 ? 1 : 0), 1.f - lambda, lambda};
+}
+
 // LightningDiT's SwiGLU gate h = SiLU(a) * b (a, b the two halves of w12's output) and its
 // gradients da = dh b SiLU'(a), db = dh SiLU(a).
 struct SiluGate {

@@ -60,6 +60,9 @@ class TimedBackend final : public Backend {
   void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) override {
     timed([&] { in_.silu_bwd(x, dy, dx, acc); });
   }
+  void relu_fwd(const Tensor& x, const Tensor& y) override {
+    timed([&] { in_.relu_fwd(x, y); });
+  }
   void ln_modulate_fwd(const Tensor& x, const ModChunk& shift, const ModChunk& scale, float eps,
                        const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     timed([&] { in_.ln_modulate_fwd(x, shift, scale, eps, y, mean, rstd); });
@@ -135,6 +138,15 @@ class TimedBackend final : public Backend {
   }
   void upsample_nearest2x(const Tensor& x, const Tensor& y) override {
     timed([&] { in_.upsample_nearest2x(x, y); });
+  }
+  void pool2d_fwd(const Tensor& x, const PoolGeometry& g, PoolKind kind, const Tensor& y) override {
+    timed([&] { in_.pool2d_fwd(x, g, kind, y); });
+  }
+  void resize_bilinear(const Tensor& x, const Tensor& y) override {
+    timed([&] { in_.resize_bilinear(x, y); });
+  }
+  void copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset) override {
+    timed([&] { in_.copy_channels(src, dst, channel_offset); });
   }
   void embedding_fwd(const Tensor& t, const Tensor& ids, const Tensor& out) override {
     timed([&] { in_.embedding_fwd(t, ids, out); });

@@ -1,7 +1,8 @@
-// 2-D convolution and pooling on host float32 NCHW batches, for the evaluation feature networks
-// (the Fashion-MNIST classifier and Inception-V3). Convolution is im2col + the fixed-order GEMM
-// (backend/cpu/ordered_gemm.h: threaded, the same bits at any thread count on any CPU); the
-// backward pass is what the classifier trains with.
+// 2-D convolution and pooling on host float32 NCHW batches, for the evaluation classifier (the
+// Fashion-MNIST network of classifier.h; Inception-V3 runs on a Backend instead). Convolution is
+// im2col + the fixed-order GEMM (backend/cpu/ordered_gemm.h: threaded, the same bits at any thread
+// count on any CPU), so the classifier trains to the same weights anywhere; the backward pass is
+// what it trains with.
 #pragma once
 
 #include <cstdint>

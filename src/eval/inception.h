@@ -1,7 +1,8 @@
 // Inception-V3 pool features for FID on ImageNet-scale runs: the FID variant of the network (the
 // one the community's TensorFlow and PyTorch FID code run), from weights the user converts with
 // tools/convert_inception.py, and reference statistics read from a .npz of mu/sigma as published
-// by those evaluation suites. Runs on the host (conv.h: im2col + the CPU backend's GEMM).
+// by those evaluation suites. Runs on a Backend ("cpu" or "cuda", in fp32): convolutions with the
+// BatchNorm folded in, pools, the bilinear resize and channel concatenation are its primitives.
 #pragma once
 
 #include <map>
@@ -14,6 +15,7 @@ namespace dit::eval {
 
 inline constexpr int kInceptionFeatures = 2048;  // the global-average-pool ("pool_3") width
 inline constexpr int kInceptionInput = 299;      // images are resized to 299 x 299 first
+inline constexpr int kInceptionBatch = 32;       // images through the network at a time (inception_features)
 
 // One convolution of the network: (k, c, kh, kw), stride, zero padding (ph, pw).
 struct InceptionConvSpec {
@@ -31,9 +33,11 @@ class InceptionV3 {
   static InceptionV3 load(const std::string& path);
 
   // Pool features (n, 2048) of images (n, channels, h, w) float32 in [-1, 1], channels 1 (repeated
-  // to RGB) or 3, any size (resized bilinearly to 299 x 299, align_corners=False). `batch` images
-  // go through the network at a time (memory: about 30 MB per image at the widest layer).
-  Features features(const float* images, int n, int channels, int h, int w, int batch = 8) const;
+  // to RGB) or 3, any size (resized bilinearly to 299 x 299, align_corners=False), computed on the
+  // backend `backend` names (make_backend: "cpu", "cuda") in fp32. `batch` images go through the
+  // network at a time (memory: about 17 MB of activations per image, plus 87 MB of weights).
+  Features features(const float* images, int n, int channels, int h, int w, int batch = kInceptionBatch,
+                    const std::string& backend = "cpu") const;
 
   // A convolution with its BatchNorm folded in.
   struct Conv {
@@ -47,9 +51,12 @@ class InceptionV3 {
 };
 
 // One call for the evaluate command: load the weights and return the features of `images`
-// ((n, c, h, w) float32 in [-1, 1]).
+// ((n, c, h, w) float32 in [-1, 1]), kInceptionBatch at a time, on the CPU backend or on the one
+// `backend` names ("cpu" or "cuda").
 Features inception_features(const std::string& weights_h5, const std::vector<float>& images, int n, int c, int h,
                             int w);
+Features inception_features(const std::string& weights_h5, const std::vector<float>& images, int n, int c, int h,
+                            int w, const std::string& backend);
 
 // FID reference statistics from a .npz holding `mu` (f,) and `sigma` (f, f), float32 or float64,
 // stored (np.savez) or deflated (np.savez_compressed), as the FID suites publish them. Errors name

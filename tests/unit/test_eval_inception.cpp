@@ -1,4 +1,5 @@
-// The Inception-V3 FID path (issue 14): its resize and pooling against PyTorch's numbers, the .npz
+// The Inception-V3 FID path (issue 14): its resize, pooling and concatenation (the CPU backend's
+// primitives, as the network calls them) against PyTorch's numbers, the .npz
 // reader of reference statistics (tests/data/npz, made by make_npz_cases.py) with its errors, and,
 // in InceptionReference.*, the whole network and FID against a PyTorch computation made at test
 // time by tools/inception_reference.py (the ctest fixture eval.inception.reference_data).
@@ -12,9 +13,9 @@
 #include <fstream>
 #include <set>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "eval/inception.h"
-#include "eval/inception_ops.h"
 #include "io/h5.h"
 #include "io/npz.h"
 #include "reference_ops.h"
@@ -36,40 +37,49 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
   }
 }
 
+// A host fp32 tensor over v (the CPU backend's primitives work on host memory).
+Tensor host(std::vector<float>& v, Shape s) {
+  v.resize(std::size_t(s.numel()));
+  return Tensor{v.data(), DType::F32, s, Device::Host};
+}
+
 TEST(InceptionOps, ResizeMatchesPytorchBilinear) {
   // F.interpolate(..., mode="bilinear", align_corners=False) on these inputs, printed by PyTorch.
-  FeatureMaps x(1, 1, 2, 2);
-  x.v = {0, 1, 2, 3};
-  const FeatureMaps up = resize_bilinear(x, 4, 4);
+  const std::unique_ptr<Backend> be = make_backend("cpu");
+  std::vector<float> x = {0, 1, 2, 3}, up;
+  be->resize_bilinear(host(x, Shape{1, 1, 2, 2}), host(up, Shape{1, 1, 4, 4}));
   const std::vector<float> want_up = {0, 0.25f, 0.75f, 1, 0.5f, 0.75f, 1.25f, 1.5f,
                                       1.5f, 1.75f, 2.25f, 2.5f, 2, 2.25f, 2.75f, 3};
-  for (std::size_t i = 0; i < want_up.size(); ++i) EXPECT_NEAR(up.v[i], want_up[i], 1e-6) << i;
-  FeatureMaps y(1, 1, 3, 5);
-  for (int i = 0; i < 15; ++i) y.v[std::size_t(i)] = float(i);
-  const FeatureMaps down = resize_bilinear(y, 2, 3);
+  for (std::size_t i = 0; i < want_up.size(); ++i) EXPECT_NEAR(up[i], want_up[i], 1e-6) << i;
+  std::vector<float> y(15), down;
+  for (int i = 0; i < 15; ++i) y[std::size_t(i)] = float(i);
+  be->resize_bilinear(host(y, Shape{1, 1, 3, 5}), host(down, Shape{1, 1, 2, 3}));
   const std::vector<float> want_down = {1.5833333f, 3.25f, 4.9166667f, 9.0833333f, 10.75f, 12.416667f};
-  for (std::size_t i = 0; i < want_down.size(); ++i) EXPECT_NEAR(down.v[i], want_down[i], 1e-5) << i;
+  for (std::size_t i = 0; i < want_down.size(); ++i) EXPECT_NEAR(down[i], want_down[i], 1e-5) << i;
 }
 
 TEST(InceptionOps, PoolsExcludeThePadding) {
-  FeatureMaps x(1, 1, 3, 3);
-  for (int i = 0; i < 9; ++i) x.v[std::size_t(i)] = float(i);
-  const FeatureMaps avg = pool3x3_same(x, Pool3x3::AverageExcludingPadding);
+  const std::unique_ptr<Backend> be = make_backend("cpu");
+  const PoolGeometry same = PoolGeometry::square(3, 1, 1);
+  std::vector<float> x(9), avg, mx;
+  for (int i = 0; i < 9; ++i) x[std::size_t(i)] = float(i);
+  be->pool2d_fwd(host(x, Shape{1, 1, 3, 3}), same, PoolKind::AverageExcludingPadding, host(avg, Shape{1, 1, 3, 3}));
   const std::vector<float> want = {2, 2.5f, 3, 3.5f, 4, 4.5f, 5, 5.5f, 6};  // PyTorch, count_include_pad=False
-  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(avg.v[i], want[i]) << i;
-  for (float& v : x.v) v = -1.f - v;  // all negative: a zero pad would win the maximum
-  const FeatureMaps mx = pool3x3_same(x, Pool3x3::Max);
-  EXPECT_FLOAT_EQ(mx.v[0], -1.f);  // max of -1, -2, -4, -5
-  EXPECT_FLOAT_EQ(mx.v[8], -5.f);  // max of -5, -6, -8, -9
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(avg[i], want[i]) << i;
+  for (float& v : x) v = -1.f - v;  // all negative: a zero pad would win the maximum
+  be->pool2d_fwd(host(x, Shape{1, 1, 3, 3}), same, PoolKind::Max, host(mx, Shape{1, 1, 3, 3}));
+  EXPECT_FLOAT_EQ(mx[0], -1.f);  // max of -1, -2, -4, -5
+  EXPECT_FLOAT_EQ(mx[8], -5.f);  // max of -5, -6, -8, -9
 }
 
 TEST(InceptionOps, ConcatStacksChannelsPerImage) {
-  FeatureMaps a(2, 1, 1, 2), b(2, 2, 1, 2);
-  a.v = {1, 2, 3, 4};
-  b.v = {5, 6, 7, 8, 9, 10, 11, 12};
-  const FeatureMaps c = concat_channels({&a, &b});
-  EXPECT_EQ(c.c, 3);
-  EXPECT_EQ(c.v, (std::vector<float>{1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12}));
+  const std::unique_ptr<Backend> be = make_backend("cpu");
+  std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8, 9, 10, 11, 12}, c;
+  const Tensor tc = host(c, Shape{2, 3, 1, 2});
+  be->copy_channels(host(a, Shape{2, 1, 1, 2}), tc, 0);
+  be->copy_channels(host(b, Shape{2, 2, 1, 2}), tc, 1);
+  EXPECT_EQ(tc.dim(1), 3);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12}));
 }
 
 TEST(InceptionOps, ConvolutionTableHasTheFidNetworkShape) {

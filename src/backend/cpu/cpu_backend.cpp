@@ -158,6 +158,15 @@ void CpuBackend::silu_fwd(const Tensor& x, const Tensor& y) {
   for (std::int64_t i = 0, n = x.numel(); i < n; ++i) py[i] = math::Silu::forward(px[i]);
 }
 
+void CpuBackend::relu_fwd(const Tensor& x, const Tensor& y) {
+  same_numel(x, y, "relu_fwd");
+  const float* px = host_f32(x, "relu x");
+  float* py = host_f32(y, "relu y");
+  const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (std::int64_t i = 0; i < n; ++i) py[i] = math::Relu::forward(px[i]);
+}
+
 void CpuBackend::silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) {
   same_numel(x, dy, "silu_bwd");
   same_numel(x, dx, "silu_bwd");

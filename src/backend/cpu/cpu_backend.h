@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void silu_fwd(const Tensor& x, const Tensor& y) override;
   void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) override;
+  void relu_fwd(const Tensor& x, const Tensor& y) override;
 
   void ln_modulate_fwd(const Tensor& x, const ModChunk& shift, const ModChunk& scale, float eps,
                        const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
@@ -83,6 +84,9 @@ class CpuBackend final : public Backend {
   void group_norm_fwd(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                       bool silu, const Tensor& y) override;
   void upsample_nearest2x(const Tensor& x, const Tensor& y) override;
+  void pool2d_fwd(const Tensor& x, const PoolGeometry& g, PoolKind kind, const Tensor& y) override;
+  void resize_bilinear(const Tensor& x, const Tensor& y) override;
+  void copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset) override;
 
   void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embedding_bwd(const Tensor& dout, const Tensor& ids, const Tensor& dtable) override;

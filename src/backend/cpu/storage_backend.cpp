@@ -137,6 +137,12 @@ void CpuStorageBackend::silu_bwd(const Tensor& x, const Tensor& dy, const Tensor
   w.commit();
 }
 
+void CpuStorageBackend::relu_fwd(const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.relu_fwd(w.in(x), w.out(y));
+  w.commit();
+}
+
 void CpuStorageBackend::ln_modulate_fwd(const Tensor& x, const ModChunk& shift,
                                         const ModChunk& scale, float eps, const Tensor& y,
                                         const Tensor& mean, const Tensor& rstd) {
@@ -312,6 +318,24 @@ void CpuStorageBackend::group_norm_fwd(const Tensor& x, int groups, const Tensor
 void CpuStorageBackend::upsample_nearest2x(const Tensor& x, const Tensor& y) {
   Widened w;
   fp32_.upsample_nearest2x(w.in(x), w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::pool2d_fwd(const Tensor& x, const PoolGeometry& g, PoolKind kind, const Tensor& y) {
+  Widened w;
+  fp32_.pool2d_fwd(w.in(x), g, kind, w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::resize_bilinear(const Tensor& x, const Tensor& y) {
+  Widened w;
+  fp32_.resize_bilinear(w.in(x), w.out(y));
+  w.commit();
+}
+
+void CpuStorageBackend::copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset) {
+  Widened w;
+  fp32_.copy_channels(w.in(src), w.out(dst), channel_offset);
   w.commit();
 }
 

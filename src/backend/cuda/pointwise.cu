@@ -1,4 +1,4 @@
-// CUDA backend: elementwise primitives (axpy, scale, GELU-tanh, SiLU, row broadcasts) and the
+// CUDA backend: elementwise primitives (axpy, scale, GELU-tanh, SiLU, ReLU, row broadcasts) and the
 // optimizer steps over flat ranges. The formulas are the shared math.h functors; tensors of any
 // float dtype are loaded to fp32, computed, and stored back rounded to nearest.
 #include "backend/cuda/common.cuh"
@@ -155,6 +155,10 @@ void CudaBackend::gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor&
 
 void CudaBackend::silu_fwd(const Tensor& x, const Tensor& y) {
   activation_fwd<math::Silu>(stream_, {"silu_fwd", "silu x", "silu y", "", ""}, x, y);
+}
+
+void CudaBackend::relu_fwd(const Tensor& x, const Tensor& y) {
+  activation_fwd<math::Relu>(stream_, {"relu_fwd", "relu x", "relu y", "", ""}, x, y);
 }
 
 void CudaBackend::silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx, Accumulate acc) {

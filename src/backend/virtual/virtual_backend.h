@@ -51,6 +51,7 @@ class VirtualBackend final : public Backend {
   void gelu_tanh_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void silu_fwd(const Tensor&, const Tensor&) override {}
   void silu_bwd(const Tensor&, const Tensor&, const Tensor&, Accumulate) override {}
+  void relu_fwd(const Tensor&, const Tensor&) override {}
   void ln_modulate_fwd(const Tensor&, const ModChunk&, const ModChunk&, float, const Tensor&,
                        const Tensor&, const Tensor&) override {}
   void ln_modulate_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ModChunk&,
@@ -94,6 +95,12 @@ class VirtualBackend final : public Backend {
   }
   void group_norm_fwd(const Tensor&, int, const Tensor&, const Tensor&, float, bool, const Tensor&) override {}
   void upsample_nearest2x(const Tensor&, const Tensor&) override {}
+  // The pooling, resize and channel copies use no scratch: only their shapes are checked.
+  void pool2d_fwd(const Tensor& x, const PoolGeometry& g, PoolKind, const Tensor& y) override { pool2d_shape(x, g, y); }
+  void resize_bilinear(const Tensor& x, const Tensor& y) override { check_resize(x, y); }
+  void copy_channels(const Tensor& src, const Tensor& dst, std::int64_t channel_offset) override {
+    check_copy_channels(src, dst, channel_offset);
+  }
   void embedding_fwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void timestep_embedding(const Tensor&, float, const Tensor&) override {}
