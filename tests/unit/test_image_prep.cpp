@@ -233,6 +233,23 @@ TEST(vae_latent_work, RecordsTornTailsAndRefusals) {
   EXPECT_FALSE(fs::exists(folder));
 }
 
+// The tiny VAE's moments (mean, then log-variance: 8 x 8 x 8) of one picture as the preparation
+// makes them, step by step: decode, center_crop_arr to 16, x / 127.5 - 1, the encoder.
+std::vector<float> moments_by_hand(const VaeFile& file, const std::string& picture) {
+  auto be = make_backend("cpu");
+  Vae vae(*be, file.config, file.source());
+  Arena arena(*be);
+  const RgbImage crop = center_crop_arr(decode_image_file(picture).image, 16);
+  std::vector<float> x(3 * 16 * 16), m(8 * 8 * 8);
+  to_unit_chw(crop, Mirror::No, x.data());
+  Tensor tx = arena.tensor(Shape{1, 3, 16, 16}, DType::F32), tm = arena.tensor(Shape{1, 8, 8, 8}, DType::F32);
+  be->copy(tx, Tensor{x.data(), DType::F32, tx.shape, Device::Host});
+  vae.encode(tx, tm);
+  be->copy(Tensor{m.data(), DType::F32, tm.shape, Device::Host}, tm);
+  be->synchronize();
+  return m;
+}
+
 // The preparation on one rank (no MPI) of a folder of the real pictures, against the same steps by
 // hand: decode, center_crop_arr, x / 127.5 - 1, the VAE's encoder, its mean; bit for bit.
 TEST(vae_latents, OneRankMatchesThePiecesByHand) {
@@ -261,19 +278,10 @@ TEST(vae_latents, OneRankMatchesThePiecesByHand) {
   EXPECT_EQ(data.num_classes(), 2);
   EXPECT_DOUBLE_EQ(data.latent_scale(), 0.18215);
   const VaeFile file = open_vae(o.vae);
-  auto be = make_backend("cpu");
-  Vae vae(*be, file.config, file.source());
-  Arena arena(*be);
   const char* names[] = {"imgs/a/1.png", "imgs/a/2.jpg", "imgs/b/3.png"};
   for (int i = 0; i < 3; ++i) {
-    const RgbImage crop = center_crop_arr(decode_image_file(dir / names[i]).image, 16);
-    std::vector<float> x(3 * 16 * 16), m(8 * 8 * 8), served(4 * 8 * 8);
-    to_unit_chw(crop, Mirror::No, x.data());
-    Tensor tx = arena.tensor(Shape{1, 3, 16, 16}, DType::F32), tm = arena.tensor(Shape{1, 8, 8, 8}, DType::F32);
-    be->copy(tx, Tensor{x.data(), DType::F32, tx.shape, Device::Host});
-    vae.encode(tx, tm);
-    be->copy(Tensor{m.data(), DType::F32, tm.shape, Device::Host}, tm);
-    be->synchronize();
+    const std::vector<float> m = moments_by_hand(file, dir / names[i]);
+    std::vector<float> served(4 * 8 * 8);
     EXPECT_EQ(data.label(i), i < 2 ? 0 : 1);
     data.get(i, served.data());  // the latent times latent_scale, as training reads it
     for (int j = 0; j < 4 * 8 * 8; ++j)
@@ -306,18 +314,8 @@ TEST(vae_latents, ShiftedVaeIsServedShiftedThenScaled) {
   H5Dataset data(o.out);
   EXPECT_DOUBLE_EQ(data.latent_scale(), 0.3611);
   EXPECT_DOUBLE_EQ(data.latent_shift(), 0.1159);
-  const VaeFile file = open_vae(o.vae, o.vae_config);
-  auto be = make_backend("cpu");
-  Vae vae(*be, file.config, file.source());
-  Arena arena(*be);
-  const RgbImage crop = center_crop_arr(decode_image_file(dir / "imgs/a/1.png").image, 16);
-  std::vector<float> x(3 * 16 * 16), m(8 * 8 * 8), served(4 * 8 * 8);
-  to_unit_chw(crop, Mirror::No, x.data());
-  Tensor tx = arena.tensor(Shape{1, 3, 16, 16}, DType::F32), tm = arena.tensor(Shape{1, 8, 8, 8}, DType::F32);
-  be->copy(tx, Tensor{x.data(), DType::F32, tx.shape, Device::Host});
-  vae.encode(tx, tm);
-  be->copy(Tensor{m.data(), DType::F32, tm.shape, Device::Host}, tm);
-  be->synchronize();
+  const std::vector<float> m = moments_by_hand(open_vae(o.vae, o.vae_config), dir / "imgs/a/1.png");
+  std::vector<float> served(4 * 8 * 8);
   data.get(0, served.data());
   for (int j = 0; j < 4 * 8 * 8; ++j)
     ASSERT_EQ(served[std::size_t(j)], (m[std::size_t(j)] - 0.1159f) * 0.3611f) << "value " << j;
