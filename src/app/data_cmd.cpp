@@ -15,6 +15,7 @@
 #include "io/prepare.h"
 #include "io/vae_weights.h"
 #include "parallel/world.h"
+#include "run/run_lock.h"
 
 namespace dit {
 
@@ -133,9 +134,14 @@ std::function<int()> add_prepare_data_command(CLI::App& app) {
     const Overwrite ow = f->overwrite ? Overwrite::Yes : Overwrite::No;
     if (f->kind == "images" && !f->vae.empty()) {
       ImageLatentsOptions options;
+      RunLock lock;  // <out>.lock on rank 0: two preparations never share an output or its work folder
       collective_check([&] {
         if (world_rank() == 0) check_prepare_files(*f);
         options = latent_options(*f);
+        if (world_rank() != 0) return;
+        std::string note;
+        lock = RunLock::acquire(f->out, &note, {"dataset", "preparation", "--out"});
+        if (!note.empty()) std::printf("note: %s\n", note.c_str());
       });
       const PrepareResult r = prepare_image_latents(options);
       if (world_rank() == 0) std::printf("wrote %s: %lld latents\n", r.path.c_str(), static_cast<long long>(r.samples));

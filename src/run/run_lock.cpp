@@ -117,7 +117,7 @@ std::string run_lock_path(const std::string& run_dir) {
   return p.string() + ".lock";
 }
 
-RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
+RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const LockedPath& what) {
   const fs::path lock = run_lock_path(run_dir);
   if (lock.has_parent_path()) fs::create_directories(lock.parent_path());
   // Write the whole description under a private name, then link it to the lock name: link fails
@@ -129,7 +129,7 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
     out << describe_self();
     out.flush();
     const int err = errno;
-    DIT_CHECK(out.good(), "run.dir = ", run_dir, ": cannot write its lock file ", lock.string(), " beside it: ",
+    DIT_CHECK(out.good(), what.setting, what.setting[0] == '-' ? " " : " = ", run_dir, ": cannot write its lock file ", lock.string(), " beside it: ",
               err ? describe_errno(err) : std::string("the folder is not writable"));
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -140,7 +140,7 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
     const int err = errno;
     if (err != EEXIST) {
       fs::remove(mine);
-      DIT_FAIL("cannot take the run lock ", lock.string(), ": ", std::strerror(err));
+      DIT_FAIL("cannot take the ", what.holder, " lock ", lock.string(), ": ", std::strerror(err));
     }
     const std::string text = read_all(lock);
     Fields f = parse(text);
@@ -148,8 +148,9 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
     const std::string why = stale_reason(f);
     if (why.empty() || attempt > 0) {
       fs::remove(mine);
-      DIT_FAIL("run folder ", run_dir, " is in use by another run (", holder(f), "; lock ", lock.string(),
-               "): wait for it to end or choose another run.dir; if that run is gone, delete the lock file");
+      DIT_FAIL(what.thing, " ", run_dir, " is in use by another ", what.holder, " (", holder(f), "; lock ",
+               lock.string(), "): wait for it to end or choose another ", what.setting, "; if that ", what.holder,
+               " is gone, delete the lock file");
     }
     // Remove the stale lock only if it is still the one judged stale (another run may have
     // replaced it meanwhile): move it aside, compare, and put it back if it changed.
@@ -160,10 +161,10 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note) {
       }
       fs::remove(aside);
     }
-    if (note) *note = "removed the stale run lock " + lock.string() + " of " + holder(f) + ": " + why;
+    if (note) *note = std::string("removed the stale ") + what.holder + " lock " + lock.string() + " of " + holder(f) + ": " + why;
   }
   fs::remove(mine);
-  DIT_FAIL("cannot take the run lock ", lock.string());
+  DIT_FAIL("cannot take the ", what.holder, " lock ", lock.string());
 }
 
 RunLock& RunLock::operator=(RunLock&& o) noexcept {

@@ -10,11 +10,20 @@
 
 namespace dit {
 
+// What a lock guards, in its messages: the thing, the kind of job that holds it, and the setting a
+// user changes to choose another.
+struct LockedPath {
+  const char* thing = "run folder";
+  const char* holder = "run";
+  const char* setting = "run.dir";
+};
+
 class RunLock {
  public:
   // Takes the lock of `run_dir` or throws naming the holder. `note` receives a line when a stale
-  // lock was removed (empty otherwise).
-  static RunLock acquire(const std::string& run_dir, std::string* note = nullptr);
+  // lock was removed (empty otherwise). The same lock guards any output a job writes for a while
+  // (a dataset being prepared), named by `what`.
+  static RunLock acquire(const std::string& run_dir, std::string* note = nullptr, const LockedPath& what = {});
   RunLock() = default;
   RunLock(RunLock&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
   RunLock& operator=(RunLock&& o) noexcept;

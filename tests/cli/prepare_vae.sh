@@ -116,14 +116,32 @@ DIT_PREPARE_KILL_AFTER=8 $MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --out
   > "$SCRATCH/kill.out" 2>&1 || rc=$?
 [[ $rc -ne 0 && ! -e "$SCRATCH/kill.h5" ]] || { cat "$SCRATCH/kill.out"; fail "the killed run finished (rc $rc)"; }
 ls "$SCRATCH"/kill.h5.parts/part-*.bin > /dev/null || fail "the killed run left no part"
+[[ -f "$SCRATCH/kill.h5.lock" ]] || fail "the killed preparation left no lock (it held none)"
+# A preparation elsewhere holds the output: another is refused in one line naming the holder, and
+# neither the lock nor the work folder is touched.
+cp "$SCRATCH/kill.h5.lock" "$SCRATCH/dead.lock"
+printf 'host=othernode\npid=1234\nstart_ticks=\njob_id=\nrestart_count=0\nstarted=0\n' > "$SCRATCH/kill.h5.lock"
+parts_before=$(cd "$SCRATCH/kill.h5.parts" && cksum part-*.bin)
+rc=0
+$MPIRUN -n 2 "$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/kill.h5" > /dev/null 2> "$SCRATCH/locked.err" || rc=$?
+[[ $rc -ne 0 && $(wc -l < "$SCRATCH/locked.err") -eq 1 ]] &&
+  grep -q "dataset $SCRATCH/kill.h5 is in use by another preparation (host othernode, pid 1234" "$SCRATCH/locked.err" ||
+  { cat "$SCRATCH/locked.err"; fail "a second preparation of the same output was not refused naming the holder"; }
+grep -q '^host=othernode$' "$SCRATCH/kill.h5.lock" && [[ $(cd "$SCRATCH/kill.h5.parts" && cksum part-*.bin) == "$parts_before" ]] ||
+  fail "the refused preparation touched the holder's lock or work"
+mv "$SCRATCH/dead.lock" "$SCRATCH/kill.h5.lock"  # the killed holder's own lock: stale (its pid is gone)
+echo "ok: a held output is refused naming its holder"
 rc=0
 "$DIT_MP" "${P[@]}" --bad-files skip --flips both --out "$SCRATCH/kill.h5" > "$SCRATCH/other.out" 2> "$SCRATCH/other.err" || rc=$?
 [[ $rc -ne 0 ]] || fail "other settings resumed the work folder"
 grep -q "kill.h5.parts holds the unfinished work of a preparation with other settings: flips none there, both here" \
   "$SCRATCH/other.err" || { cat "$SCRATCH/other.err"; fail "the refusal does not name the setting"; }
+grep -q "^note: removed the stale preparation lock $SCRATCH/kill.h5.lock of host $(hostname), pid" "$SCRATCH/other.out" ||
+  { cat "$SCRATCH/other.out"; fail "the killed preparation's lock was not removed as stale with a note"; }
 "$DIT_MP" "${P[@]}" --bad-files skip --out "$SCRATCH/kill.h5" > "$SCRATCH/resume.out" 2>&1 ||
   { cat "$SCRATCH/resume.out"; fail "the resumed preparation failed"; }
 grep -q "^resuming: [1-9][0-9]* of 45 images done" "$SCRATCH/resume.out" || { cat "$SCRATCH/resume.out"; fail "it did not resume"; }
+[[ ! -e "$SCRATCH/kill.h5.lock" ]] || fail "the finished preparation left its lock"
 cmp "$SCRATCH/kill.h5" "$SCRATCH/two.h5" || fail "the resumed preparation wrote another file"
 echo "ok: killed, resumed: $(grep "^resuming" "$SCRATCH/resume.out"), the same bytes"
 
