@@ -60,7 +60,9 @@ std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& shap
   collective_check([&] {
     DIT_CHECK(shape.c == 1 || shape.c == 3, "--inception: samples have ", shape.c,
               " channels; Inception takes pictures (1 or 3 channels): decode latent samples with --vae first");
-    if (mine.n > 0) f = eval::inception_features(opt.inception, mine.values, int(mine.n), shape.c, shape.h, shape.w);
+    if (mine.n > 0)  // on the rank's own device (--backend)
+      f = eval::inception_features(opt.inception, mine.values, int(mine.n), shape.c, shape.h, shape.w,
+                                   opt.sample.backend);
   });
   eval::Features all;
   all.f = eval::kInceptionFeatures;

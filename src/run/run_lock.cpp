@@ -129,8 +129,8 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const Lo
     out << describe_self();
     out.flush();
     const int err = errno;
-    DIT_CHECK(out.good(), what.setting, what.setting[0] == '-' ? " " : " = ", run_dir, ": cannot write its lock file ", lock.string(), " beside it: ",
-              err ? describe_errno(err) : std::string("the folder is not writable"));
+    DIT_CHECK(out.good(), what.setting, what.setting[0] == '-' ? " " : " = ", run_dir, ": cannot write its lock file ",
+              lock.string(), " beside it: ", err ? describe_errno(err) : std::string("the folder is not writable"));
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (link(mine.c_str(), lock.c_str()) == 0) {
@@ -161,7 +161,9 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const Lo
       }
       fs::remove(aside);
     }
-    if (note) *note = std::string("removed the stale ") + what.holder + " lock " + lock.string() + " of " + holder(f) + ": " + why;
+    if (note)
+      *note = std::string("removed the stale ") + what.holder + " lock " + lock.string() + " of " + holder(f) + ": " +
+              why;
   }
   fs::remove(mine);
   DIT_FAIL("cannot take the ", what.holder, " lock ", lock.string());
