@@ -319,6 +319,11 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
       const double shift = p.vae.shift_factor;
       write_dataset_attr(w.file(), "latent_shift", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &shift, 0, tmp);
     }
+    if (!p.vae.latents_mean.empty()) {  // per channel: (x - mean_c) * scale / std_c
+      const hsize_t c = p.vae.latents_mean.size();
+      write_dataset_attr(w.file(), "latent_mean", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, p.vae.latents_mean.data(), c, tmp);
+      write_dataset_attr(w.file(), "latent_std", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, p.vae.latents_std.data(), c, tmp);
+    }
     write_dataset_attr_strings(w.file(), "class_names", p.folder.classes, h5::AttrShape::List, tmp);
     write_dataset_attr_strings(w.file(), "vae", {p.vae.describe()}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr_strings(w.file(), "vae_file", {vae_file}, h5::AttrShape::Scalar, tmp);

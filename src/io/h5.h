@@ -103,6 +103,8 @@ std::vector<std::int64_t> read_attr_ints(const File& f, const std::string& objec
 std::int64_t read_attr_int(const File& f, const std::string& object, const std::string& name);
 std::uint64_t read_attr_u64(const File& f, const std::string& object, const std::string& name);
 double read_attr_double(const File& f, const std::string& object, const std::string& name);
+std::vector<double> read_attr_doubles(const File& f, const std::string& object, const std::string& name,
+                                      std::size_t n);
 
 // --- writing -------------------------------------------------------------------------------------
 // `where` (a path) names the file in every error.

@@ -67,6 +67,22 @@ void H5Dataset::open_images() {
   DIT_CHECK(bool(mem_space_), p, ": cannot create a memory dataspace of ", numel, " values");
 }
 
+// latent_mean and latent_std: both or neither, one finite number per channel, every std > 0.
+void H5Dataset::read_channel_stats() {
+  const std::string& p = file_.path();
+  const bool has_mean = file_.has_attr("/", "latent_mean"), has_std = file_.has_attr("/", "latent_std");
+  DIT_CHECK(has_mean == has_std, p, ": attribute '", has_mean ? "latent_std" : "latent_mean",
+            "' is missing, expected both latent_mean and latent_std or neither");
+  if (!has_mean) return;
+  const std::size_t c = static_cast<std::size_t>(shape_.channels);
+  channel_mean_ = h5::read_attr_doubles(file_, "/", "latent_mean", c);
+  channel_std_ = h5::read_attr_doubles(file_, "/", "latent_std", c);
+  for (std::size_t i = 0; i < c; ++i)
+    DIT_CHECK(std::isfinite(channel_mean_[i]) && std::isfinite(channel_std_[i]) && channel_std_[i] > 0, p,
+              ": attributes 'latent_mean' / 'latent_std' of channel ", i, " = ", channel_mean_[i], " / ",
+              channel_std_[i], ", expected a finite mean and a std > 0");
+}
+
 void H5Dataset::read_attrs(double latent_scale_override) {
   const std::string& p = file_.path();
   DIT_CHECK(file_.has_attr("/", "num_classes"), p,
@@ -97,6 +113,7 @@ void H5Dataset::read_attrs(double latent_scale_override) {
     if (latent_scale_override > 0) scale_ = latent_scale_override;
     shift_ = file_.has_attr("/", "latent_shift") ? file_.attr_double("/", "latent_shift") : 0.0;
     DIT_CHECK(std::isfinite(shift_), p, ": attribute 'latent_shift' = ", shift_, ", expected a finite number");
+    read_channel_stats();
   }
   if (file_.has_attr("/", "class_names")) {
     class_names_ = file_.attr_strings("/", "class_names");
@@ -155,7 +172,15 @@ int H5Dataset::get(std::int64_t index, float* out) const {
               " of 'images' holds NaN or Inf values: expected finite latents (re-create the dataset with dit_mp "
               "prepare-data latents)");
     const float scale = float(scale_), shift = float(shift_);
-    for (std::int64_t i = 0; i < numel; ++i) out[i] = (out[i] - shift) * scale;
+    if (channel_mean_.empty()) {
+      for (std::int64_t i = 0; i < numel; ++i) out[i] = (out[i] - shift) * scale;
+    } else {
+      const std::int64_t plane = shape_.height * shape_.width;
+      for (std::int64_t c = 0; c < shape_.channels; ++c) {
+        const float mean = float(channel_mean_[std::size_t(c)]), times = float(scale_ / channel_std_[std::size_t(c)]);
+        for (float* v = out + c * plane; v < out + (c + 1) * plane; ++v) *v = (*v - shift - mean) * times;
+      }
+    }
   } else {
     for (std::int64_t i = 0; i < numel; ++i) out[i] = out[i] / 127.5f - 1.0f;
   }
@@ -169,6 +194,7 @@ std::string H5Dataset::describe() const {
      << " classes";
   if (latents_) os << ", latent scale " << scale_;
   if (shift_ != 0) os << " after shift " << shift_;
+  if (!channel_mean_.empty()) os << " with per-channel mean and std";
   os << " (" << path() << ")";
   return os.str();
 }

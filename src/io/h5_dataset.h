@@ -23,6 +23,8 @@ namespace dit {
 //     source        free text, e.g. "fashion-mnist train"                 (optional)
 //     latent_scale  float > 0, latents only; default 0.18215 (SD VAE)     (optional)
 //     latent_shift  finite float, latents only; default 0 (SD3/Flux VAEs' shift_factor) (optional)
+//     latent_mean, latent_std  C floats each (std > 0), latents only: served per channel as
+//                   (x - latent_shift - mean_c) * latent_scale / std_c instead            (optional)
 //     class_names   array of num_classes strings (image folders)         (optional)
 // Files are untrusted input: everything above is checked at open, all labels included.
 // Error messages read "<path>: <object> <problem>, expected <what>".
@@ -46,12 +48,15 @@ class H5Dataset final : public Dataset {
   const std::string& source() const { return source_; }
   double latent_scale() const { return scale_; }  // the factor applied to latents (1 for images)
   double latent_shift() const { return shift_; }  // subtracted from latents before the scale (0 for images)
+  const std::vector<double>& latent_mean() const { return channel_mean_; }  // per channel, or empty
+  const std::vector<double>& latent_std() const { return channel_std_; }
   const std::vector<std::string>& class_names() const { return class_names_; }  // may be empty
 
  private:
   void open_images();
   void open_labels();
   void read_attrs(double latent_scale_override);
+  void read_channel_stats();
 
   h5::File file_;
   h5::Handle images_, file_space_, mem_space_;
@@ -62,6 +67,7 @@ class H5Dataset final : public Dataset {
   std::vector<std::int32_t> labels_;  // (N,)
   std::string kind_, source_;
   double scale_ = 1, shift_ = 0;
+  std::vector<double> channel_mean_, channel_std_;  // empty, or one per channel
   std::vector<std::string> class_names_;
 };
 

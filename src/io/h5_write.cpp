@@ -95,15 +95,20 @@ std::uint64_t read_attr_u64(const File& f, const std::string& object, const std:
   return v;
 }
 
-double read_attr_double(const File& f, const std::string& object, const std::string& name) {
-  Handle a = open_attr(f, object, name, 1);
+std::vector<double> read_attr_doubles(const File& f, const std::string& object, const std::string& name,
+                                      std::size_t n) {
+  Handle a = open_attr(f, object, name, n);
   Handle type(H5Aget_type(a.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
   DIT_CHECK(cls == H5T_FLOAT || cls == H5T_INTEGER, f.path(), ": attribute ", object, "@", name,
-            " must be a number");
-  double v = 0;
-  DIT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), f.path(), " ", object, "@", name);
+            " must hold numbers");
+  std::vector<double> v(n);
+  DIT_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data()), f.path(), " ", object, "@", name);
   return v;
+}
+
+double read_attr_double(const File& f, const std::string& object, const std::string& name) {
+  return read_attr_doubles(f, object, name, 1)[0];
 }
 
 // --- writing -----------------------------------------------------------------------------------

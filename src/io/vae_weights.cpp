@@ -163,6 +163,17 @@ void read_config(VaeFile& f) {
   if (const Json* v = doc.find("shift_factor"); v && v->kind == Json::Kind::Number)
     f.shift_factor = json_number(*v, where, "shift_factor");
   cfg.check(where);
+  for (const char* key : {"latents_mean", "latents_std"}) {
+    const Json* v = doc.find(key);
+    if (!v || (v->kind == Json::Kind::Other && v->text == "null")) continue;
+    DIT_CHECK(v->kind == Json::Kind::Array && static_cast<int>(v->items.size()) == cfg.latent_channels, where, ": ",
+              key, " must be a list of ", cfg.latent_channels, " numbers (one per latent channel)");
+    std::vector<double>& out = std::string(key) == "latents_mean" ? f.latents_mean : f.latents_std;
+    for (const Json& x : v->items) out.push_back(json_number(x, where, key));
+  }
+  DIT_CHECK(f.latents_mean.empty() == f.latents_std.empty(), where, ": latents_mean and latents_std go together");
+  for (double s : f.latents_std)
+    DIT_CHECK(std::isfinite(s) && s > 0, where, ": latents_std holds ", s, "; expected numbers > 0");
 }
 
 // The architecture from the shapes (no config.json): 32 norm groups.
@@ -238,6 +249,7 @@ std::string VaeFile::describe() const {
   o << config.describe() << "; " << vae_naming_name(naming) << " names" << (prefix.empty() ? "" : " under ") << prefix
     << "; latents scaled by " << scaling_factor;
   if (shift_factor != 0.0) o << " after shifting by " << shift_factor;
+  if (!latents_mean.empty()) o << " per channel after its latents_mean, over its latents_std";
   o << "; architecture from " << (config_path.empty() ? "the tensor shapes" : config_path);
   return o.str();
 }

@@ -24,6 +24,9 @@ struct VaeFile {
   VaeNaming naming = VaeNaming::Diffusers;
   std::string prefix;             // "first_stage_model." in a full checkpoint, else ""
   double scaling_factor = 0.18215, shift_factor = 0.0;  // latent = (mean - shift) * scale
+  // config.json's latents_mean and latents_std (one per latent channel, or none), as diffusers'
+  // SDXL pipelines use them: latent = (mean - latents_mean) * scale / latents_std.
+  std::vector<double> latents_mean, latents_std;
   // config.json's force_upcast (diffusers' default, true for Stable Diffusion's VAEs): the VAE runs
   // in fp32 even where the rest runs in 16 bits.
   bool force_upcast = true;

@@ -55,7 +55,15 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
     const std::int64_t b = std::min<std::int64_t>(batch, n - first);
     arena.reset();
     z.assign(latents.begin() + first * per_latent, latents.begin() + (first + b) * per_latent);
-    for (float& v : z) v = static_cast<float>(v / vae.scaling_factor + vae.shift_factor);
+    if (vae.latents_mean.empty()) {
+      for (float& v : z) v = static_cast<float>(v / vae.scaling_factor + vae.shift_factor);
+    } else {  // per channel: x std_c / scale + mean_c (+ shift)
+      for (std::size_t i = 0; i < z.size(); ++i) {
+        const std::size_t ch = (i / static_cast<std::size_t>(h * w)) % static_cast<std::size_t>(l);
+        z[i] = static_cast<float>(z[i] * vae.latents_std[ch] / vae.scaling_factor + vae.latents_mean[ch] +
+                                  vae.shift_factor);
+      }
+    }
     Tensor zt = arena.tensor(Shape{b, l, h, w}, DType::F32);
     be->copy(zt, Tensor{z.data(), DType::F32, zt.shape, Device::Host});
     Tensor img = arena.tensor(Shape{b, c.out_channels, h * f, w * f}, DType::F32);

@@ -24,7 +24,8 @@ int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch
                  const std::string& where);
 
 // images (n, C, h f, w f) in [-1, 1] of latents (n, L, h, w) in the model's space: the decoder
-// reads z = x / scaling_factor + shift_factor, at most `batch` latents at a time (fewer when the
+// reads z = x / scaling_factor + shift_factor (per channel x latents_std_c / scaling_factor +
+// latents_mean_c where the VAE has them), at most `batch` latents at a time (fewer when the
 // device's free memory, or on the CPU the machine's, holds fewer), on `backend` ("cpu" or "cuda")
 // in fp32. `ranks_here` ranks of this machine share its memory (the CPU budget is split).
 std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,

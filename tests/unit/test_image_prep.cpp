@@ -15,6 +15,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,7 @@
 #include "io/latent_work.h"
 #include "io/vae_weights.h"
 #include "layers/vae.h"
+#include "run/vae_decode.h"
 #include "io_test_util.h"
 
 namespace dit {
@@ -36,6 +40,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kDir = std::string(DIT_TEST_DATA) + "/image_prep/";
+const std::string kTinyVae = std::string(DIT_TEST_DATA) + "/vae_tiny.safetensors";
 const std::string kGolden = kDir + "image_prep_golden.h5";
 
 std::uint32_t crc_of(const std::vector<std::uint8_t>& v) {
@@ -289,36 +294,88 @@ TEST(vae_latents, OneRankMatchesThePiecesByHand) {
   }
 }
 
+// The tiny VAE's config.json with text replaced (from -> to), written into `dir`; returns its path.
+using Edits = std::vector<std::pair<std::string, std::string>>;
+std::string edited_vae_config(const io_test::Scratch& dir, const Edits& edits) {
+  std::ifstream in(std::string(DIT_TEST_DATA) + "/vae_tiny_config.json");
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [from, to] : edits) {
+    const std::size_t at = json.find(from);
+    if (at == std::string::npos) throw std::runtime_error("no " + from + " in the config");
+    json.replace(at, from.size(), to);
+  }
+  const std::string path = dir / "config.json";
+  std::ofstream(path) << json;
+  return path;
+}
+
+// One picture (photo_a.png) prepared at 16 x 16 with the tiny VAE under that config: the dataset's path.
+std::string prepare_one_picture(const io_test::Scratch& dir, const std::string& config) {
+  fs::create_directories(dir.path / "imgs" / "a");
+  fs::copy_file(kDir + "photo_a.png", dir / "imgs/a/1.png", fs::copy_options::overwrite_existing);
+  ImageLatentsOptions o;
+  o.dir = dir / "imgs";
+  o.out = dir / "lat.h5";
+  o.vae = kTinyVae;
+  o.vae_config = config;
+  o.size = 16;
+  prepare_image_latents(o);
+  return o.out;
+}
+
 // A VAE with a shift_factor (SD3/Flux-style normalisation): the file records it as latent_shift and
 // training is served (mean - shift) * scale, the VAE's own scale and shift.
 TEST(vae_latents, ShiftedVaeIsServedShiftedThenScaled) {
   io_test::Scratch dir("vae_shift");
-  fs::create_directories(dir.path / "imgs" / "a");
-  fs::copy_file(kDir + "photo_a.png", dir / "imgs/a/1.png");
-  std::ifstream in(std::string(DIT_TEST_DATA) + "/vae_tiny_config.json");
-  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"scaling_factor\": 0.18215", "\"scaling_factor\": 0.3611"},
-                                 {"\"shift_factor\": null", "\"shift_factor\": 0.1159"}}) {
-    const std::size_t at = json.find(from);
-    ASSERT_NE(at, std::string::npos) << from;
-    json.replace(at, from.size(), to);
-  }
-  std::ofstream(dir / "config.json") << json;
-  ImageLatentsOptions o;
-  o.dir = dir / "imgs";
-  o.out = dir / "lat.h5";
-  o.vae = std::string(DIT_TEST_DATA) + "/vae_tiny.safetensors";
-  o.vae_config = dir / "config.json";
-  o.size = 16;
-  prepare_image_latents(o);
-  H5Dataset data(o.out);
+  const std::string config = edited_vae_config(
+      dir, {{"\"scaling_factor\": 0.18215", "\"scaling_factor\": 0.3611"}, {"\"shift_factor\": null", "\"shift_factor\": 0.1159"}});
+  H5Dataset data(prepare_one_picture(dir, config));
   EXPECT_DOUBLE_EQ(data.latent_scale(), 0.3611);
   EXPECT_DOUBLE_EQ(data.latent_shift(), 0.1159);
-  const std::vector<float> m = moments_by_hand(open_vae(o.vae, o.vae_config), dir / "imgs/a/1.png");
+  const std::vector<float> m = moments_by_hand(open_vae(kTinyVae, config), dir / "imgs/a/1.png");
   std::vector<float> served(4 * 8 * 8);
   data.get(0, served.data());
   for (int j = 0; j < 4 * 8 * 8; ++j)
     ASSERT_EQ(served[std::size_t(j)], (m[std::size_t(j)] - 0.1159f) * 0.3611f) << "value " << j;
+}
+
+// A VAE with per-channel latents_mean and latents_std (diffusers' SDXL convention): the file records
+// them, training is served (mean - mean_c) * scale / std_c, and decoding the served latent undoes
+// it: the same picture as decoding the encoder's mean with no normalisation at all.
+TEST(vae_latents, PerChannelMeanAndStdAreServedAndUndoneByTheDecoder) {
+  io_test::Scratch dir("vae_channel_stats");
+  const double mean[4] = {0.1, -0.2, 0.3, 0.05}, std[4] = {0.9, 1.1, 0.7, 1.3};
+  const std::string config = edited_vae_config(dir, {{"\"scaling_factor\": 0.18215", "\"scaling_factor\": 0.5"},
+                                                     {"\"latents_mean\": null", "\"latents_mean\": [0.1, -0.2, 0.3, 0.05]"},
+                                                     {"\"latents_std\": null", "\"latents_std\": [0.9, 1.1, 0.7, 1.3]"}});
+  H5Dataset data(prepare_one_picture(dir, config));
+  ASSERT_EQ(data.latent_mean().size(), 4u);
+  ASSERT_EQ(data.latent_std().size(), 4u);
+  const VaeFile vae = open_vae(kTinyVae, config);
+  const std::vector<float> m = moments_by_hand(vae, dir / "imgs/a/1.png");
+  std::vector<float> served(4 * 8 * 8);
+  data.get(0, served.data());
+  for (int c = 0; c < 4; ++c)
+    for (int j = 0; j < 64; ++j)
+      ASSERT_EQ(served[std::size_t(c * 64 + j)], (m[std::size_t(c * 64 + j)] - 0.0f - float(mean[c])) * float(0.5 / std[c]))
+          << "channel " << c << " value " << j;
+  VaeFile plain = vae;  // the same weights, latents read as they are
+  plain.latents_mean.clear();
+  plain.latents_std.clear();
+  plain.scaling_factor = 1.0;
+  const std::vector<float> got = decode_latents(vae, "cpu", served, 1, 8, 8, 1);
+  const std::vector<float> want = decode_latents(plain, "cpu", std::vector<float>(m.begin(), m.begin() + 256), 1, 8, 8, 1);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "decoding the served latent does not undo the normalisation";
+  // A config whose statistics do not fit the latents is refused naming the key.
+  const std::string bad = edited_vae_config(dir, {{"\"latents_mean\": null", "\"latents_mean\": [0.1]"},
+                                                  {"\"latents_std\": null", "\"latents_std\": [1.0]"}});
+  EXPECT_NE(io_test::error_of([&] { open_vae(kTinyVae, bad); }).find("latents_mean must be a list of 4 numbers"),
+            std::string::npos);
 }
 
 }  // namespace dit
