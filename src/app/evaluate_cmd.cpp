@@ -55,7 +55,7 @@ void write_json_file(const std::string& path, const std::string& json) {
 // Collective: FID in Inception-V3 pool features against a .npz of reference mu/sigma, each rank
 // computing the features of its share of the pictures (`mine`, each (c, h, w) in [-1, 1]); the
 // result as JSON on rank 0. Latent samples must be decoded first (--vae).
-std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& shape, const Rows& mine) {
+std::string inception_fid(Comm& world, const EvaluateOptions& opt, const eval::ImageSet& shape, const Rows& mine) {
   eval::Features f;
   collective_check([&] {
     DIT_CHECK(shape.c == 1 || shape.c == 3, "--inception: samples have ", shape.c,
@@ -64,10 +64,13 @@ std::string inception_fid(const EvaluateOptions& opt, const eval::ImageSet& shap
       f = eval::inception_features(opt.inception, mine.values, int(mine.n), shape.c, shape.h, shape.w,
                                    opt.sample.backend);
   });
+  // The features are float values (the network's output), so they travel as floats exactly; rank
+  // order is the samples' order.
+  const Rows gathered = gather_rows(world, {mine.n, eval::kInceptionFeatures, {f.data.begin(), f.data.end()}});
   eval::Features all;
   all.f = eval::kInceptionFeatures;
-  all.data = gather_rows(f.data, mine.n, all.f);  // rank order is the samples' order
-  all.n = static_cast<std::int64_t>(all.data.size()) / all.f;
+  all.n = gathered.n;
+  all.data.assign(gathered.values.begin(), gathered.values.end());
   std::string result;
   collective_check([&] {
     if (world_rank() != 0) return;
@@ -151,13 +154,13 @@ void take_samples(const EvaluateOptions& opt, eval::ImageSet& images) {
 // Collective: rank 0's samples dealt out over the ranks, decoded to pictures by the VAE (--vae)
 // where they are latents; returns this rank's pictures, and `images` gets their shape on every rank.
 // `decoder` gets the VAE's one-line description (empty without --vae).
-Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images, std::string& decoder) {
-  const std::vector<std::int64_t> dims = broadcast_values({images.n, images.c, images.h, images.w});
+Rows pictures_share(Comm& world, const EvaluateOptions& opt, eval::ImageSet& images, std::string& decoder) {
+  const std::vector<std::int64_t> dims = broadcast_values(world, {images.n, images.c, images.h, images.w});
   images.n = dims[0];
   images.c = int(dims[1]), images.h = int(dims[2]), images.w = int(dims[3]);
   Rows rows{images.n, images.image_size(), std::move(images.pixels)};
   images.pixels.clear();
-  if (opt.sample.vae.empty()) return scatter_rows(rows);
+  if (opt.sample.vae.empty()) return scatter_rows(world, rows);
   VaeFile vae;
   collective_check([&] {
     vae = open_vae(opt.sample.vae, opt.sample.vae_config);
@@ -167,7 +170,7 @@ Rows pictures_share(const EvaluateOptions& opt, eval::ImageSet& images, std::str
                   vae.describe().c_str(), world_size());
   });
   decoder = opt.sample.vae + " (" + vae.describe() + ")";
-  Rows mine = decode_share(vae, opt.sample.backend, rows, images.h, images.w);
+  Rows mine = decode_share(world, vae, opt.sample.backend, rows, images.h, images.w);
   images.c = vae.config.out_channels;
   images.h *= int(vae.config.downsampling());
   images.w *= int(vae.config.downsampling());
@@ -206,11 +209,12 @@ int run_evaluate(const EvaluateOptions& given) {
   // Decoding and Inception's features run on every rank, each on its share; the classifier on rank 0.
   std::string result, decoder;
   if (inception || !opt.sample.vae.empty()) {
-    const Rows mine = pictures_share(opt, images, decoder);
+    const std::unique_ptr<Comm> world = watched_world();
+    const Rows mine = pictures_share(*world, opt, images, decoder);
     if (inception)
-      result = inception_fid(opt, images, mine);
+      result = inception_fid(*world, opt, images, mine);
     else
-      images.pixels = gather_rows(mine).values;
+      images.pixels = gather_rows(*world, mine).values;
   }
   collective_check([&] {
     if (world_rank() != 0) return;

@@ -195,7 +195,7 @@ int run_sample(const SampleOptions& given) {
         std::printf("decoding %lld latents with %s over %d ranks\n", static_cast<long long>(n),
                     vae.describe().c_str(), world_size());
     });
-    const std::vector<float> images = decode_on_ranks(vae, opt.backend, s.samples, n, side, side);
+    const std::vector<float> images = decode_on_ranks(*watched_world(), vae, opt.backend, s.samples, n, side, side);
     collective_check([&] {
       if (world_rank() != 0) return;
       wrote = write_decoded_outputs(s.model, s.samples, images, vae.config.out_channels,

@@ -365,8 +365,10 @@ void Run::sample_grid(const std::string& name) {
     wrote = write_sample_outputs(setup_.model, samples, labels, cfg_.sample.per_class, file(name));
   } else {
     const std::int64_t side = setup_.model.input_size, n = static_cast<std::int64_t>(labels.size());
-    const std::vector<float> images =  // every rank decodes its share; rank 0 writes
-        decode_on_ranks(*vae_, cfg_.train.backend == BackendKind::Cuda ? "cuda" : "cpu", samples, n, side, side);
+    WatchPhase watch(ctx_.watch.get(), "decoding", CommWatch::kSlowPhaseFactor);
+    const std::vector<float> images =  // every rank decodes its share (host messages); rank 0 writes
+        decode_on_ranks(*watched_world(ctx_.watch), *vae_, cfg_.train.backend == BackendKind::Cuda ? "cuda" : "cpu",
+                        samples, n, side, side);
     collective_check([&] {
       if (ctx_.world_rank != 0) return;
       wrote = write_decoded_outputs(setup_.model, samples, images, vae_->config.out_channels,

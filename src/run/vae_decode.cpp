@@ -74,10 +74,11 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
   return images;
 }
 
-Rows decode_share(const VaeFile& vae, const std::string& backend, const Rows& latents, std::int64_t h, std::int64_t w) {
+Rows decode_share(Comm& world, const VaeFile& vae, const std::string& backend, const Rows& latents, std::int64_t h,
+                  std::int64_t w) {
   const VaeConfig& c = vae.config;
   const std::int64_t f = c.downsampling();
-  const Rows mine = scatter_rows(latents);
+  const Rows mine = scatter_rows(world, latents);
   Rows images;
   images.n = mine.n;
   images.width = c.out_channels * h * f * w * f;
@@ -90,10 +91,10 @@ Rows decode_share(const VaeFile& vae, const std::string& backend, const Rows& la
   return images;
 }
 
-std::vector<float> decode_on_ranks(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
-                                   std::int64_t n, std::int64_t h, std::int64_t w) {
-  const Rows mine = decode_share(vae, backend, {n, vae.config.latent_channels * h * w, latents}, h, w);
-  return gather_rows(mine).values;
+std::vector<float> decode_on_ranks(Comm& world, const VaeFile& vae, const std::string& backend,
+                                   const std::vector<float>& latents, std::int64_t n, std::int64_t h, std::int64_t w) {
+  const Rows mine = decode_share(world, vae, backend, {n, vae.config.latent_channels * h * w, latents}, h, w);
+  return gather_rows(world, mine).values;
 }
 
 }  // namespace dit

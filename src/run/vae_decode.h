@@ -31,14 +31,16 @@ int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch
 std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
                                   std::int64_t n, std::int64_t h, std::int64_t w, int batch, int ranks_here = 1);
 
-// Collective over the world: rank 0's latents (rows of (L, h, w)) dealt out over the ranks
-// (parallel/rows.h), each rank decoding its share as decode_latents does; returns this rank's
-// pictures (rows of (C, h f, w f)). A failure on any rank ends every rank with its message. Each
-// picture depends on its latent only, so the pictures are the same bits at any number of ranks.
-Rows decode_share(const VaeFile& vae, const std::string& backend, const Rows& latents, std::int64_t h, std::int64_t w);
+// Collective over `world` (every rank of the job): rank 0's latents (rows of (L, h, w)) dealt out
+// over the ranks (parallel/rows.h), each rank decoding its share as decode_latents does; returns
+// this rank's pictures (rows of (C, h f, w f)). A failure on any rank ends every rank with its
+// message. Each picture depends on its latent only, so the pictures are the same bits at any
+// number of ranks.
+Rows decode_share(Comm& world, const VaeFile& vae, const std::string& backend, const Rows& latents, std::int64_t h,
+                  std::int64_t w);
 
 // decode_share's pictures gathered on rank 0 in the latents' order (empty on the other ranks).
-std::vector<float> decode_on_ranks(const VaeFile& vae, const std::string& backend, const std::vector<float>& latents,
-                                   std::int64_t n, std::int64_t h, std::int64_t w);
+std::vector<float> decode_on_ranks(Comm& world, const VaeFile& vae, const std::string& backend,
+                                   const std::vector<float>& latents, std::int64_t n, std::int64_t h, std::int64_t w);
 
 }  // namespace dit
