@@ -16,6 +16,7 @@
 #include "core/arena.h"
 #include "core/philox.h"
 #include "backend_params.h"
+#include "backend_suite.h"
 #include "io_test_util.h"
 #include "reference_ops.h"
 #include "value_checks.h"
@@ -79,39 +80,9 @@ Vec resize_ref(const Vec& x, i64 planes, i64 h, i64 w, i64 oh, i64 ow) {
 }
 
 // ---- the primitives on every backend ------------------------------------------------------
-class image_pool_ops : public ::testing::TestWithParam<std::string> {
+class image_pool_ops : public BackendSuite {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!backend_available(GetParam(), &why))
-      GTEST_SKIP() << "backend '" << GetParam() << "' is not available: " << why;
-    be_ = make_backend(GetParam());
-    arena_ = std::make_unique<Arena>(*be_);
-  }
-  Backend& be() { return *be_; }
-  double tol() const { return ref::tolerance(be_->compute_dtype()); }
-  std::vector<float> download(const Tensor& t) {
-    std::vector<float> h(static_cast<std::size_t>(t.numel()));
-    be().copy(Tensor{h.data(), DType::F32, t.shape, Device::Host}, t);
-    be().synchronize();
-    return h;
-  }
-  // A backend tensor of normal numbers; *held gets what it holds after rounding to the dtype.
-  Tensor input(Shape s, Vec* held, double stddev = 1.0, double mean = 0.0) {
-    Philox rng(0x9001, RngPurpose::Test, 0, stream_++);
-    std::vector<float> v(static_cast<std::size_t>(s.numel()));
-    for (auto& x : v) x = static_cast<float>(mean + stddev * rng.normal());
-    Tensor t = arena_->tensor(s, be_->compute_dtype());
-    be().copy(t, Tensor{v.data(), DType::F32, s, Device::Host});
-    const std::vector<float> back = download(t);
-    *held = Vec(back.begin(), back.end());
-    return t;
-  }
-  Tensor poisoned(Shape s) {
-    Tensor t = arena_->tensor(s, be_->compute_dtype());
-    be().fill(t, NAN);
-    return t;
-  }
+  image_pool_ops() : BackendSuite(0x9001) {}
   // Every kind of pool at geometry g on x (n, c, h, w) of mean `mean` (negative: a zero taken
   // from the padding would win the maximum and raise the mean).
   void check_pool(i64 n, i64 c, i64 h, i64 w, const PoolGeometry& g, double mean, const std::string& what) {
@@ -136,10 +107,6 @@ class image_pool_ops : public ::testing::TestWithParam<std::string> {
     be().resize_bilinear(tx, ty);
     check_values(what, download(ty), resize_ref(x, n * c, h, w, oh, ow), tol());
   }
-
-  std::unique_ptr<Backend> be_;
-  std::unique_ptr<Arena> arena_;
-  std::uint64_t stream_ = 0;
 };
 
 TEST_P(image_pool_ops, PoolsMatchLoopsInDouble) {

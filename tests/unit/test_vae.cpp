@@ -27,6 +27,7 @@
 #include "layers/vae.h"
 #include "run/vae_decode.h"
 #include "backend_params.h"
+#include "backend_suite.h"
 #include "io_test_util.h"
 #include "reference_ops.h"
 #include "value_checks.h"
@@ -93,38 +94,9 @@ Vec group_norm_ref(const Vec& x, const Vec& gamma, const Vec& beta, i64 n, i64 c
 }
 
 // ---- the primitives on every backend ------------------------------------------------------
-class vae_ops : public ::testing::TestWithParam<std::string> {
+class vae_ops : public BackendSuite {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!backend_available(GetParam(), &why)) GTEST_SKIP() << "backend '" << GetParam() << "' is not available: " << why;
-    be_ = make_backend(GetParam());
-    arena_ = std::make_unique<Arena>(*be_);
-  }
-  Backend& be() { return *be_; }
-  double tol() const { return ref::tolerance(be_->compute_dtype()); }
-  std::vector<float> download(const Tensor& t) {
-    std::vector<float> h(static_cast<std::size_t>(t.numel()));
-    be().copy(Tensor{h.data(), DType::F32, t.shape, Device::Host}, t);
-    be().synchronize();
-    return h;
-  }
-  // A backend tensor of normal numbers; *held gets what it holds after rounding to the dtype.
-  Tensor input(Shape s, Vec* held, double stddev = 1.0, double mean = 0.0) {
-    Philox rng(0x7ae, RngPurpose::Test, 0, stream_++);
-    std::vector<float> v(static_cast<std::size_t>(s.numel()));
-    for (auto& x : v) x = static_cast<float>(mean + stddev * rng.normal());
-    Tensor t = arena_->tensor(s, be_->compute_dtype());
-    be().copy(t, Tensor{v.data(), DType::F32, s, Device::Host});
-    const std::vector<float> back = download(t);
-    *held = Vec(back.begin(), back.end());
-    return t;
-  }
-  Tensor poisoned(Shape s) {
-    Tensor t = arena_->tensor(s, be_->compute_dtype());
-    be().fill(t, NAN);
-    return t;
-  }
+  vae_ops() : BackendSuite(0x7ae) {}
   void check_conv(i64 n, i64 c, i64 h, i64 w, i64 k, i64 kh, i64 kw, const ConvGeometry& g, bool bias,
                   const std::string& what) {
     Vec x, wt, b;
@@ -142,10 +114,6 @@ class vae_ops : public ::testing::TestWithParam<std::string> {
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = y0[i] + want[i];
     check_values(what + " accumulated", download(ta), sum, tol());
   }
-
-  std::unique_ptr<Backend> be_;
-  std::unique_ptr<Arena> arena_;
-  std::uint64_t stream_ = 0;
 };
 
 TEST_P(vae_ops, Conv2dMatchesLoopsInDouble) {
