@@ -13,30 +13,12 @@
 
 #include "backend/backend.h"
 #include "core/philox.h"
+#include "bench_timing.h"
 
 namespace {
 
 using namespace dit;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Median seconds of `reps` timed calls of fn after `warm` untimed ones.
-template <typename Fn>
-double median_s(Backend& be, int warm, int reps, Fn&& fn) {
-  for (int i = 0; i < warm; ++i) fn();
-  be.synchronize();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now_s();
-    fn();
-    be.synchronize();
-    t.push_back(now_s() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_s;
 
 }  // namespace
 

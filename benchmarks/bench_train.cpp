@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "engine/rank_backend.h"
 #include "parallel/world.h"
 #include "run/log.h"
@@ -57,10 +58,6 @@ double paper_gmacs(const std::string& preset) {
       {"DiT-L/2", 80.71}, {"DiT-XL/8", 7.39}, {"DiT-XL/4", 29.05}, {"DiT-XL/2", 118.64}};
   const auto it = t.find(preset);
   return it == t.end() ? 0.0 : it->second;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double quantile(std::vector<double> v, double q) {

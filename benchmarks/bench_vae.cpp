@@ -29,27 +29,12 @@
 #include "core/clock.h"
 #include "core/philox.h"
 #include "layers/vae.h"
+#include "bench_timing.h"
 
 namespace {
 
 using namespace dit;
-
-// Median seconds of `reps` timed calls of fn after `warm` untimed ones (all of them in `all`).
-template <typename Fn>
-double median_s(Backend& be, int warm, int reps, Fn&& fn, std::vector<double>* all = nullptr) {
-  for (int i = 0; i < warm; ++i) fn();
-  be.synchronize();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now_s();
-    fn();
-    be.synchronize();
-    t.push_back(now_s() - t0);
-  }
-  if (all != nullptr) *all = t;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_s;
 
 // One convolution of a pass, per image.
 struct ConvOp {
@@ -289,26 +274,19 @@ int main(int argc, char** argv) {
     }
     Result re, rd;
     bool finite = true;
-    if (only != "decode") {
-      re.seconds = median_s(*be, warm, reps, [&] { vae.encode(images, moments); }, &re.all);
-      re.images_s = double(n) / re.seconds;
-      re.gflop_s = enc_flop / re.seconds / 1e9;
-      finite = finite && all_finite(*be, moments);
-      std::printf("  encode: %9.1f ms  %8.4f images/s  %7.1f GFLOP/s  (calls:", 1e3 * re.seconds, re.images_s,
-                  re.gflop_s);
-      for (double s : re.all) std::printf(" %.1f", 1e3 * s);
+    // One pass timed: its median, images/s and GFLOP/s, printed with every call's time.
+    auto time_pass = [&](const char* name, auto&& call, double flop, const Tensor& out, Result& r) {
+      r.seconds = median_s(*be, warm, reps, call, &r.all);
+      r.images_s = double(n) / r.seconds;
+      r.gflop_s = flop / r.seconds / 1e9;
+      finite = finite && all_finite(*be, out);
+      std::printf("  %s: %9.1f ms  %8.4f images/s  %7.1f GFLOP/s  (calls:", name, 1e3 * r.seconds, r.images_s,
+                  r.gflop_s);
+      for (double s : r.all) std::printf(" %.1f", 1e3 * s);
       std::printf(" ms)\n");
-    }
-    if (only != "encode") {
-      rd.seconds = median_s(*be, warm, reps, [&] { vae.decode(latents, decoded); }, &rd.all);
-      rd.images_s = double(n) / rd.seconds;
-      rd.gflop_s = dec_flop / rd.seconds / 1e9;
-      finite = finite && all_finite(*be, decoded);
-      std::printf("  decode: %9.1f ms  %8.4f images/s  %7.1f GFLOP/s  (calls:", 1e3 * rd.seconds, rd.images_s,
-                  rd.gflop_s);
-      for (double s : rd.all) std::printf(" %.1f", 1e3 * s);
-      std::printf(" ms)\n");
-    }
+    };
+    if (only != "decode") time_pass("encode", [&] { vae.encode(images, moments); }, enc_flop, moments, re);
+    if (only != "encode") time_pass("decode", [&] { vae.decode(latents, decoded); }, dec_flop, decoded, rd);
     if (!finite) std::printf("  WARNING: non-finite values in the outputs\n");
     if (layers) {
       if (only != "decode") time_layers(*be, "encode", enc, n, warm, reps, re.seconds);

@@ -1,8 +1,6 @@
 // Rows dealt out over a communicator and gathered back (see rows.h).
 #include "parallel/rows.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -98,9 +96,7 @@ Rows gather_rows(Comm& comm, const Rows& mine) {
 }
 
 std::unique_ptr<Comm> watched_world(std::shared_ptr<CommWatch> watch) {
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) return std::make_unique<SelfComm>();
+  if (!mpi_running()) return std::make_unique<SelfComm>();
   if (!watch) {  // a command's own: the shares are even, so no rank waits long for another
     watch = std::make_shared<CommWatch>();
     watch->phase = "dealing out rows";
