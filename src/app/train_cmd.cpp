@@ -139,34 +139,63 @@ struct CheckedRun {
   std::vector<MemoryAccount> planned;
 };
 
-// Every check a run needs before its folder is touched, on every rank; the setup and plan it
-// returns are the ones the run uses. Rank 0 takes the run folder's lock here.
-CheckedRun check_train_inputs(const RunConfig& cfg, TrainMode mode, RunLock& lock) {
-  const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
-  CheckedRun run{TrainSetup::make(cfg, layout), {}};
-  const int ranks_per_node = std::max(1, world_size() / node_count());
-  run.planned = plan_training(run.setup, run_draws(cfg), ranks_per_node,
-                              "the model.* sizes, train.micro_batch or sample.per_class");
-  std::string why;
-  DIT_CHECK(backend_available(backend_name(cfg.backend_str(), cfg.precision_str()), &why), "train.backend = ",
-            cfg.backend_str(), " with train.precision = ", cfg.precision_str(), ": ", why);
-  if (mode == TrainMode::DryRun) return run;
-  const fs::path dir(cfg.run.dir);
-  if (world_rank() == 0) {  // before the folder is looked at, overwritten or resumed
-    std::string note;
+// A distilled run records its teacher's checksum (the file's seal) in its config; a given one must match.
+void record_teacher_checksum(RunConfig& cfg) {
+  if (cfg.distill.teacher.empty()) return;
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x",
+                h5::verified_crc32(cfg.distill.teacher, "re-import it with tools/dit_checkpoint.py import"));
+  DIT_CHECK(cfg.distill.teacher_crc32.empty() || cfg.distill.teacher_crc32 == crc, "distill.teacher_crc32 = ",
+            cfg.distill.teacher_crc32, ": the teacher ", cfg.distill.teacher, " has CRC-32 ", crc,
+            ": another file than the one given; name that teacher, or leave distill.teacher_crc32 unset");
+  cfg.distill.teacher_crc32 = crc;
+}
+
+// Readies a run, agreed by every rank (a failing rank's message ends the job): every check it needs
+// before its folder is touched, the setup and plan it will use, rank 0's lock on the run folder, a
+// distilled run's teacher checksum recorded in `cfg`, and the demo's dataset prepared on first use
+// (rank 0 writes, atomically). A dry run stops after the checks that touch no file of the run.
+CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
+  CheckedRun run;
+  collective_check([&] {
+    const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
+    const RunDraws draws = run_draws(cfg);
+    const EvalPaths eval = eval_paths(cfg);
+    const std::string backend = backend_name(cfg.backend_str(), cfg.precision_str());
+    run.setup = TrainSetup::make(cfg, layout);
+    const int ranks_per_node = std::max(1, world_size() / node_count());
+    run.planned = plan_training(run.setup, draws, ranks_per_node,
+                                "the model.* sizes, train.micro_batch or sample.per_class");
+    std::string why;
+    DIT_CHECK(backend_available(backend, &why), "train.backend = ", cfg.backend_str(), " with train.precision = ",
+              cfg.precision_str(), ": ", why);
+    record_teacher_checksum(cfg);
+    if (mode == TrainMode::DryRun) return;
+    DIT_CHECK(cfg.run.resume.empty() || !cfg.run.overwrite, "run.resume and run.overwrite exclude each other");
+    DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
+              "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
+    if (world_rank() != 0) return;
+    const fs::path dir(cfg.run.dir);
+    std::string note;  // the lock is taken before the folder is looked at, overwritten or resumed
     lock = RunLock::acquire(dir.string(), &note);
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
-  }
-  if (world_rank() == 0 && fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
-    DIT_FAIL("run folder ", dir.string(),
-             " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
-  DIT_CHECK(cfg.run.resume.empty() || !cfg.run.overwrite, "run.resume and run.overwrite exclude each other");
-  if (world_rank() == 0 && cfg.run.overwrite) check_overwritable(cfg);
-  DIT_CHECK(cfg.run.resume.empty() || cfg.run.init_from.empty(),
-            "run.resume and run.init_from exclude each other (resume continues a run, init_from starts one)");
-  // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
-  // refused now.
-  if (cfg.train.eval_every > 0 && world_rank() == 0) check_evaluation_inputs(eval_paths(cfg), cfg.data.prepare);
+    if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
+      DIT_FAIL("run folder ", dir.string(),
+               " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+    if (cfg.run.overwrite) check_overwritable(cfg);
+    // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
+    // refused now.
+    if (cfg.train.eval_every > 0) check_evaluation_inputs(eval, cfg.data.prepare);
+    if (fs::exists(cfg.data.path)) return;
+    if (cfg.data.prepare == "fashion-mnist") {
+      std::printf("preparing Fashion-MNIST into %s\n", cfg.data.path.c_str());
+      if (fs::path(cfg.data.path).has_parent_path()) fs::create_directories(fs::path(cfg.data.path).parent_path());
+      prepare_fashion_mnist(kFashionMnistDir, cfg.data.path, "train");
+      return;
+    }
+    DIT_FAIL("data.path = ", cfg.data.path, " does not exist (and data.prepare = ", cfg.data.prepare,
+             "); create it with dit_mp prepare-data");
+  });
   return run;
 }
 
@@ -182,43 +211,14 @@ int dry_run(const RunConfig& cfg, const Layout& layout) {
   return 0;
 }
 
-// The demo prepares Fashion-MNIST on first use (rank 0 writes, atomically).
-void prepare_training_data(const RunConfig& cfg) {
-  collective_check([&] {
-    if (world_rank() != 0 || fs::exists(cfg.data.path)) return;
-    DIT_CHECK(cfg.data.prepare == "fashion-mnist", "data.path = ", cfg.data.path,
-              " does not exist (and data.prepare = ", cfg.data.prepare, "); create it with dit_mp prepare-data");
-    std::printf("preparing Fashion-MNIST into %s\n", cfg.data.path.c_str());
-    if (fs::path(cfg.data.path).has_parent_path()) fs::create_directories(fs::path(cfg.data.path).parent_path());
-    prepare_fashion_mnist(kFashionMnistDir, cfg.data.path, "train");
-  });
-}
-
 }  // namespace
-
-// A distilled run records its teacher's checksum (the file's seal) in its config; a given one must match.
-void record_teacher_checksum(RunConfig& cfg) {
-  if (cfg.distill.teacher.empty()) return;
-  char crc[16];
-  std::snprintf(crc, sizeof crc, "%08x",
-                h5::verified_crc32(cfg.distill.teacher, "re-import it with tools/dit_checkpoint.py import"));
-  DIT_CHECK(cfg.distill.teacher_crc32.empty() || cfg.distill.teacher_crc32 == crc, "distill.teacher_crc32 = ",
-            cfg.distill.teacher_crc32, ": the teacher ", cfg.distill.teacher, " has CRC-32 ", crc,
-            ": another file than the one given; name that teacher, or leave distill.teacher_crc32 unset");
-  cfg.distill.teacher_crc32 = crc;
-}
 
 int run_train(const RunConfig& given, TrainMode mode) {
   install_stop_handlers();
   RunLock lock;  // rank 0 holds the run folder's lock until this function returns
-  CheckedRun checked;
   RunConfig cfg = given;
-  collective_check([&] {
-    checked = check_train_inputs(cfg, mode, lock);
-    record_teacher_checksum(cfg);
-  });
+  CheckedRun checked = ready_run(cfg, mode, lock);
   if (mode == TrainMode::DryRun) return dry_run(cfg, checked.setup.layout);
-  prepare_training_data(cfg);
   defer_stop_signals();  // a stop signal from here on is answered at a step boundary, with a checkpoint
   Run run(cfg, checked.setup, std::move(checked.planned));
   return run.train();

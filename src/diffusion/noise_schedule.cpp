@@ -115,33 +115,31 @@ int parse_count(const std::string& text, const std::string& whole) {
   return v;
 }
 
-// "ddimN": the smallest integer stride whose range(0, T, stride) has exactly N elements.
-std::vector<int> ddim_timesteps(int num_timesteps, const std::string& section_counts) {
-  const int desired = parse_count(section_counts.substr(4), section_counts);
-  for (int stride = 1; stride < num_timesteps; ++stride) {
-    if ((num_timesteps + stride - 1) / stride != desired) continue;
-    std::vector<int> steps;
-    for (int t = 0; t < num_timesteps; t += stride) steps.push_back(t);
-    return steps;
-  }
-  DIT_FAIL("timestep respacing \"", section_counts, "\": cannot take exactly ", desired,
-           " steps of ", num_timesteps, " with an integer stride");
-}
-
 }  // namespace
 
 std::vector<int> space_timesteps(int num_timesteps, const std::string& section_counts) {
-  DIT_CHECK(num_timesteps >= 1, "respacing needs a positive number of timesteps, got ", num_timesteps);
-  if (section_counts.rfind("ddim", 0) == 0) return ddim_timesteps(num_timesteps, section_counts);
-
+  // "ddimN" holds one count; otherwise comma-separated counts, one per section.
+  const bool ddim = section_counts.rfind("ddim", 0) == 0;
+  const std::string body = ddim ? section_counts.substr(4) : section_counts;
   std::vector<int> counts;
   std::size_t begin = 0;
   while (true) {
-    const std::size_t comma = section_counts.find(',', begin);
-    counts.push_back(parse_count(section_counts.substr(begin, comma - begin), section_counts));
+    const std::size_t comma = ddim ? std::string::npos : body.find(',', begin);
+    counts.push_back(parse_count(body.substr(begin, comma - begin), section_counts));
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
+  if (ddim) {  // the smallest integer stride whose range(0, T, stride) has exactly N elements
+    for (int stride = 1; stride < num_timesteps; ++stride) {
+      if ((num_timesteps + stride - 1) / stride != counts[0]) continue;
+      std::vector<int> steps;
+      for (int t = 0; t < num_timesteps; t += stride) steps.push_back(t);
+      return steps;
+    }
+    DIT_FAIL("timestep respacing \"", section_counts, "\": cannot take exactly ", counts[0], " steps of ",
+             num_timesteps, " with an integer stride");
+  }
+  DIT_CHECK(num_timesteps >= 1, "respacing needs a positive number of timesteps, got ", num_timesteps);
   const int k = static_cast<int>(counts.size());
   const int size_per = num_timesteps / k, extra = num_timesteps % k;
   std::set<int> steps;

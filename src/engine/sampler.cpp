@@ -58,21 +58,21 @@ std::vector<double> flow_grid(const SampleRequest& req) {
 // Whether each model call of a request is guided, in the order the loops below make them (ddpm_loop:
 // one per step; flow_loop: one per step, two for Heun, and the SDE's last step). Sizes the passes
 // that sampler_bytes counts; keep it in step with the loops.
-std::vector<bool> guided_calls(const SampleRequest& req, bool learn_sigma) {
+std::vector<bool> guided_calls(const SampleRequest& req) {
   std::vector<bool> calls;
-  if (diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm)) {
-    const auto sched = ddpm_schedule(req, learn_sigma);
-    for (int step = sched.num_timesteps - 1; step >= 0; --step)
-      calls.push_back(in_interval(req, static_cast<double>(sched.timestep_map[step]) / req.diffusion_steps));
+  if (!diffusion::sampler_fits(req.sampler, diffusion::Objective::Ddpm)) {
+    const std::vector<double> grid = flow_grid(req);
+    auto guided = [&](double t) { return diffusion::flow_guided(t, req.cfg_t_min, req.cfg_t_max); };
+    for (std::size_t k = 0; k + 1 < grid.size(); ++k) {
+      calls.push_back(guided(grid[k]));
+      if (req.sampler == diffusion::SamplerKind::Heun) calls.push_back(guided(grid[k + 1]));
+    }
+    if (req.sampler == diffusion::SamplerKind::EulerMaruyama) calls.push_back(guided(grid.back()));
     return calls;
   }
-  const std::vector<double> grid = flow_grid(req);
-  auto guided = [&](double t) { return diffusion::flow_guided(t, req.cfg_t_min, req.cfg_t_max); };
-  for (std::size_t k = 0; k + 1 < grid.size(); ++k) {
-    calls.push_back(guided(grid[k]));
-    if (req.sampler == diffusion::SamplerKind::Heun) calls.push_back(guided(grid[k + 1]));
-  }
-  if (req.sampler == diffusion::SamplerKind::EulerMaruyama) calls.push_back(guided(grid.back()));
+  // ddpm_schedule's timestep_map: the original timesteps its respacing keeps, ascending.
+  const std::vector<int> kept = diffusion::space_timesteps(req.diffusion_steps, std::to_string(req.num_steps));
+  for (auto t = kept.rbegin(); t != kept.rend(); ++t) calls.push_back(in_interval(req, double(*t) / req.diffusion_steps));
   return calls;
 }
 }  // namespace
@@ -272,7 +272,7 @@ SamplerBytes sampler_bytes(VirtualBackend& be, ParallelContext& ctx, const DiTSt
   PipelineExecutor executor(*ctx.pp, be, nullptr);
   const std::size_t before = be.allocated_bytes();
   std::int64_t last_rows = -1;
-  for (const bool guide : guided_calls(req, cfg.learn_sigma)) {
+  for (const bool guide : guided_calls(req)) {
     if (n == 0) break;
     const std::int64_t rows = guided && guide ? 2 * n : n;
     if (rows == last_rows) continue;  // the same pass again allocates nothing new

@@ -43,26 +43,6 @@ TrainConfig train_config(const RunConfig& c) {
 }
 
 namespace {
-// The run's rules that need the layout and the stage split (RunConfig::validate checked every key
-// alone and with the others): each message names the key, the value and what would fit.
-void check_recompute_blocks(int recompute_blocks, const std::vector<StageLayout>& chunks) {
-  for (std::size_t s = 0; s < chunks.size() && recompute_blocks > 0; ++s) {
-    const int blocks = chunks[s].end_block - chunks[s].first_block;
-    DIT_CHECK(recompute_blocks <= blocks, "train.recompute_blocks = ", recompute_blocks, " but pipeline stage ", s,
-              " has only ", blocks, " block", blocks == 1 ? "" : "s", "; use at most ", blocks, " (or 0 for every block)");
-  }
-}
-
-void check_batch(std::int64_t global_batch, int dp, int micro_batch) {
-  const std::int64_t per_step = std::int64_t(dp) * micro_batch;
-  DIT_CHECK(global_batch % per_step == 0, "train.global_batch = ", global_batch, " is not divisible by dp (", dp,
-            ") x train.micro_batch (", micro_batch, ") = ", per_step, "; e.g. global_batch = ",
-            per_step * ((global_batch + per_step - 1) / per_step), " would fit");
-  const std::int64_t microbatches = global_batch / per_step;
-  DIT_CHECK(microbatches <= kMaxMicrobatches, "train.global_batch = ", global_batch, " is ", microbatches,
-            " microbatches of train.micro_batch = ", micro_batch, " per dp rank (dp = ", dp, "), at most ",
-            kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
-}
 // distill.student_layers / teacher_layers against both models' depths, and the widths feature pairs
 // compare (RunConfig::validate checked that the lists pair up; the default pairs fit by construction).
 void check_feature_pairs(const DistillSection& d, const DiTConfig& student, const DiTConfig& teacher) {
@@ -101,19 +81,45 @@ void check_teacher_split(const DiTConfig& teacher, const std::vector<StageLayout
 }
 }  // namespace
 
+// The rules that need the layout, the stage split or the world's dp (RunConfig::validate checked
+// every key alone and with the others, the stage split included): each message names the key, the
+// value and what would fit. The chunks and the batch plan are built after them, by code that keeps
+// only its own invariants.
 TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, const Layout& layout) {
-  // RunConfig::validate_layout named parallel.tp against the heads and MLP width: an invariant here.
-  DIT_CHECK(model.num_heads % layout.tp == 0 && model.ffn_hidden() % layout.tp == 0, "tp ", layout.tp,
-            " does not divide the model's ", model.num_heads, " heads and MLP width ", model.ffn_hidden());
   TrainSetup s;
   s.model = model;
   s.train = train;
   s.train.stage.placement = placement_of(train.schedule);  // the schedule decides the chunks' places
   s.layout = layout;
-  if (train.schedule == ScheduleKind::ZbV && train.pp_layers.empty()) check_v_split(layout.pp, model.depth);
   s.chunks = partition_chunks(model, layout.pp, train.virtual_stages, train.pp_layers);
-  check_recompute_blocks(train.stage.recompute_blocks, s.chunks);
-  check_stage_options(train.stage, s.chunks);
+  // RunConfig::validate_layout named parallel.tp against the heads and MLP width: an invariant here.
+  DIT_CHECK(model.num_heads % layout.tp == 0 && model.ffn_hidden() % layout.tp == 0, "tp ", layout.tp,
+            " does not divide the model's ", model.num_heads, " heads and MLP width ", model.ffn_hidden());
+  const int recompute_blocks = train.stage.recompute_blocks;
+  for (std::size_t c = 0; c < s.chunks.size() && recompute_blocks > 0; ++c) {
+    const int blocks = s.chunks[c].end_block - s.chunks[c].first_block;
+    DIT_CHECK(recompute_blocks <= blocks, "train.recompute_blocks = ", recompute_blocks, " but pipeline stage ", c,
+              " has only ", blocks, " block", blocks == 1 ? "" : "s", "; use at most ", blocks, " (or 0 for every block)");
+  }
+  const std::int64_t per_step = std::int64_t(layout.dp) * train.micro_batch;
+  DIT_CHECK(train.global_batch % per_step == 0, "train.global_batch = ", train.global_batch, " is not divisible by dp (",
+            layout.dp, ") x train.micro_batch (", train.micro_batch, ") = ", per_step, "; e.g. global_batch = ",
+            per_step * ((train.global_batch + per_step - 1) / per_step), " would fit");
+  const std::int64_t microbatches = train.global_batch / per_step;
+  DIT_CHECK(microbatches <= kMaxMicrobatches, "train.global_batch = ", train.global_batch, " is ", microbatches,
+            " microbatches of train.micro_batch = ", train.micro_batch, " per dp rank (dp = ", layout.dp, "), at most ",
+            kMaxMicrobatches, " fit a step; raise train.micro_batch or lower train.global_batch");
+  DIT_CHECK(microbatches * train.virtual_stages <= kMaxMicrobatches, "parallel.virtual_stages = ",
+            train.virtual_stages, " with ", microbatches, " microbatches (", "train.global_batch = ", train.global_batch,
+            "): at most ", kMaxMicrobatches,
+            " (chunk, microbatch) pairs per step (MPI tag space); raise train.micro_batch or lower train.global_batch");
+  if (train.gates.enabled()) {
+    DIT_CHECK(!train.distill.enabled(), "learned pruning trains without distill.teacher");
+    const GateGroup& last = train.gates.groups.back();
+    DIT_CHECK(last.first + last.size == model.depth, "learned pruning: the groups cover ", last.first + last.size,
+              " blocks of a model of depth ", model.depth);
+  }
+  s.batch = {train.global_batch, layout.dp, train.micro_batch, static_cast<int>(microbatches)};  // checked above
   if (train.distill.enabled()) {
     const DiTConfig& t = train.distill.teacher_model;
     DIT_CHECK(t.num_heads % layout.tp == 0 && t.ffn_hidden() % layout.tp == 0 && (6 * t.hidden_size) % layout.tp == 0,
@@ -125,20 +131,6 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
     check_teacher_split(t, s.chunks, train.distill.pairs);
     s.teacher_chunks = dit::teacher_chunks(t, s.chunks, train.distill.pairs);
   }
-  if (train.gates.enabled()) {
-    DIT_CHECK(!train.distill.enabled(), "learned pruning trains without distill.teacher");
-    const GateGroup& last = train.gates.groups.back();
-    DIT_CHECK(last.first + last.size == model.depth, "learned pruning: the groups cover ", last.first + last.size,
-              " blocks of a model of depth ", model.depth);
-  }
-  check_batch(train.global_batch, layout.dp, train.micro_batch);
-  s.batch = BatchPlan::make(train.global_batch, layout.dp, train.micro_batch);
-  DIT_CHECK(std::int64_t(s.batch.microbatches) * train.virtual_stages <= kMaxMicrobatches,
-            "parallel.virtual_stages = ", train.virtual_stages, " with ", s.batch.microbatches, " microbatches (",
-            "train.global_batch = ", train.global_batch, "): at most ", kMaxMicrobatches,
-            " (chunk, microbatch) pairs per step (MPI tag space); raise train.micro_batch or lower "
-            "train.global_batch");
-  check_virtual_stages(train.schedule, layout.pp, s.batch.microbatches, train.virtual_stages);
   return s;
 }
 

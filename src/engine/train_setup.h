@@ -53,10 +53,11 @@ struct TrainSetup {
   std::vector<StageLayout> teacher_chunks;  // distillation: the teacher's, aligned with `chunks`
   BatchPlan batch;
 
-  // Throws naming the setting when the layout cannot run these settings: tp not dividing the
-  // heads and the MLP width, a stage split the depth cannot serve, stage options (recomputation,
-  // sequence parallelism) the chunks refuse, a global batch that does not split, virtual stages
-  // the schedule cannot interleave.
+  // Throws naming the setting when the layout cannot run these settings: recomputed blocks past
+  // a stage's, a global batch that does not split over dp, more (chunk, microbatch) pairs than a
+  // step holds, a teacher the stages cannot serve. The rules of the keys alone and together
+  // (the stage split, the schedule's chunks, recomputation) are RunConfig::validate_layout's and
+  // are not checked again; the chunks keep their own invariants.
   static TrainSetup make(const DiTConfig& model, const TrainConfig& train, const Layout& layout);
   // The Trainer's settings of a validated run configuration (RunConfig::validate) at `layout`.
   // With distill.teacher, reads the teacher's config (and the student's kept layers from

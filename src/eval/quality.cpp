@@ -70,15 +70,15 @@ EvalPaths eval_paths(const RunConfig& cfg) {
 }
 
 void check_evaluation_inputs(const EvalPaths& paths, const std::string& prepare) {
-  if (!fs::exists(paths.reference))
-    DIT_CHECK(prepare == "fashion-mnist", "the reference set ", paths.reference,
-              " does not exist: give a labelled image dataset (dit_mp prepare-data) with --reference or eval.reference");
-  else {
+  if (fs::exists(paths.classifier)) eval::Classifier::load(paths.classifier);
+  if (fs::exists(paths.reference)) {
     verify_dataset_seal(paths.reference);
     const std::string kind = H5Dataset(paths.reference).kind();
     DIT_CHECK(kind == "images", paths.reference, ": the reference set holds ", kind, ", expected images");
+    return;
   }
-  if (fs::exists(paths.classifier)) eval::Classifier::load(paths.classifier);
+  DIT_CHECK(prepare == "fashion-mnist", "the reference set ", paths.reference,
+            " does not exist: give a labelled image dataset (dit_mp prepare-data) with --reference or eval.reference");
 }
 
 void prepare_evaluation(const EvalPaths& paths, const std::string& prepare, const eval::ClassifierTraining& how,

@@ -54,9 +54,14 @@ ParallelContext make_mpi_context(const Layout& layout, std::unique_ptr<Comm> wor
   ctx.coord = grid_coord(layout, ctx.world_rank);
   const GridCoord c = ctx.coord;
   // Colors identify the group; keys order ranks inside it by their coordinate on that axis.
-  ctx.tp = MpiComm::split(*ctx.world, c.dp + layout.dp * c.pp, c.tp, "tp");
-  ctx.dp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.pp, c.dp, "dp");
-  ctx.pp = MpiComm::split(*ctx.world, c.tp + layout.tp * c.dp, c.pp, "pp");
+  const struct {
+    std::unique_ptr<Comm>* comm;
+    int color, key;
+    const char* name;
+  } axes[] = {{&ctx.tp, c.dp + layout.dp * c.pp, c.tp, "tp"},
+              {&ctx.dp, c.tp + layout.tp * c.pp, c.dp, "dp"},
+              {&ctx.pp, c.tp + layout.tp * c.dp, c.pp, "pp"}};
+  for (const auto& axis : axes) *axis.comm = MpiComm::split(*ctx.world, axis.color, axis.key, axis.name);
   return ctx;
 }
 
