@@ -104,7 +104,7 @@ MemoryAccount Trainer::memory() const {
   m.activations = executor_->peak_activation_bytes();
   m.messages = executor_->peak_message_bytes();
   m.workspace = workspace_peak_ + be_->workspace_bytes();  // the stage's scratch + the backend's (attention)
-  for (const auto& p : parts_) m.teacher += p->bytes();
+  for (const auto& p : parts_) m.parts += p->bytes();
   return m;
 }
 

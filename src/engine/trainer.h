@@ -48,10 +48,10 @@ struct MemoryAccount {
   std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
   std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation) and the
                                 // backend's own workspace (the composed attention's score tiles)
-  std::size_t teacher = 0;      // the step parts' (engine/step_part.h): distillation's teacher, its weights and
-                                // its activation arena's peak
+  std::size_t parts = 0;        // the step parts' own buffers (engine/step_part.h: StepPart::bytes), e.g. a
+                                // distillation teacher's weights and its arena's peak (teacher_bytes in reports)
   std::size_t total() const {
-    return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace + teacher;
+    return params + grads + master + exp_avg + exp_avg_sq + ema + activations + workspace + parts;
   }
 };
 

@@ -337,8 +337,8 @@ std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
     os << line;
   }
   for (const StagePlan& s : p.stages)
-    if (s.mem.teacher > 0)
-      os << "stage " << s.stage << ": the distillation teacher holds " << format_bytes(double(s.mem.teacher))
+    if (s.mem.parts > 0)
+      os << "stage " << s.stage << ": the distillation teacher holds " << format_bytes(double(s.mem.parts))
          << " (its weights and one microbatch's forward), counted in the total\n";
   os << "peak " << format_bytes(double(p.peak_bytes())) << " per rank"
      << " (activations: the microbatches in flight on the stage; messages are part of them)\n";
@@ -371,7 +371,7 @@ std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
        << ", \"master_bytes\": " << m.master << ", \"exp_avg_bytes\": " << m.exp_avg
        << ", \"exp_avg_sq_bytes\": " << m.exp_avg_sq << ", \"ema_bytes\": " << m.ema
        << ", \"activation_bytes\": " << m.activations << ", \"message_bytes\": " << m.messages
-       << ", \"workspace_bytes\": " << m.workspace << ", \"teacher_bytes\": " << m.teacher
+       << ", \"workspace_bytes\": " << m.workspace << ", \"teacher_bytes\": " << m.parts
        << ", \"total_bytes\": " << m.total()
        << ", \"tp_bytes\": " << s.tp_bytes << ", \"pp_bytes\": " << s.pp_bytes
        << ", \"dp_bytes\": " << s.dp_bytes << ", \"flops\": " << s.flops << "}";

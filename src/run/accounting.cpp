@@ -40,7 +40,7 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
       {"activation_bytes", double(mem.activations)},
       {"message_bytes", double(mem.messages)},
       {"workspace_bytes", double(mem.workspace)},
-      {"teacher_bytes", double(mem.teacher)},
+      {"teacher_bytes", double(mem.parts)},
       {"total_bytes", double(mem.total())},
   };
   // Every rank runs the same backend, so every row has the column or none does.
