@@ -10,6 +10,12 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Running as root under mpirun with more ranks than cores (tests use up to 8 ranks).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Every test runs on this one machine: OpenMPI's ob1 point-to-point over shared memory (and TCP),
+# not UCX, whose start-up probes network devices there are none of; a process started without
+# mpirun stays a singleton of its own instead of forking a runtime daemon. MPI_Init takes about
+# 0.15 s instead of 0.65 s on this machine, for every dit_mp the tests start.
+export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp}
+export OMPI_MCA_ess_singleton_isolated=${OMPI_MCA_ess_singleton_isolated:-1}
 
 start=$(date +%s)
 parts=()
