@@ -119,7 +119,9 @@ TrainSetup TrainSetup::make(const DiTConfig& model, const TrainConfig& train, co
     DIT_CHECK(last.first + last.size == model.depth, "learned pruning: the groups cover ", last.first + last.size,
               " blocks of a model of depth ", model.depth);
   }
-  s.batch = {train.global_batch, layout.dp, train.micro_batch, static_cast<int>(microbatches)};  // checked above
+  // BatchPlan::make's invariants hold by the checks above.
+  s.batch = {.global_batch = train.global_batch, .dp = layout.dp, .micro_batch = train.micro_batch,
+             .microbatches = static_cast<int>(microbatches)};
   if (train.distill.enabled()) {
     const DiTConfig& t = train.distill.teacher_model;
     DIT_CHECK(t.num_heads % layout.tp == 0 && t.ffn_hidden() % layout.tp == 0 && (6 * t.hidden_size) % layout.tp == 0,
