@@ -30,6 +30,8 @@ class TimedBackend final : public Backend {
   Device device() const override { return in_.device(); }
   void* allocate(std::size_t bytes) override { return in_.allocate(bytes); }
   void deallocate(void* p) override { in_.deallocate(p); }
+  std::size_t page_bytes() const override { return in_.page_bytes(); }
+  bool release_pages(void* p, std::size_t bytes) override { return in_.release_pages(p, bytes); }
   void synchronize() override { in_.synchronize(); }
   std::uint64_t host_syncs() const override { return in_.host_syncs(); }
 

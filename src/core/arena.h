@@ -17,6 +17,12 @@ class Allocator {
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p) = 0;
   virtual Device device() const = 0;
+  // Memory an allocation can hand back while it lives (ZeRO-2/3 release the parameters and gradients
+  // a rank does not hold, optim/zero.h): the size of a page, and release_pages, which gives the
+  // whole pages inside [p, p + bytes) back; they read as zeros when next touched. False where the
+  // allocator cannot: the memory and its contents stay.
+  virtual std::size_t page_bytes() const { return 4096; }
+  virtual bool release_pages(void* /*p*/, std::size_t /*bytes*/) { return false; }
 };
 
 class Arena {

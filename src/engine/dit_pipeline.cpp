@@ -144,6 +144,7 @@ void DiTPipelineStage::backward_weight(int mb, int chunk, Arena&) {
   DIT_CHECK(it != owed_.end(), "pipeline stage: weight backward of microbatch ", mb, " without its input backward");
   run_weight_grads(*be_, it->second);
   owed_.erase(it);
+  if (++weights_[chunk] == microbatches_) stage_->gradients_final(chunk);
 }
 
 std::vector<Tensor> DiTPipelineStage::run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
@@ -168,6 +169,7 @@ std::vector<Tensor> DiTPipelineStage::run_backward(int mb, int chunk, const std:
     g.block_grads = std::move(extra->second);
     block_grads_.erase(extra);
   }
+  g.last = ++backwards_[chunk] == microbatches_;
   stage_->backward(it->second, g, scratch_, chunk, w);
   acts_.erase(it);
   if (layout.has_final) douts_.erase(mb);

@@ -85,6 +85,9 @@ class DiTPipelineStage final : public PipelineStage {
   std::vector<Tensor> backward_input(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena) override;
   void backward_weight(int mb, int chunk, Arena& arena) override;
   std::size_t scratch_peak_bytes() const { return scratch_.peak_bytes(); }
+  // The step runs m microbatches through each chunk: a chunk's m-th backward (its m-th weight
+  // backward, when they are deferred) completes its units' gradients (UnitResidency). 0: unknown.
+  void expect_microbatches(int m) { microbatches_ = m; }
 
  private:
   std::vector<Tensor> run_backward(int mb, int chunk, const std::vector<Tensor>& grads, Arena& arena,
@@ -101,6 +104,8 @@ class DiTPipelineStage final : public PipelineStage {
   std::map<int, Tensor> douts_;                     // by microbatch (the last chunk's)
   std::map<std::pair<int, int>, std::vector<BlockGrad>> block_grads_;  // the companion's, by (chunk, microbatch)
   std::map<std::pair<int, int>, std::vector<WeightGrad>> owed_;  // W still to run, by (chunk, microbatch)
+  int microbatches_ = 0;
+  std::map<int, int> backwards_, weights_;  // backward and weight-backward passes done, by chunk
 };
 
 }  // namespace dit

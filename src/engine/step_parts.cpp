@@ -130,7 +130,7 @@ LoraPart::LoraPart(const PartContext& pc) : ctx_(pc.ctx), train_(pc.setup->train
   adapters_ = std::make_unique<ParamSet>(be, declare_lora(pc.model->params().specs(), r), pc.ctx->tp->size(),
                                          pc.ctx->tp->rank(), pc.ctx->layout.dp);
   adapters_->initialize(train_.seed);
-  zero_ = std::make_unique<ZeroOptimizer>(be, *adapters_, *pc.ctx, train_.grad_reduce);
+  zero_ = std::make_unique<ZeroOptimizer>(be, *adapters_, *pc.ctx, ZeroOptions{.reduce_dtype = train_.grad_reduce});
   // The most rows a block linear sees: a microbatch's tokens, all of them under sequence parallelism.
   const std::int64_t rows = std::int64_t(pc.setup->batch.micro_batch) * pc.setup->model.num_patches();
   const std::size_t bytes = static_cast<std::size_t>(rows * r) * dtype_size(be.compute_dtype());

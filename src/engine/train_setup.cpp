@@ -37,6 +37,8 @@ TrainConfig train_config(const RunConfig& c) {
   t.stage.sequence_parallel = c.parallel.sequence_parallel;
   t.stage.placement = placement_of(c.parallel.schedule);
   t.grad_reduce = c.train.grad_reduce;
+  t.zero = c.optim.zero;
+  t.bucket_mib = c.optim.bucket_mib;
   t.diffusion_steps = c.diffusion.steps;
   t.objective = c.diffusion.train_objective();
   return t;

@@ -38,6 +38,8 @@ struct TrainConfig {
   std::vector<int> pp_layers;  // blocks per stage (per model chunk); empty = balanced
   StageOptions stage;          // activation recomputation (and what else trades memory for time)
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
+  int zero = 1;                    // optim.zero: what dp shards (optim/zero.h)
+  double bucket_mib = 25;          // optim.bucket_mib: the largest gradient message
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
   DistillSettings distill;              // [distill]: a teacher, or none

@@ -35,7 +35,10 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   model_->params().initialize(train_.seed);
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "the flow objective trains a velocity model, which learns no variance (learn_sigma is set)");
-  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, train_.grad_reduce);
+  const ZeroOptions zero{train_.zero, train_.grad_reduce,
+                         static_cast<std::size_t>(train_.bucket_mib * double(1 << 20))};
+  zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, zero, model_->units());
+  if (zero.level >= 2) model_->set_residency(zero_.get());
   const int holder = output_stage(l.pp, model_->chunks(), train_.stage.placement);
   parts_ = make_step_parts({&be, &ctx, &setup, model_.get(), ctx.coord.pp == holder});
   for (const auto& p : parts_) {
@@ -88,15 +91,15 @@ void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossSc
   be.copy(o.exp_avg(), host(s.exp_avg, b, len));
   be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
   be.copy(o.ema(), host(s.ema, b, len));
+  zero_->settle();
   step_ = steps_done;
 }
 
 MemoryAccount Trainer::memory() const {
-  const ParamSet& ps = model_->params();
   const Optimizer& o = zero_->shard();
   MemoryAccount m;
-  m.params = ps.flat_values().bytes();
-  m.grads = ps.flat_grads().bytes() + zero_->shard_grad_bytes();
+  m.params = zero_->param_bytes();
+  m.grads = zero_->grad_bytes();
   m.master = o.master().data != o.params().data ? o.master().bytes() : 0;
   m.exp_avg = o.exp_avg().bytes();
   m.exp_avg_sq = o.exp_avg_sq().bytes();
@@ -159,7 +162,7 @@ void Trainer::inject_nonfinite_gradient(std::int64_t step) {
   if (spec == nullptr || ctx_->world_rank != 0 || std::sscanf(spec, "%lld-%lld", &first, &last) != 2) return;
   if (step < first || step > last) return;
   const float nan = std::nanf("");
-  upload(model_->params().flat_grads().rows(0, 1), &nan, DType::F32);
+  upload(zero_->first_gradient(), &nan, DType::F32);
 }
 
 void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
@@ -265,7 +268,7 @@ StepStats Trainer::step() {
   st.step = step_;
   cache_.clear();
   device_cache_.clear();
-  model_->params().zero_grads();
+  zero_->zero_grads();
   const Tensor terms = terms_.tensor({plan.microbatches * n, 3}, DType::F32);
 
   // d(mean over a microbatch) scaled to the step's mean over its microbatches (and, through the
@@ -273,6 +276,7 @@ StepStats Trainer::step() {
   const StepView view{step_, train_.steps, &plan, static_cast<float>(scaler_.scale() / plan.microbatches)};
   const DiTPipelineHooks hooks = step_hooks(terms, view);
   DiTPipelineStage stage(be, *model_, n, hooks, companion_);
+  stage.expect_microbatches(plan.microbatches);
   const PipelineTiming timing = executor_->run(
       make_pipeline_schedule(train_.schedule, ctx_->layout.pp, ctx_->coord.pp, plan.microbatches,
                              train_.virtual_stages),

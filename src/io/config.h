@@ -72,6 +72,14 @@ struct TrainSection {
   bool operator==(const TrainSection&) const = default;
 };
 
+// How the optimizer's state, the gradients and the parameters are sharded over data parallelism
+// (optim/zero.h).
+struct OptimSection {
+  int zero = 1;             // 1: optimizer state; 2: and gradients; 3: and parameters (fully sharded)
+  double bucket_mib = 25;   // the largest message of the gradient reduction, in MiB
+  bool operator==(const OptimSection&) const = default;
+};
+
 // How a run's layout is set: by the keys as given (tp, pp, micro_batch, recompute, ...), or chosen by
 // the planner's layout search (plan/auto_layout.h) for the job's world size and memory per rank.
 enum class LayoutMode : std::uint8_t { Fixed, Auto };
@@ -169,6 +177,7 @@ struct RunConfig {
   ModelSection model;
   DiffusionSection diffusion;
   TrainSection train;
+  OptimSection optim;
   ParallelSection parallel;
   DataSection data;
   SampleSection sample;

@@ -322,6 +322,13 @@ void RunConfig::validate() const {
   validate_model(model);
   validate_diffusion(diffusion, model.dit);
   validate_train(train);
+  require(optim.zero >= 1 && optim.zero <= 3, "optim.zero", optim.zero,
+          "1 (optimizer state sharded over data parallelism), 2 (and gradients) or 3 (and parameters)");
+  require(optim.zero == 1 || train.backend != BackendKind::Cuda, "optim.zero", optim.zero,
+          "1 on the cuda backend (it cannot yet hand the memory of sharded gradients and parameters back)");
+  require(optim.bucket_mib > 0 && optim.bucket_mib <= 4096, "optim.bucket_mib", optim.bucket_mib,
+          "a message size in MiB in (0, 4096]: the gradient reduction's staging holds dp - 1 of them "
+          "(25: 6.5 million fp32 gradients)");
   validate_parallel_common(parallel);
   if (parallel.layout == LayoutMode::Fixed) validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");

@@ -50,15 +50,51 @@ DiTStage::DiTStage(Backend& be, const DiTConfig& cfg, std::vector<StageLayout> c
             "sequence parallelism needs tp > 1 dividing the ", cfg.num_patches(),
             " tokens per image (tp = ", tp.size(), ")");
   params_ = std::make_unique<ParamSet>(be, declare(cfg, chunks), tp.size(), tp.rank(), pad_multiple, options.gradients);
+  // A unit's range starts at its first tensor; the flat order is declare's: chunk by chunk,
+  // embedders, blocks, final layer.
+  std::vector<std::size_t> unit_first;  // index of each unit's first tensor
+  std::size_t specs = 0;
+  const auto add_unit = [&](std::size_t count) {
+    unit_first.push_back(specs);
+    specs += count;
+  };
   for (const StageLayout& layout : chunks) {
     Chunk& c = chunks_.emplace_back();
     c.layout = layout;
-    if (layout.has_embed) c.embed = std::make_unique<Embedders>(be, cfg, *params_);
-    for (int b = layout.first_block; b < layout.end_block; ++b)
+    c.first_unit = static_cast<int>(unit_first.size());
+    std::vector<ParamSpec> scratch;
+    if (layout.has_embed) {
+      c.embed = std::make_unique<Embedders>(be, cfg, *params_);
+      Embedders::declare(cfg, scratch);
+      add_unit(scratch.size());
+    }
+    for (int b = layout.first_block; b < layout.end_block; ++b) {
       c.blocks.emplace_back(cfg, *params_, b, tp,
                             options.sequence_parallel ? Tokens::SequenceParallel : Tokens::Replicated);
-    if (layout.has_final) c.final = std::make_unique<FinalLayer>(cfg, *params_);
+      scratch.clear();
+      DiTBlock::declare(cfg, b, scratch);
+      add_unit(scratch.size());
+    }
+    if (layout.has_final) {
+      c.final = std::make_unique<FinalLayer>(cfg, *params_);
+      scratch.clear();
+      FinalLayer::declare(cfg, scratch);
+      add_unit(scratch.size());
+    }
   }
+  DIT_CHECK(specs == params_->size(), "stage units: ", specs, " tensors counted of ", params_->size());
+  for (std::size_t u = 0; u < unit_first.size(); ++u) {
+    const std::int64_t begin = u == 0 ? 0 : params_->offset(static_cast<int>(unit_first[u]));
+    const std::int64_t end =
+        u + 1 < unit_first.size() ? params_->offset(static_cast<int>(unit_first[u + 1])) : params_->padded_numel();
+    units_.push_back({begin, end});
+  }
+}
+
+void DiTStage::gradients_final(int chunk) const {
+  if (!residency_) return;
+  const Chunk& ch = chunks_.at(chunk);
+  for (int u = ch.first_unit; u < ch.end_unit(); ++u) residency_->gradients_final(u);
 }
 
 void DiTStage::attach_lora(const ParamSet& lora, float scale, const Tensor& t, const Tensor& u) {
@@ -130,8 +166,11 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   StageActs a;
   const DType dt = be.compute_dtype();
   const bool sp = options_.sequence_parallel;
+  using Pass = UnitResidency::Pass;
   if (ch.embed) {
+    enter(ch.first_unit, Pass::Forward);
     a.embed = ch.embed->forward(be, in.images, in.t, in.ids, saved);
+    leave(ch.first_unit, Pass::Forward);
     a.x_in = a.embed.x0;
     a.c = a.embed.c;
     if (sp) {
@@ -152,8 +191,10 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   a.gates = in.gates;
   for (std::size_t i = 0; i < ch.blocks.size(); ++i) {
     const Arena::Mark m = scratch.mark();
+    enter(ch.block_unit(i), Pass::Forward);
     a.blocks.push_back(ch.blocks[i].forward(be, x, a.silu_c, saved, scratch,
                                             options_.mode_of(static_cast<int>(i))));
+    leave(ch.block_unit(i), Pass::Forward);
     scratch.rewind(m);
     if (!a.gates.empty()) gate_block(a.gates[i].mask, a.blocks.back(), a.ungated, saved);
     x = a.blocks.back().x_out;
@@ -165,7 +206,9 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
       gather_tokens(*tp_, be, x, all, scratch);
       x = all;
     }
+    enter(ch.final_unit(), Pass::Forward);
     a.final = ch.final->forward(be, x, a.silu_c, saved, scratch);
+    leave(ch.final_unit(), Pass::Forward);
     scratch.rewind(m);
   }
   return a;
@@ -175,8 +218,11 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
   Backend& be = *be_;
   const Chunk& ch = chunks_.at(chunk);
   const DType dt = be.compute_dtype();
+  using Pass = UnitResidency::Pass;
+  const bool final_grads = g.last && !w.deferred();  // each unit's gradients are complete after its backward
   Tensor dsilu_final;
   if (ch.final) {
+    enter(ch.final_unit(), Pass::Backward);
     DIT_CHECK(g.dx.shape == a.x_out().shape && g.dc.shape == a.c.shape,
               "last stage backward: dx/dc buffers of shapes ", a.x_out().shape.str(), " and ",
               a.c.shape.str(), " are needed");
@@ -190,6 +236,7 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
     } else {
       ch.final->backward(be, a.final, a.silu_c, g.dout, g.dx, dsilu_final, scratch, w);
     }
+    leave(ch.final_unit(), Pass::Backward, final_grads);
     scratch.rewind(m);
   }
   // Blocks add their tp-partial dL/dSiLU(c) here; one all-reduce per microbatch completes it.
@@ -201,7 +248,9 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
       if (bg.block == static_cast<int>(i)) be.axpy(1.f, bg.dx, g.dx);
     Tensor skip;  // gated: (1 - m) dL/dx_out, the gradient that bypasses the block
     if (!a.gates.empty()) skip = gate_backward(a.gates[i], a.blocks[i].x_in, a.ungated[i], g.dx, scratch);
+    enter(ch.block_unit(i), Pass::Backward);
     ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch, w);
+    leave(ch.block_unit(i), Pass::Backward, final_grads);
     if (skip.data) be.axpy(1.f, skip, g.dx);
     scratch.rewind(m);
   }
@@ -214,7 +263,9 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
     dx0 = w.arena(scratch).tensor(a.embed.x0.shape, dt);
     gather_tokens(*tp_, be, g.dx, dx0, scratch);
   }
+  enter(ch.first_unit, Pass::Backward);
   ch.embed->backward(be, a.embed, dx0, g.dc, g.dimages, scratch, w);
+  leave(ch.first_unit, Pass::Backward, final_grads);
 }
 
 }  // namespace dit

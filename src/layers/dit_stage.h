@@ -77,8 +77,26 @@ struct BlockGrad {
   Tensor dx;      // (N, T, D) like the block's x_out
 };
 
+// Where a stage's parameters and gradients come and go when data parallelism shards them (ZeRO-2
+// and -3, optim/zero.h). A stage's units are the embedders, each block and the final layer of each
+// chunk, in the flat buffers' order (DiTStage::units); the stage calls these around each unit it runs.
+class UnitResidency {
+ public:
+  virtual ~UnitResidency() = default;
+  enum class Pass : std::uint8_t { Forward, Backward };
+  virtual void enter(int unit, Pass pass) = 0;  // its parameters are needed now (backward: and its gradients)
+  virtual void leave(int unit, Pass pass) = 0;  // done with its parameters for now
+  virtual void gradients_final(int unit) = 0;   // the step's last contribution to its gradients is in
+};
+
+// A range [begin, end) of elements of a ParamSet's flat buffers.
+struct FlatRange {
+  std::int64_t begin = 0, end = 0;
+};
+
 // Gradients flowing out of / into a stage's backward.
 struct StageGrads {
+  bool last = false;  // the chunk's last backward of the step: each unit's gradients are final after its own
   Tensor dout;    // last stage: dL/d model output (N, C_out, H, W)
   Tensor dx, dc;  // on entry dL/d(x, c) of this stage's outputs; on return, of its inputs
                   // (updated in place). On the last stage they are output buffers only.
@@ -100,6 +118,13 @@ class DiTStage {
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const StageLayout& layout);
   static std::vector<ParamSpec> declare(const DiTConfig& cfg, const std::vector<StageLayout>& chunks);
 
+  // The flat ranges of this stage's units (UnitResidency), which tile [0, params().padded_numel()).
+  const std::vector<FlatRange>& units() const { return units_; }
+  // Under ZeRO-2/3 the optimizer follows the units the stage runs (null: every parameter stays).
+  void set_residency(UnitResidency* r) { residency_ = r; }
+  // After the deferred weight gradients (zero-bubble W) of a chunk's last microbatch: its units'
+  // gradients are final.
+  void gradients_final(int chunk) const;
   ParamSet& params() { return *params_; }
   const ParamSet& params() const { return *params_; }
   // Attaches LoRA adapters to every block linear of this stage (layers/lora.h): `lora` holds them
@@ -130,13 +155,29 @@ class DiTStage {
     std::unique_ptr<Embedders> embed;
     std::vector<DiTBlock> blocks;
     std::unique_ptr<FinalLayer> final;
+    int first_unit = 0;  // the units of the embedders (if any), the blocks, the final layer (if any)
+    int block_unit(std::size_t i) const { return first_unit + (embed ? 1 : 0) + static_cast<int>(i); }
+    int final_unit() const { return block_unit(blocks.size()); }
+    int end_unit() const { return final_unit() + (final ? 1 : 0); }
   };
+  void enter(int unit, UnitResidency::Pass pass) const {
+    if (residency_) residency_->enter(unit, pass);
+  }
+  // After a unit's forward, or its backward (with `last` and an undeferred weight backward, its
+  // gradients are then final).
+  void leave(int unit, UnitResidency::Pass pass, bool grads_final = false) const {
+    if (!residency_) return;
+    residency_->leave(unit, pass);
+    if (grads_final) residency_->gradients_final(unit);
+  }
   Backend* be_;
   DiTConfig cfg_;
   StageOptions options_;
   Comm* tp_;
   std::unique_ptr<ParamSet> params_;
   std::vector<Chunk> chunks_;
+  std::vector<FlatRange> units_;
+  UnitResidency* residency_ = nullptr;
 };
 
 }  // namespace dit

@@ -1,4 +1,4 @@
-// ZeRO-1 sharded optimizer step (see zero.h).
+// ZeRO levels 1-3 over data-parallel ranks (see zero.h).
 #include "optim/zero.h"
 
 #include <algorithm>
@@ -6,20 +6,100 @@
 
 namespace dit {
 
-ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DType reduce_dtype)
-    : be_(&be), ps_(&ps), ctx_(&ctx) {
-  DIT_CHECK(reduce_dtype == DType::F32 || reduce_dtype == DType::BF16,
-            "ZeRO: gradients are reduced in fp32 or bf16, not ", dtype_name(reduce_dtype));
-  const int dp = ctx.dp->size(), r = ctx.dp->rank();
-  DIT_CHECK(ps.padded_numel() % dp == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
-            " elements is not padded to a multiple of dp = ", dp);
-  const std::int64_t shard = ps.padded_numel() / dp;
-  begin_ = r * shard;
+namespace {
+constexpr int kReduceTag = 29;  // the gradient pieces on the dp communicator
+}  // namespace
+
+// ---- PageHolds -------------------------------------------------------------------------------
+
+PageHolds::PageHolds(Backend& be, const Tensor& flat)
+    : be_(&be), base_(static_cast<char*>(flat.data)), elem_(dtype_size(flat.dtype)), page_(be.page_bytes()),
+      bytes_(flat.bytes()) {
+  whole_pages_ = static_cast<std::int64_t>(bytes_ / page_);
+  const std::int64_t pages = static_cast<std::int64_t>((bytes_ + page_ - 1) / page_);
+  count_.assign(static_cast<std::size_t>(pages), 0);
+  held_ = 0;  // counts from the holds taken; drop_unheld hands back what nobody took
+  for (std::int64_t p = whole_pages_; p < pages; ++p) {  // the trailing partial page
+    count_[p] = 1;
+    held_ += page_size(p);
+  }
+  peak_ = held_;
+}
+
+std::int64_t PageHolds::first_page(FlatRange r) const {
+  return static_cast<std::int64_t>(static_cast<std::size_t>(r.begin) * elem_ / page_);
+}
+std::int64_t PageHolds::end_page(FlatRange r) const {
+  return static_cast<std::int64_t>((static_cast<std::size_t>(r.end) * elem_ + page_ - 1) / page_);
+}
+std::size_t PageHolds::page_size(std::int64_t p) const {
+  return std::min(page_, bytes_ - static_cast<std::size_t>(p) * page_);
+}
+
+void PageHolds::hold(FlatRange r) {
+  for (std::int64_t p = first_page(r); p < end_page(r); ++p)
+    if (count_[p]++ == 0) held_ += page_size(p);
+  peak_ = std::max(peak_, held_);
+}
+
+void PageHolds::drop(FlatRange r) {
+  const std::int64_t first = first_page(r), end = end_page(r);
+  std::int64_t run = -1;  // the first page of a run of pages that nobody holds now
+  for (std::int64_t p = first; p <= end; ++p) {
+    const bool gone = p < end && --count_[p] == 0;
+    if (gone && run < 0) run = p;
+    if (!gone && run >= 0) {
+      release(run, p);
+      run = -1;
+    }
+  }
+}
+
+void PageHolds::drop_unheld() {
+  std::int64_t run = -1;
+  const std::int64_t pages = static_cast<std::int64_t>(count_.size());
+  held_ = 0;
+  for (std::int64_t p = 0; p <= pages; ++p) {
+    const bool free = p < pages && count_[p] == 0;
+    if (p < pages && !free) held_ += page_size(p);
+    if (free && run < 0) run = p;
+    if (!free && run >= 0) {
+      be_->release_pages(base_ + run * page_, static_cast<std::size_t>(p - run) * page_);
+      run = -1;
+    }
+  }
+  peak_ = std::max(peak_, held_);
+}
+
+void PageHolds::release(std::int64_t first, std::int64_t end) {
+  for (std::int64_t p = first; p < end; ++p) held_ -= page_size(p);
+  be_->release_pages(base_ + first * page_, static_cast<std::size_t>(end - first) * page_);
+}
+
+// ---- ZeroOptimizer ---------------------------------------------------------------------------
+
+ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, ZeroOptions options,
+                             std::vector<FlatRange> units)
+    : be_(&be), ps_(&ps), ctx_(&ctx), options_(options), dp_(ctx.dp->size()), rank_(ctx.dp->rank()),
+      units_(std::move(units)) {
+  const DType wire = options.reduce_dtype;
+  DIT_CHECK(wire == DType::F32 || wire == DType::BF16, "ZeRO: gradients are reduced in fp32 or bf16, not ",
+            dtype_name(wire));
+  DIT_CHECK(options.level >= 1 && options.level <= 3, "ZeRO level ", options.level, ": expected 1, 2 or 3");
+  DIT_CHECK(options.bucket_bytes >= 4, "ZeRO: a bucket of ", options.bucket_bytes, " bytes holds no gradient");
+  DIT_CHECK(ps.padded_numel() % dp_ == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
+            " elements is not padded to a multiple of dp = ", dp_);
+  const std::int64_t shard = ps.padded_numel() / dp_;
+  begin_ = rank_ * shard;
   end_ = begin_ + shard;
-  if (dp > 1) shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType));
-  if (dp > 1 && reduce_dtype == DType::BF16) {
-    reduce_full_ = Buffer(be, static_cast<std::size_t>(ps.padded_numel()) * dtype_size(DType::BF16));
-    reduce_shard_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(DType::BF16));
+  piece_ = std::max<std::int64_t>(1, std::min<std::int64_t>(shard, static_cast<std::int64_t>(options.bucket_bytes / 4)));
+  if (dp_ > 1) {
+    shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType));
+    recv_ = Buffer(be, static_cast<std::size_t>((dp_ - 1) * piece_) * dtype_size(wire));
+    if (wire == DType::BF16) {
+      wire_ = Buffer(be, static_cast<std::size_t>(dp_ * piece_) * dtype_size(DType::BF16));
+      widen_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(DType::F32));
+    }
   }
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
@@ -41,6 +121,27 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DT
     be.copy(counted_.tensor({counted_ranges_, 2}, DType::I32),
             Tensor{ranges.data(), DType::I32, {counted_ranges_, 2}, Device::Host});
   }
+  if (options.level >= 2) {
+    DIT_CHECK(!units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
+    std::int64_t at = 0;
+    for (const FlatRange& u : units_) {
+      DIT_CHECK(u.begin == at && u.end > u.begin, "ZeRO: the units do not tile the flat buffer at element ", at);
+      at = u.end;
+    }
+    DIT_CHECK(at == ps.padded_numel(), "ZeRO: the units end at ", at, " of ", ps.padded_numel(), " elements");
+  }
+  users_.assign(units_.size(), 0);
+  grads_held_.assign(units_.size(), 0);
+  reduced_.assign(units_.size(), 0);
+  if (sharded_values()) {
+    values_ = PageHolds(be, ps.flat_values());
+    values_.hold({begin_, end_});  // the shard stays: the optimizer updates it in place
+    values_.drop_unheld();
+  }
+  if (sharded_grads()) {
+    grads_ = PageHolds(be, ps.flat_grads());
+    grads_.drop_unheld();
+  }
 }
 
 std::size_t ZeroOptimizer::state_bytes() const {
@@ -49,26 +150,151 @@ std::size_t ZeroOptimizer::state_bytes() const {
   return n * 4 * (3 + (separate_master ? 1 : 0));
 }
 
+std::size_t ZeroOptimizer::param_bytes() const {
+  return sharded_values() ? values_.peak_bytes() : ps_->flat_values().bytes();
+}
+
+std::size_t ZeroOptimizer::grad_bytes() const {
+  const std::size_t flat = sharded_grads() ? grads_.peak_bytes() : ps_->flat_grads().bytes();
+  return flat + shard_grads_.bytes() + recv_.bytes() + wire_.bytes() + widen_.bytes();
+}
+
+Tensor ZeroOptimizer::staging(int slot, std::int64_t n) const {
+  const DType wire = options_.reduce_dtype;
+  return recv_.tensor({n}, wire, static_cast<std::size_t>(slot * piece_) * dtype_size(wire));
+}
+
+// Round k moves the k-th piece of every owner's part of r at once: each rank sends one piece to
+// each other owner and receives the pieces of its own (an all-to-all when r spans every shard).
+void ZeroOptimizer::reduce(FlatRange r) {
+  Backend& be = *be_;
+  Comm& dp = *ctx_->dp;
+  const std::int64_t shard = end_ - begin_;
+  const bool bf16 = options_.reduce_dtype == DType::BF16;
+  const Tensor flat = ps_->flat_grads();
+  const int first_owner = static_cast<int>(r.begin / shard), last_owner = static_cast<int>((r.end - 1) / shard);
+  std::int64_t longest = 0;
+  for (int o = first_owner; o <= last_owner; ++o)
+    longest = std::max(longest, std::min(r.end, (o + 1) * shard) - std::max(r.begin, o * shard));
+  for (std::int64_t k = 0; k * piece_ < longest; ++k) {
+    std::vector<Request> reqs;
+    std::int64_t mine_x = 0, mine_n = 0;
+    for (int o = first_owner; o <= last_owner; ++o) {
+      const std::int64_t x = std::max(r.begin, o * shard) + k * piece_;
+      const std::int64_t n = std::min({piece_, std::min(r.end, (o + 1) * shard) - x});
+      if (n <= 0) continue;
+      if (o == rank_) {
+        mine_x = x, mine_n = n;
+        for (int q = 0; q < dp_; ++q)
+          if (q != rank_) reqs.push_back(dp.irecv(staging(q < rank_ ? q : q - 1, n), q, kReduceTag));
+        continue;
+      }
+      Tensor out = flat.rows(x, n);
+      if (bf16) {
+        const Tensor w = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(o * piece_) * 2);
+        be.copy(w, out);
+        out = w;
+      }
+      reqs.push_back(dp.isend(out, o, kReduceTag));
+    }
+    for (Request& q : reqs) dp.wait(q);
+    if (mine_n > 0) sum_piece(mine_x, mine_n);
+  }
+}
+
+void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
+  Backend& be = *be_;
+  const Tensor out = shard_grads_.tensor({end_ - begin_}, ParamSet::kGradDType).rows(x - begin_, n);
+  const Tensor own = ps_->flat_grads().rows(x, n);
+  if (options_.reduce_dtype == DType::F32) {
+    for (int q = 0; q < dp_; ++q) {
+      const Tensor c = q == rank_ ? own : staging(q < rank_ ? q : q - 1, n);
+      if (q == 0)
+        be.copy(out, c);
+      else
+        be.axpy(1.f, c, out);
+    }
+    return;
+  }
+  // bf16 on the wire: every rank's piece, ours included, rounded to bf16 and widened into the fp32 sum.
+  const Tensor own16 = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(rank_ * piece_) * 2);
+  be.copy(own16, own);
+  const Tensor wide = widen_.tensor({n}, DType::F32);
+  for (int q = 0; q < dp_; ++q) {
+    const Tensor c = q == rank_ ? own16 : staging(q < rank_ ? q : q - 1, n);
+    if (q == 0) {
+      be.copy(out, c);
+    } else {
+      be.copy(wide, c);
+      be.axpy(1.f, wide, out);
+    }
+  }
+}
+
+void ZeroOptimizer::gather(int unit) {
+  const FlatRange r = units_[unit];
+  const std::int64_t shard = end_ - begin_;
+  const Tensor flat = ps_->flat_values();
+  for (int o = static_cast<int>(r.begin / shard); o <= static_cast<int>((r.end - 1) / shard); ++o) {
+    const std::int64_t x = std::max(r.begin, o * shard), y = std::min(r.end, (o + 1) * shard);
+    ctx_->dp->broadcast(flat.rows(x, y - x), o);
+  }
+}
+
+void ZeroOptimizer::enter(int unit, Pass pass) {
+  if (sharded_values() && users_.at(unit)++ == 0) {
+    values_.hold(units_[unit]);
+    gather(unit);
+  }
+  if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) {
+    grads_.hold(units_[unit]);
+    grads_held_[unit] = 1;
+  }
+}
+
+void ZeroOptimizer::leave(int unit, Pass) {
+  if (sharded_values() && --users_.at(unit) == 0) values_.drop(units_[unit]);
+}
+
+void ZeroOptimizer::gradients_final(int unit) {
+  if (!sharded_grads() || reduced_.at(unit)) return;
+  if (!grads_held_[unit]) grads_.hold(units_[unit]);  // no backward touched it: its zeros are sent
+  reduce(units_[unit]);
+  // Zeros for the next step: the pages handed back read so; a page a neighbour still holds keeps
+  // what is written here.
+  be_->fill(ps_->flat_grads().rows(units_[unit].begin, units_[unit].end - units_[unit].begin), 0.f);
+  grads_.drop(units_[unit]);
+  grads_held_[unit] = 0;
+  reduced_[unit] = 1;
+}
+
+void ZeroOptimizer::zero_grads() {
+  if (!sharded_grads()) ps_->zero_grads();
+}
+
+void ZeroOptimizer::settle() {
+  if (sharded_values()) values_.drop_unheld();
+}
+
+Tensor ZeroOptimizer::first_gradient() const {
+  if (sharded_grads() && rank_ == 0) return shard_grads_.tensor({1}, ParamSet::kGradDType);
+  return ps_->flat_grads().rows(0, 1);
+}
+
 ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
                                           std::int64_t step_number, double max_norm,
                                           double ema_decay, double loss_scale, NonFinite nonfinite) {
   Backend& be = *be_;
-  const int dp = ctx_->dp->size();
   const std::int64_t n = end_ - begin_;
   Tensor grads = ps_->flat_grads().rows(begin_, n);
-  if (dp > 1) {
-    grads = shard_grads_.tensor({n}, ParamSet::kGradDType);
-    if (reduce_full_.bytes() > 0) {
-      const Tensor full = reduce_full_.tensor({ps_->padded_numel()}, DType::BF16);
-      const Tensor mine = reduce_shard_.tensor({n}, DType::BF16);
-      be.copy(full, ps_->flat_grads());
-      ctx_->dp->reduce_scatter_sum(full, mine);
-      be.copy(grads, mine);
-    } else {
-      ctx_->dp->reduce_scatter_sum(ps_->flat_grads(), grads);
-    }
+  if (sharded_grads()) {
+    for (std::size_t u = 0; u < units_.size(); ++u) gradients_final(static_cast<int>(u));  // any not yet reduced
+    std::fill(reduced_.begin(), reduced_.end(), 0);
+  } else if (dp_ > 1) {
+    reduce({0, ps_->padded_numel()});
   }
-  const double unscale = 1.0 / (static_cast<double>(dp) * loss_scale);
+  if (dp_ > 1) grads = shard_grads_.tensor({n}, ParamSet::kGradDType);
+  const double unscale = 1.0 / (static_cast<double>(dp_) * loss_scale);
   double sumsq =
       counted_ranges_ > 0 ? be.sum_squares_ranges(grads, counted_.tensor({counted_ranges_, 2}, DType::I32)) : 0.0;
   ctx_->world->all_reduce_sum(&sumsq, 1);
@@ -80,7 +306,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   }
   const double factor = clip_factor(r.grad_norm, max_norm);
   opt_->step(cfg, lr, step_number, grads, factor * unscale, ema_decay);
-  if (dp > 1) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
+  if (dp_ > 1 && !sharded_values()) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
   return r;
 }
 

@@ -1,29 +1,73 @@
-// ZeRO-1 over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range and
-// keeps the fp32 master weights, Adam moments and EMA of that shard only. A step:
-//   1. reduce-scatter the flat fp32 grads over dp (sum): in fp32, or, when asked (reduce_dtype
-//      BF16), through bf16 copies that halve the bytes sent, the shard widened back to fp32;
+// ZeRO over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range (its
+// shard) and keeps the fp32 master weights, Adam moments and EMA of that shard only (level 1).
+// Level 2 also shards the gradients: each unit's (embedders, a block, the final layer:
+// layers/dit_stage.h) are reduced to their owners as soon as the step's last backward has produced
+// them, and its full-gradient pages are handed back. Level 3 also shards the parameters: a unit's
+// are gathered from their owners just before its forward and again before its backward, and
+// handed back after; a rank keeps only its shard between uses.
+//
+// A step:
+//   1. the gradients' sum over dp reaches each shard's owner (levels 2, 3: unit by unit during the
+//      backward; level 1: all of them after it). Every level sums alike: each owner adds the dp
+//      ranks' values in rank order, in messages of at most bucket_bytes, fp32 or (reduce_dtype
+//      BF16) bf16 on the wire and fp32 in the sum; so levels, buckets and timing change no bit;
 //   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: one sum of
 //      squares over the shard's counted ranges (tensors replicated over tp count on tp rank 0
 //      only), summed over dp, tp and pp; the clipping factor;
 //   3. AdamW and EMA on the shard in one fused pass (which also refreshes 16-bit parameters from
 //      the fp32 masters), AdamW reading each gradient times 1/(dp x loss scale) x clip; with fp16
 //      loss scaling a non-finite norm skips this step on every rank;
-//   4. all-gather the updated parameters over dp.
+//   4. levels 1, 2: all-gather the updated parameters over dp (level 3 gathers each unit at its use).
 #pragma once
 
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "layers/dit_stage.h"
 #include "optim/adamw.h"
 #include "parallel/grid.h"
 
 namespace dit {
 
-class ZeroOptimizer {
+struct ZeroOptions {
+  int level = 1;  // 1: optimizer state sharded; 2: and gradients; 3: and parameters
+  DType reduce_dtype = DType::F32;
+  std::size_t bucket_bytes = std::size_t{25} << 20;  // the largest gradient message (fp32 elements x 4)
+};
+
+// The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
+// back to the backend (Allocator::release_pages) and reads as zeros when next touched. A trailing
+// partial page shares its allocation's rounding and is always held.
+class PageHolds {
  public:
-  // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple).
-  ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, DType reduce_dtype = DType::F32);
+  PageHolds() = default;
+  PageHolds(Backend& be, const Tensor& flat);
+  void hold(FlatRange r);
+  void drop(FlatRange r);
+  void drop_unheld();  // hands back every page nobody holds
+  std::size_t held_bytes() const { return held_; }
+  std::size_t peak_bytes() const { return peak_; }
+
+ private:
+  std::int64_t first_page(FlatRange r) const;
+  std::int64_t end_page(FlatRange r) const;
+  void release(std::int64_t first, std::int64_t end);  // pages [first, end), none held
+  std::size_t page_size(std::int64_t p) const;
+  Backend* be_ = nullptr;
+  char* base_ = nullptr;
+  std::size_t elem_ = 0, page_ = 0, bytes_ = 0;
+  std::int64_t whole_pages_ = 0;  // pages entirely inside the buffer: the ones that can go
+  std::vector<int> count_;
+  std::size_t held_ = 0, peak_ = 0;
+};
+
+class ZeroOptimizer final : public UnitResidency {
+ public:
+  // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple). `units` tile the
+  // flat buffers (DiTStage::units); levels 2 and 3 need them.
+  ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, ZeroOptions options = {},
+                std::vector<FlatRange> units = {});
 
   struct Result {
     double grad_norm = 0;  // global norm before clipping, of the unscaled gradients
@@ -35,27 +79,61 @@ class ZeroOptimizer {
   Result step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
               double ema_decay, double loss_scale = 1.0, NonFinite nonfinite = NonFinite::Apply);
 
+  // UnitResidency: what a stage's units need while they run (levels 2, 3 with dp > 1; otherwise
+  // every parameter and gradient stays and these do nothing).
+  void enter(int unit, Pass pass) override;
+  void leave(int unit, Pass pass) override;
+  void gradients_final(int unit) override;
+  // Before a step's backward: the gradient buffer reads zero (levels 2, 3: it already does).
+  void zero_grads();
+  // After the whole flat parameter buffer was written (a restore): level 3 hands back what it
+  // does not hold.
+  void settle();
+  // Where the gradient of flat element 0 waits for step(): a test's fault point.
+  Tensor first_gradient() const;
+
+  int level() const { return options_.level; }
   Optimizer& shard() { return *opt_; }
   const Optimizer& shard() const { return *opt_; }
   std::int64_t shard_begin() const { return begin_; }
   std::int64_t shard_size() const { return end_ - begin_; }
   // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
   std::size_t state_bytes() const;
-  // Bytes of the dp reduce-scatter buffers (dp > 1): the fp32 shard, and the bf16 copies.
-  std::size_t shard_grad_bytes() const {
-    return shard_grads_.bytes() + reduce_full_.bytes() + reduce_shard_.bytes();
-  }
+  // The most bytes of the flat parameter buffer this rank held at once (level 3: its shard and
+  // the gathered units; otherwise all of it).
+  std::size_t param_bytes() const;
+  // The same of the gradients: the flat buffer's held pages (levels 2, 3) or all of it, the
+  // reduced shard and the reduction's staging buffers.
+  std::size_t grad_bytes() const;
 
  private:
+  bool sharded_values() const { return options_.level >= 3 && dp_ > 1; }
+  bool sharded_grads() const { return options_.level >= 2 && dp_ > 1; }
+  // The dp sum of flat gradient elements [r.begin, r.end) into the owners' shard_grads_.
+  void reduce(FlatRange r);
+  // Sums the dp ranks' pieces of shard elements [x, x + n) (flat offsets) in rank order.
+  void sum_piece(std::int64_t x, std::int64_t n);
+  // Level 3: unit u's parameters from their owners.
+  void gather(int unit);
+  Tensor staging(int slot, std::int64_t n) const;
+
   Backend* be_;
   ParamSet* ps_;
   ParallelContext* ctx_;
+  ZeroOptions options_;
+  int dp_, rank_;
   std::int64_t begin_, end_;
-  Buffer shard_grads_;  // dp > 1: the reduce-scatter output
-  Buffer reduce_full_, reduce_shard_;  // dp > 1 and a bf16 reduction: its input and output
+  std::int64_t piece_ = 0;  // elements per gradient message
+  Buffer shard_grads_;      // dp > 1: the reduced gradients of the shard
+  Buffer recv_;             // dp > 1: (dp - 1) pieces as they arrive, in the wire dtype
+  Buffer wire_, widen_;     // bf16 reduction: dp pieces in bf16 (sent, and our own), one in fp32
   std::unique_ptr<Optimizer> opt_;
   Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
   std::int64_t counted_ranges_ = 0;
+  std::vector<FlatRange> units_;
+  std::vector<int> users_;                // level 3: passes using a unit's parameters now
+  std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
+  PageHolds values_, grads_;
 };
 
 }  // namespace dit

@@ -168,6 +168,7 @@ LayoutPlan plan_layout(const TrainSetup& run, const PlanDevice& device) {
   p.precision = device.precision;
   p.recompute = tc.stage.recompute;
   p.sequence_parallel = tc.stage.sequence_parallel;
+  p.zero = tc.zero;
   p.virtual_stages = tc.virtual_stages;
   p.schedule = tc.schedule;
   const double undercount = plan_undercount_from_env();
@@ -323,7 +324,8 @@ std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
   char line[512];
   os << "plan: " << p.layout.str() << ", micro-batch " << p.micro_batch << " x " << p.microbatches
      << " microbatches, " << dtype_name(p.precision) << ", recompute " << recompute_name(p.recompute)
-     << (p.sequence_parallel ? ", sequence parallel" : "") << "\nper rank of each stage, GiB:\n";
+     << (p.sequence_parallel ? ", sequence parallel" : "") << (p.layout.dp > 1 ? ", ZeRO-" + std::to_string(p.zero) : "")
+     << "\nper rank of each stage, GiB:\n";
   std::snprintf(line, sizeof line, "%5s %6s %8s %8s %8s %8s %8s %8s %11s %9s %9s %8s\n", "stage", "blocks",
                 "params", "grads", "master", "adam_m", "adam_v", "ema", "activations", "messages",
                 "workspace", "total");

@@ -56,6 +56,7 @@ struct LayoutPlan {
   bool sequence_parallel = false;
   int virtual_stages = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int zero = 1;  // optim.zero: what dp shards
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
 };

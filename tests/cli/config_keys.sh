@@ -191,6 +191,30 @@ a, b = (json.load(open(f"{d}/{n}/accounting.json"))[0]["dp_bytes"] for n in ("bf
 sys.exit(0 if b < a else 1)
 PY
 echo "ok: train.grad_reduce changes the dp bytes"
+
+# [optim]: what dp shards changes the bytes held, never the numbers.
+# (one microbatch per step and rank: each unit's gradients are final after its one backward)
+Z=(--set train.micro_batch=8 --set model.depth=4)
+run z1_dp2 -n 2 "${Z[@]}"
+run z3_dp2 -n 2 "${Z[@]}" --set optim.zero=3
+run z1_dp2_b -n 2 "${Z[@]}" --set optim.bucket_mib=0.001
+python3 - "$SCRATCH" <<'PY' || fail "optim.zero / optim.bucket_mib did not change the bytes held"
+import json, sys
+d = sys.argv[1]
+acct = {n: json.load(open(f"{d}/{n}/accounting.json"))[0] for n in ("z1_dp2", "z3_dp2", "z1_dp2_b")}
+one, three, small = acct["z1_dp2"], acct["z3_dp2"], acct["z1_dp2_b"]
+assert three["param_bytes"] < one["param_bytes"], (three["param_bytes"], one["param_bytes"])
+assert three["grad_bytes"] < one["grad_bytes"], (three["grad_bytes"], one["grad_bytes"])
+assert small["grad_bytes"] < one["grad_bytes"], (small["grad_bytes"], one["grad_bytes"])
+PY
+for z in z3_dp2 z1_dp2_b; do
+  cmp -s "$SCRATCH/z1_dp2.loss" "$SCRATCH/$z.loss" || fail "$z changed the losses"
+done
+echo "ok: optim.zero and optim.bucket_mib change the bytes held, not the losses"
+refused "optim.zero = 4: expected 1 \\(optimizer state" --set optim.zero=4
+refused "optim.bucket_mib = 0: expected a message size in MiB in \\(0, 4096\\]" --set optim.bucket_mib=0
+refused "optim.bucket_mib = 1e\\+12: expected a message size" --set optim.bucket_mib=1e12
+refused "optim.zero = 3: expected 1 on the cuda backend" --set optim.zero=3 --set train.backend=\"cuda\"
 # train.deterministic selects cuDNN engines: the CPU backend is deterministic either way.
 echo "skip: train.deterministic acts on the CUDA backend only (no GPU here)"
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace dit {
 
 namespace {
@@ -24,7 +26,10 @@ using cpu::TokenGeom;
 }  // namespace
 
 void* CpuBackend::allocate(std::size_t bytes) {
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  // Buffers of a page or more start on a page, so the pages release_pages hands back are the
+  // buffer's own from its first byte (the page count the ZeRO accounting keeps is the system's).
+  const std::size_t align = bytes >= page_bytes() ? page_bytes() : 256;
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
   if (!p) throw Error("CPU backend: out of memory allocating " + std::to_string(bytes) + " bytes");
   blocks_[reinterpret_cast<std::uintptr_t>(p)] = bytes;
   return p;
@@ -32,6 +37,15 @@ void* CpuBackend::allocate(std::size_t bytes) {
 void CpuBackend::deallocate(void* p) {
   blocks_.erase(reinterpret_cast<std::uintptr_t>(p));
   std::free(p);
+}
+
+bool CpuBackend::release_pages(void* p, std::size_t bytes) {
+  const std::size_t page = page_bytes();
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t first = (a + page - 1) / page * page, end = (a + bytes) / page * page;
+  if (end > first) DIT_CHECK(madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED) == 0,
+                             "CPU backend: madvise(MADV_DONTNEED) of ", end - first, " bytes failed");
+  return true;
 }
 
 bool CpuBackend::owns(const void* p) const {

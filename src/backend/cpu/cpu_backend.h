@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Host; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p) override;
+  bool release_pages(void* p, std::size_t bytes) override;  // madvise(MADV_DONTNEED)
   void synchronize() override { count_sync(); }
 
   void copy(const Tensor& dst, const Tensor& src) override;
