@@ -8,22 +8,18 @@ namespace dit {
 
 namespace {
 constexpr int kReduceTag = 29;  // the gradient pieces on the dp communicator
+std::size_t bytes_of(const Tensor& flat, FlatRange r) {
+  return static_cast<std::size_t>(r.end - r.begin) * dtype_size(flat.dtype);
+}
 }  // namespace
 
 // ---- PageHolds -------------------------------------------------------------------------------
 
 PageHolds::PageHolds(Backend& be, const Tensor& flat)
-    : be_(&be), base_(static_cast<char*>(flat.data)), elem_(dtype_size(flat.dtype)), page_(be.page_bytes()),
-      bytes_(flat.bytes()) {
-  whole_pages_ = static_cast<std::int64_t>(bytes_ / page_);
-  const std::int64_t pages = static_cast<std::int64_t>((bytes_ + page_ - 1) / page_);
-  count_.assign(static_cast<std::size_t>(pages), 0);
-  held_ = 0;  // counts from the holds taken; drop_unheld hands back what nobody took
-  for (std::int64_t p = whole_pages_; p < pages; ++p) {  // the trailing partial page
-    count_[p] = 1;
-    held_ += page_size(p);
-  }
-  peak_ = held_;
+    : be_(&be), base_(static_cast<char*>(flat.data)), elem_(dtype_size(flat.dtype)), page_(be.page_bytes()) {
+  const std::size_t bytes = flat.bytes();
+  count_.assign((bytes + page_ - 1) / page_, 0);
+  if (bytes % page_ != 0) count_.back() = 1;  // the trailing partial page stays
 }
 
 std::int64_t PageHolds::first_page(FlatRange r) const {
@@ -32,48 +28,35 @@ std::int64_t PageHolds::first_page(FlatRange r) const {
 std::int64_t PageHolds::end_page(FlatRange r) const {
   return static_cast<std::int64_t>((static_cast<std::size_t>(r.end) * elem_ + page_ - 1) / page_);
 }
-std::size_t PageHolds::page_size(std::int64_t p) const {
-  return std::min(page_, bytes_ - static_cast<std::size_t>(p) * page_);
-}
 
 void PageHolds::hold(FlatRange r) {
-  for (std::int64_t p = first_page(r); p < end_page(r); ++p)
-    if (count_[p]++ == 0) held_ += page_size(p);
-  peak_ = std::max(peak_, held_);
+  for (std::int64_t p = first_page(r); p < end_page(r); ++p) ++count_[p];
 }
 
 void PageHolds::drop(FlatRange r) {
-  const std::int64_t first = first_page(r), end = end_page(r);
-  std::int64_t run = -1;  // the first page of a run of pages that nobody holds now
-  for (std::int64_t p = first; p <= end; ++p) {
+  const std::int64_t end = end_page(r);
+  std::int64_t run = -1;  // the first page of a run that nobody holds now
+  for (std::int64_t p = first_page(r); p <= end; ++p) {
     const bool gone = p < end && --count_[p] == 0;
     if (gone && run < 0) run = p;
     if (!gone && run >= 0) {
-      release(run, p);
+      be_->release_pages(base_ + run * page_, static_cast<std::size_t>(p - run) * page_);
       run = -1;
     }
   }
 }
 
 void PageHolds::drop_unheld() {
-  std::int64_t run = -1;
   const std::int64_t pages = static_cast<std::int64_t>(count_.size());
-  held_ = 0;
+  std::int64_t run = -1;
   for (std::int64_t p = 0; p <= pages; ++p) {
     const bool free = p < pages && count_[p] == 0;
-    if (p < pages && !free) held_ += page_size(p);
     if (free && run < 0) run = p;
     if (!free && run >= 0) {
       be_->release_pages(base_ + run * page_, static_cast<std::size_t>(p - run) * page_);
       run = -1;
     }
   }
-  peak_ = std::max(peak_, held_);
-}
-
-void PageHolds::release(std::int64_t first, std::int64_t end) {
-  for (std::int64_t p = first; p < end; ++p) held_ -= page_size(p);
-  be_->release_pages(base_ + first * page_, static_cast<std::size_t>(end - first) * page_);
 }
 
 // ---- ZeroOptimizer ---------------------------------------------------------------------------
@@ -137,6 +120,7 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
     values_ = PageHolds(be, ps.flat_values());
     values_.hold({begin_, end_});  // the shard stays: the optimizer updates it in place
     values_.drop_unheld();
+    values_bytes_.add(bytes_of(ps.flat_values(), {begin_, end_}));
   }
   if (sharded_grads()) {
     grads_ = PageHolds(be, ps.flat_grads());
@@ -151,11 +135,11 @@ std::size_t ZeroOptimizer::state_bytes() const {
 }
 
 std::size_t ZeroOptimizer::param_bytes() const {
-  return sharded_values() ? values_.peak_bytes() : ps_->flat_values().bytes();
+  return sharded_values() ? values_bytes_.peak : ps_->flat_values().bytes();
 }
 
 std::size_t ZeroOptimizer::grad_bytes() const {
-  const std::size_t flat = sharded_grads() ? grads_.peak_bytes() : ps_->flat_grads().bytes();
+  const std::size_t flat = sharded_grads() ? grads_bytes_.peak : ps_->flat_grads().bytes();
   return flat + shard_grads_.bytes() + recv_.bytes() + wire_.bytes() + widen_.bytes();
 }
 
@@ -244,26 +228,34 @@ void ZeroOptimizer::gather(int unit) {
 void ZeroOptimizer::enter(int unit, Pass pass) {
   if (sharded_values() && users_.at(unit)++ == 0) {
     values_.hold(units_[unit]);
+    values_bytes_.add(bytes_of(ps_->flat_values(), units_[unit]));
     gather(unit);
   }
-  if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) {
-    grads_.hold(units_[unit]);
-    grads_held_[unit] = 1;
-  }
+  if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) hold_grads(unit);
 }
 
 void ZeroOptimizer::leave(int unit, Pass) {
-  if (sharded_values() && --users_.at(unit) == 0) values_.drop(units_[unit]);
+  if (sharded_values() && --users_.at(unit) == 0) {
+    values_.drop(units_[unit]);
+    values_bytes_.sub(bytes_of(ps_->flat_values(), units_[unit]));
+  }
+}
+
+void ZeroOptimizer::hold_grads(int unit) {
+  grads_.hold(units_[unit]);
+  grads_bytes_.add(bytes_of(ps_->flat_grads(), units_[unit]));
+  grads_held_[unit] = 1;
 }
 
 void ZeroOptimizer::gradients_final(int unit) {
   if (!sharded_grads() || reduced_.at(unit)) return;
-  if (!grads_held_[unit]) grads_.hold(units_[unit]);  // no backward touched it: its zeros are sent
+  if (!grads_held_[unit]) hold_grads(unit);  // no backward touched it: its zeros are sent
   reduce(units_[unit]);
   // Zeros for the next step: the pages handed back read so; a page a neighbour still holds keeps
   // what is written here.
   be_->fill(ps_->flat_grads().rows(units_[unit].begin, units_[unit].end - units_[unit].begin), 0.f);
   grads_.drop(units_[unit]);
+  grads_bytes_.sub(bytes_of(ps_->flat_grads(), units_[unit]));
   grads_held_[unit] = 0;
   reduced_[unit] = 1;
 }

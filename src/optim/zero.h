@@ -20,6 +20,7 @@
 //   4. levels 1, 2: all-gather the updated parameters over dp (level 3 gathers each unit at its use).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -38,7 +39,8 @@ struct ZeroOptions {
 
 // The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
 // back to the backend (Allocator::release_pages) and reads as zeros when next touched. A trailing
-// partial page shares its allocation's rounding and is always held.
+// partial page shares its allocation's rounding and is always held. The bytes held are counted
+// per range (Held), so the count does not depend on where pages fall.
 class PageHolds {
  public:
   PageHolds() = default;
@@ -46,20 +48,22 @@ class PageHolds {
   void hold(FlatRange r);
   void drop(FlatRange r);
   void drop_unheld();  // hands back every page nobody holds
-  std::size_t held_bytes() const { return held_; }
-  std::size_t peak_bytes() const { return peak_; }
 
  private:
   std::int64_t first_page(FlatRange r) const;
   std::int64_t end_page(FlatRange r) const;
-  void release(std::int64_t first, std::int64_t end);  // pages [first, end), none held
-  std::size_t page_size(std::int64_t p) const;
   Backend* be_ = nullptr;
   char* base_ = nullptr;
-  std::size_t elem_ = 0, page_ = 0, bytes_ = 0;
-  std::int64_t whole_pages_ = 0;  // pages entirely inside the buffer: the ones that can go
+  std::size_t elem_ = 0, page_ = 0;
   std::vector<int> count_;
-  std::size_t held_ = 0, peak_ = 0;
+};
+
+// Bytes held now and at most: the accounting of ZeRO-2/3 (a gathered unit counts whole, as a
+// gather buffer of its own would hold it, whatever it shares with the rank's shard).
+struct Held {
+  std::size_t now = 0, peak = 0;
+  void add(std::size_t b) { peak = std::max(peak, now += b); }
+  void sub(std::size_t b) { now -= b; }
 };
 
 class ZeroOptimizer final : public UnitResidency {
@@ -100,10 +104,10 @@ class ZeroOptimizer final : public UnitResidency {
   // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
   std::size_t state_bytes() const;
   // The most bytes of the flat parameter buffer this rank held at once (level 3: its shard and
-  // the gathered units; otherwise all of it).
+  // the gathered units, each counted whole; otherwise all of it).
   std::size_t param_bytes() const;
-  // The same of the gradients: the flat buffer's held pages (levels 2, 3) or all of it, the
-  // reduced shard and the reduction's staging buffers.
+  // The same of the gradients: the units' held at once (levels 2, 3) or all of the flat buffer,
+  // the reduced shard and the reduction's staging buffers.
   std::size_t grad_bytes() const;
 
  private:
@@ -115,6 +119,7 @@ class ZeroOptimizer final : public UnitResidency {
   void sum_piece(std::int64_t x, std::int64_t n);
   // Level 3: unit u's parameters from their owners.
   void gather(int unit);
+  void hold_grads(int unit);  // unit's gradient pages, until it is reduced
   Tensor staging(int slot, std::int64_t n) const;
 
   Backend* be_;
@@ -134,6 +139,7 @@ class ZeroOptimizer final : public UnitResidency {
   std::vector<int> users_;                // level 3: passes using a unit's parameters now
   std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
   PageHolds values_, grads_;
+  Held values_bytes_, grads_bytes_;  // what the accounting reports (levels 3 and 2, 3)
 };
 
 }  // namespace dit

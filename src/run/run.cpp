@@ -157,7 +157,9 @@ void Run::print_header() {
      << " parameters (depth " << model.depth << ", hidden " << model.hidden_size << ", heads " << model.num_heads
      << ", patch " << model.patch_size << ", " << model.num_patches() << " tokens), data " << data_->describe()
      << "\nglobal batch " << tc.global_batch << " = dp " << setup_.layout.dp << " x micro " << tc.micro_batch
-     << " x " << setup_.batch.microbatches << " microbatches, " << tc.steps << " steps, pipeline schedule "
+     << " x " << setup_.batch.microbatches << " microbatches"
+     << (setup_.layout.dp > 1 ? ", ZeRO-" + std::to_string(tc.zero) + " over dp" : "") << ", " << tc.steps
+     << " steps, pipeline schedule "
      << schedule_name(tc.schedule)
      << (tc.virtual_stages > 1 ? " interleaved over " + std::to_string(tc.virtual_stages) + " virtual stages" : "")
      << ", run folder " << cfg_.run.dir << "\nresolved config:\n" << cfg_.to_toml() << rank_map_;

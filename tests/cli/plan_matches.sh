@@ -3,7 +3,7 @@
 # accounting.json, `dit_mp plan` at the same settings writes its JSON, and every memory category of
 # every rank must equal the plan of that rank's stage exactly (fp32 runs: the tp/pp/dp bytes too).
 # Eight layouts cover fp32, bf16 and fp16, each recompute mode, GPipe, sequence parallelism and
-# the bf16 gradient reduction; two more run LightningDiT's block variants.
+# the bf16 gradient reduction; three ZeRO-2/3; two more run LightningDiT's block variants.
 source "$(dirname "$0")/common.sh"
 prepare_fashion_test
 check() {  # check RANKS DP ARGS...: run on RANKS ranks, plan with --dp DP, compare
@@ -46,8 +46,12 @@ check 4 2 --tp 1 --pp 2 --schedule gpipe --recompute full --recompute-blocks 1
 check 8 2 --tp 2 --pp 2 --sequence-parallel --recompute selective --precision bf16
 check 8 1 --tp 4 --pp 2 --sequence-parallel
 check 4 4 --tp 1 --pp 1 --precision bf16 --set train.grad_reduce=bf16
+# ZeRO-2 and -3: the gradients and parameters a rank holds at most (one microbatch: units reduce early)
+check 4 4 --tp 1 --pp 1 --zero 3 --set train.micro_batch=4
+check 8 2 --tp 2 --pp 2 --zero 2 --set optim.bucket_mib=0.01
+check 4 2 --tp 1 --pp 2 --zero 3 --precision bf16 --schedule zb-h1
 # LightningDiT's block: the q/k norm and RoPE output, the SwiGLU gate and the norm weights' grads
 LDIT=(--mlp swiglu --norm rmsnorm --pos-embed rope --set model.qk_norm=true)
 check 4 1 --tp 2 --pp 2 --sequence-parallel --recompute selective "${LDIT[@]}"
 check 2 1 --tp 2 --pp 1 --precision bf16 "${LDIT[@]}"
-echo "ok: plan matches 10 runs"
+echo "ok: plan matches 13 runs"

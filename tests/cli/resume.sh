@@ -18,6 +18,9 @@
 #                step 2 resumes under ZB-H1 (the same F/B order, each backward split into B and a
 #                later W) bit for bit, under ZB-V (two chunks per rank in a V) within 1e-5; a ZB-V
 #                checkpoint resumes under 1F1B. Checkpoints hold parameters by PyTorch name.
+#   zero         (cli.resume_zero) across ZeRO levels: a run at optim.zero = 3, dp 4, stopped at step
+#                2, resumes at zero 3 and at zero 1 bit for bit (the levels sum alike), at zero 1 at
+#                tp 2 dp 2 within 1e-5; a zero 1 checkpoint resumes at zero 2 bit for bit.
 #   fallback     (cli.resume_fallback) a damaged index.h5 (one byte flipped) is caught by the
 #                checksum COMPLETE records, before HDF5 parses it: `inspect` names it in one line,
 #                and `--resume auto` falls back to the newest checkpoint that loads, saying which one
@@ -122,6 +125,19 @@ PY
     resume_at resume_zb-v "$SCRATCH/part" 0 2 1 2 --schedule zb-v --virtual-stages 2
     run "$SCRATCH/part_v" 2 2 1 2 --schedule zb-v --virtual-stages 2
     resume_at resume_v_to_1f1b "$SCRATCH/part_v" 0 2 1 2 --schedule 1f1b --virtual-stages 1
+    ;;
+  zero)
+    R=(--data "$SCRATCH/fm_test.h5" "${TINY[@]}" --log-every 1 --set model.depth=4 --sample-every 0
+       --set train.micro_batch=2)
+    PART=2 STEPS=4 KEYS=loss,grad_norm
+    run "$SCRATCH/full" 4 4 1 1 --zero 3
+    run "$SCRATCH/part" 2 4 1 1 --zero 3
+    grep -q "ZeRO-3" "$SCRATCH/full.log" || fail "the log does not name ZeRO-3"
+    resume_at resume_z3 "$SCRATCH/part" 1 4 1 1 --zero 3
+    resume_at resume_z1 "$SCRATCH/part" 1 4 1 1 --zero 1
+    resume_at resume_z1_tp2 "$SCRATCH/part" 0 4 2 1 --zero 1
+    run "$SCRATCH/part_z1" 2 4 1 1 --zero 1
+    resume_at resume_z1_to_z2 "$SCRATCH/part_z1" 1 4 1 1 --zero 2
     ;;
   fallback)
     export OMPI_MCA_orte_execute_quiet=1
