@@ -39,6 +39,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.grad_reduce = c.train.grad_reduce;
   t.zero = c.optim.zero;
   t.bucket_mib = c.optim.bucket_mib;
+  t.overlap = c.optim.overlap;
   t.diffusion_steps = c.diffusion.steps;
   t.objective = c.diffusion.train_objective();
   return t;

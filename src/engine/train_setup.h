@@ -40,6 +40,7 @@ struct TrainConfig {
   DType grad_reduce = DType::F32;  // dtype of the dp gradient reduction (bf16 halves its bytes)
   int zero = 1;                    // optim.zero: what dp shards (optim/zero.h)
   double bucket_mib = 25;          // optim.bucket_mib: the largest gradient message
+  bool overlap = true;             // optim.overlap: communication behind compute
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
   DistillSettings distill;              // [distill]: a teacher, or none

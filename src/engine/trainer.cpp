@@ -36,9 +36,9 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "the flow objective trains a velocity model, which learns no variance (learn_sigma is set)");
   const ZeroOptions zero{train_.zero, train_.grad_reduce,
-                         static_cast<std::size_t>(train_.bucket_mib * double(1 << 20))};
+                         static_cast<std::size_t>(train_.bucket_mib * double(1 << 20)), train_.overlap};
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, zero, model_->units());
-  if (zero.level >= 2) model_->set_residency(zero_.get());
+  model_->set_residency(zero_.get());
   const int holder = output_stage(l.pp, model_->chunks(), train_.stage.placement);
   parts_ = make_step_parts({&be, &ctx, &setup, model_.get(), ctx.coord.pp == holder});
   for (const auto& p : parts_) {

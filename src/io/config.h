@@ -77,6 +77,7 @@ struct TrainSection {
 struct OptimSection {
   int zero = 1;             // 1: optimizer state; 2: and gradients; 3: and parameters (fully sharded)
   double bucket_mib = 25;   // the largest message of the gradient reduction, in MiB
+  bool overlap = true;      // reduce each unit's gradients during the backward; zero 3: fetch the next unit's parameters ahead
   bool operator==(const OptimSection&) const = default;
 };
 

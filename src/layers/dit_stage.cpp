@@ -168,7 +168,7 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   const bool sp = options_.sequence_parallel;
   using Pass = UnitResidency::Pass;
   if (ch.embed) {
-    enter(ch.first_unit, Pass::Forward);
+    enter(ch, ch.first_unit, Pass::Forward);
     a.embed = ch.embed->forward(be, in.images, in.t, in.ids, saved);
     leave(ch.first_unit, Pass::Forward);
     a.x_in = a.embed.x0;
@@ -191,7 +191,7 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
   a.gates = in.gates;
   for (std::size_t i = 0; i < ch.blocks.size(); ++i) {
     const Arena::Mark m = scratch.mark();
-    enter(ch.block_unit(i), Pass::Forward);
+    enter(ch, ch.block_unit(i), Pass::Forward);
     a.blocks.push_back(ch.blocks[i].forward(be, x, a.silu_c, saved, scratch,
                                             options_.mode_of(static_cast<int>(i))));
     leave(ch.block_unit(i), Pass::Forward);
@@ -206,7 +206,7 @@ StageActs DiTStage::forward(const StageInputs& in, Arena& saved, Arena& scratch,
       gather_tokens(*tp_, be, x, all, scratch);
       x = all;
     }
-    enter(ch.final_unit(), Pass::Forward);
+    enter(ch, ch.final_unit(), Pass::Forward);
     a.final = ch.final->forward(be, x, a.silu_c, saved, scratch);
     leave(ch.final_unit(), Pass::Forward);
     scratch.rewind(m);
@@ -222,7 +222,7 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
   const bool final_grads = g.last && !w.deferred();  // each unit's gradients are complete after its backward
   Tensor dsilu_final;
   if (ch.final) {
-    enter(ch.final_unit(), Pass::Backward);
+    enter(ch, ch.final_unit(), Pass::Backward);
     DIT_CHECK(g.dx.shape == a.x_out().shape && g.dc.shape == a.c.shape,
               "last stage backward: dx/dc buffers of shapes ", a.x_out().shape.str(), " and ",
               a.c.shape.str(), " are needed");
@@ -248,7 +248,7 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
       if (bg.block == static_cast<int>(i)) be.axpy(1.f, bg.dx, g.dx);
     Tensor skip;  // gated: (1 - m) dL/dx_out, the gradient that bypasses the block
     if (!a.gates.empty()) skip = gate_backward(a.gates[i], a.blocks[i].x_in, a.ungated[i], g.dx, scratch);
-    enter(ch.block_unit(i), Pass::Backward);
+    enter(ch, ch.block_unit(i), Pass::Backward);
     ch.blocks[i].backward(be, a.blocks[i], a.silu_c, g.dx, dsilu, scratch, w);
     leave(ch.block_unit(i), Pass::Backward, final_grads);
     if (skip.data) be.axpy(1.f, skip, g.dx);
@@ -263,7 +263,7 @@ void DiTStage::backward(const StageActs& a, StageGrads& g, Arena& scratch, int c
     dx0 = w.arena(scratch).tensor(a.embed.x0.shape, dt);
     gather_tokens(*tp_, be, g.dx, dx0, scratch);
   }
-  enter(ch.first_unit, Pass::Backward);
+  enter(ch, ch.first_unit, Pass::Backward);
   ch.embed->backward(be, a.embed, dx0, g.dc, g.dimages, scratch, w);
   leave(ch.first_unit, Pass::Backward, final_grads);
 }

@@ -84,7 +84,9 @@ class UnitResidency {
  public:
   virtual ~UnitResidency() = default;
   enum class Pass : std::uint8_t { Forward, Backward };
-  virtual void enter(int unit, Pass pass) = 0;  // its parameters are needed now (backward: and its gradients)
+  // Its parameters are needed now (backward: and its gradients); `next` is the unit the pass runs
+  // after it (-1: none), whose parameters may be fetched meanwhile.
+  virtual void enter(int unit, Pass pass, int next) = 0;
   virtual void leave(int unit, Pass pass) = 0;  // done with its parameters for now
   virtual void gradients_final(int unit) = 0;   // the step's last contribution to its gradients is in
 };
@@ -160,8 +162,11 @@ class DiTStage {
     int final_unit() const { return block_unit(blocks.size()); }
     int end_unit() const { return final_unit() + (final ? 1 : 0); }
   };
-  void enter(int unit, UnitResidency::Pass pass) const {
-    if (residency_) residency_->enter(unit, pass);
+  // Before a unit of chunk `ch` runs in `pass` (units run in order forward, in reverse backward).
+  void enter(const Chunk& ch, int unit, UnitResidency::Pass pass) const {
+    if (!residency_) return;
+    const int next = pass == UnitResidency::Pass::Forward ? unit + 1 : unit - 1;
+    residency_->enter(unit, pass, next >= ch.first_unit && next < ch.end_unit() ? next : -1);
   }
   // After a unit's forward, or its backward (with `last` and an undeferred weight backward, its
   // gradients are then final).

@@ -7,7 +7,7 @@
 namespace dit {
 
 namespace {
-constexpr int kReduceTag = 29;  // the gradient pieces on the dp communicator
+constexpr int kReduceTag = 29, kGatherTag = 31;  // gradient pieces and parameter parts on the dp communicator
 std::size_t bytes_of(const Tensor& flat, FlatRange r) {
   return static_cast<std::size_t>(r.end - r.begin) * dtype_size(flat.dtype);
 }
@@ -114,6 +114,7 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
     DIT_CHECK(at == ps.padded_numel(), "ZeRO: the units end at ", at, " of ", ps.padded_numel(), " elements");
   }
   users_.assign(units_.size(), 0);
+  fetching_.resize(units_.size());
   grads_held_.assign(units_.size(), 0);
   reduced_.assign(units_.size(), 0);
   if (sharded_values()) {
@@ -148,42 +149,85 @@ Tensor ZeroOptimizer::staging(int slot, std::int64_t n) const {
   return recv_.tensor({n}, wire, static_cast<std::size_t>(slot * piece_) * dtype_size(wire));
 }
 
+std::int64_t ZeroOptimizer::rounds(FlatRange r) const {
+  const std::int64_t shard = end_ - begin_;
+  std::int64_t longest = 0;
+  for (std::int64_t o = r.begin / shard; o <= (r.end - 1) / shard; ++o)
+    longest = std::max(longest, std::min(r.end, (o + 1) * shard) - std::max(r.begin, o * shard));
+  return (longest + piece_ - 1) / piece_;
+}
+
 // Round k moves the k-th piece of every owner's part of r at once: each rank sends one piece to
 // each other owner and receives the pieces of its own (an all-to-all when r spans every shard).
-void ZeroOptimizer::reduce(FlatRange r) {
-  Backend& be = *be_;
+ZeroOptimizer::Round ZeroOptimizer::post_round(FlatRange r, std::int64_t k) {
   Comm& dp = *ctx_->dp;
   const std::int64_t shard = end_ - begin_;
-  const bool bf16 = options_.reduce_dtype == DType::BF16;
   const Tensor flat = ps_->flat_grads();
-  const int first_owner = static_cast<int>(r.begin / shard), last_owner = static_cast<int>((r.end - 1) / shard);
-  std::int64_t longest = 0;
-  for (int o = first_owner; o <= last_owner; ++o)
-    longest = std::max(longest, std::min(r.end, (o + 1) * shard) - std::max(r.begin, o * shard));
-  for (std::int64_t k = 0; k * piece_ < longest; ++k) {
-    std::vector<Request> reqs;
-    std::int64_t mine_x = 0, mine_n = 0;
-    for (int o = first_owner; o <= last_owner; ++o) {
-      const std::int64_t x = std::max(r.begin, o * shard) + k * piece_;
-      const std::int64_t n = std::min({piece_, std::min(r.end, (o + 1) * shard) - x});
-      if (n <= 0) continue;
-      if (o == rank_) {
-        mine_x = x, mine_n = n;
-        for (int q = 0; q < dp_; ++q)
-          if (q != rank_) reqs.push_back(dp.irecv(staging(q < rank_ ? q : q - 1, n), q, kReduceTag));
-        continue;
-      }
-      Tensor out = flat.rows(x, n);
-      if (bf16) {
-        const Tensor w = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(o * piece_) * 2);
-        be.copy(w, out);
-        out = w;
-      }
-      reqs.push_back(dp.isend(out, o, kReduceTag));
+  Round round;
+  for (int o = static_cast<int>(r.begin / shard); o <= static_cast<int>((r.end - 1) / shard); ++o) {
+    const std::int64_t x = std::max(r.begin, o * shard) + k * piece_;
+    const std::int64_t n = std::min(piece_, std::min(r.end, (o + 1) * shard) - x);
+    if (n <= 0) continue;
+    if (o == rank_) {
+      round.x = x, round.n = n;
+      for (int q = 0; q < dp_; ++q)
+        if (q != rank_) round.requests.push_back(dp.irecv(staging(q < rank_ ? q : q - 1, n), q, kReduceTag));
+      continue;
     }
-    for (Request& q : reqs) dp.wait(q);
-    if (mine_n > 0) sum_piece(mine_x, mine_n);
+    Tensor out = flat.rows(x, n);
+    if (options_.reduce_dtype == DType::BF16) {
+      const Tensor w = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(o * piece_) * 2);
+      be_->copy(w, out);
+      out = w;
+    }
+    round.requests.push_back(dp.isend(out, o, kReduceTag));
   }
+  return round;
+}
+
+void ZeroOptimizer::finish(Round& round) {
+  for (Request& q : round.requests) ctx_->dp->wait(q);
+  if (round.n > 0) sum_piece(round.x, round.n);
+  round = Round{};
+}
+
+void ZeroOptimizer::reduce_now(FlatRange r) {
+  for (std::int64_t k = 0, n = rounds(r); k < n; ++k) {
+    Round round = post_round(r, k);
+    finish(round);
+  }
+}
+
+void ZeroOptimizer::reduce_unit(int unit) {
+  finish_pending();
+  const FlatRange r = units_[unit];
+  const std::int64_t n = rounds(r);
+  for (std::int64_t k = 0; k + 1 < n; ++k) {
+    Round round = post_round(r, k);
+    finish(round);
+  }
+  pending_ = post_round(r, n - 1);
+  pending_.unit = unit;
+  reduced_[unit] = 1;
+  if (!options_.overlap) finish_pending();
+}
+
+void ZeroOptimizer::finish_pending() {
+  const int unit = pending_.unit;
+  if (unit < 0) return;
+  finish(pending_);
+  if (!sharded_grads()) return;
+  // Zeros for the next step: the pages handed back read so; a page a neighbour still holds keeps
+  // what is written here.
+  const FlatRange r = units_[unit];
+  be_->fill(ps_->flat_grads().rows(r.begin, r.end - r.begin), 0.f);
+  grads_.drop(r);
+  grads_bytes_.sub(bytes_of(ps_->flat_grads(), r));
+  grads_held_[unit] = 0;
+}
+
+void ZeroOptimizer::progress() {
+  if (pending_.unit >= 0 || sharded_values()) ctx_->dp->progress();
 }
 
 void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
@@ -215,23 +259,45 @@ void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
   }
 }
 
-void ZeroOptimizer::gather(int unit) {
+std::vector<Request> ZeroOptimizer::post_gather(int unit) {
+  Comm& dp = *ctx_->dp;
   const FlatRange r = units_[unit];
   const std::int64_t shard = end_ - begin_;
   const Tensor flat = ps_->flat_values();
+  std::vector<Request> requests;
   for (int o = static_cast<int>(r.begin / shard); o <= static_cast<int>((r.end - 1) / shard); ++o) {
     const std::int64_t x = std::max(r.begin, o * shard), y = std::min(r.end, (o + 1) * shard);
-    ctx_->dp->broadcast(flat.rows(x, y - x), o);
+    const Tensor part = flat.rows(x, y - x);
+    if (o != rank_) {
+      requests.push_back(dp.irecv(part, o, kGatherTag));
+      continue;
+    }
+    for (int q = 0; q < dp_; ++q)
+      if (q != rank_) requests.push_back(dp.isend(part, q, kGatherTag));
   }
+  return requests;
 }
 
-void ZeroOptimizer::enter(int unit, Pass pass) {
-  if (sharded_values() && users_.at(unit)++ == 0) {
-    values_.hold(units_[unit]);
-    values_bytes_.add(bytes_of(ps_->flat_values(), units_[unit]));
-    gather(unit);
+void ZeroOptimizer::enter(int unit, Pass pass, int next) {
+  if (sharded_values()) {
+    std::vector<Request>& fetched = fetching_.at(unit);
+    if (!fetched.empty()) {  // fetched ahead: that fetch's hold is this pass's
+      for (Request& q : fetched) ctx_->dp->wait(q);
+      fetched.clear();
+    } else if (users_.at(unit)++ == 0) {
+      values_.hold(units_[unit]);
+      values_bytes_.add(bytes_of(ps_->flat_values(), units_[unit]));
+      for (Request& q : post_gather(unit)) ctx_->dp->wait(q);
+    }
+    if (options_.overlap && next >= 0 && users_.at(next) == 0) {
+      users_[next] = 1;
+      values_.hold(units_[next]);
+      values_bytes_.add(bytes_of(ps_->flat_values(), units_[next]));
+      fetching_[next] = post_gather(next);
+    }
   }
   if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) hold_grads(unit);
+  progress();
 }
 
 void ZeroOptimizer::leave(int unit, Pass) {
@@ -239,6 +305,7 @@ void ZeroOptimizer::leave(int unit, Pass) {
     values_.drop(units_[unit]);
     values_bytes_.sub(bytes_of(ps_->flat_values(), units_[unit]));
   }
+  progress();
 }
 
 void ZeroOptimizer::hold_grads(int unit) {
@@ -248,16 +315,9 @@ void ZeroOptimizer::hold_grads(int unit) {
 }
 
 void ZeroOptimizer::gradients_final(int unit) {
-  if (!sharded_grads() || reduced_.at(unit)) return;
-  if (!grads_held_[unit]) hold_grads(unit);  // no backward touched it: its zeros are sent
-  reduce(units_[unit]);
-  // Zeros for the next step: the pages handed back read so; a page a neighbour still holds keeps
-  // what is written here.
-  be_->fill(ps_->flat_grads().rows(units_[unit].begin, units_[unit].end - units_[unit].begin), 0.f);
-  grads_.drop(units_[unit]);
-  grads_bytes_.sub(bytes_of(ps_->flat_grads(), units_[unit]));
-  grads_held_[unit] = 0;
-  reduced_[unit] = 1;
+  if (!early_reduce() || reduced_.at(unit)) return;
+  if (sharded_grads() && !grads_held_[unit]) hold_grads(unit);  // no backward touched it: its zeros are sent
+  reduce_unit(unit);
 }
 
 void ZeroOptimizer::zero_grads() {
@@ -268,8 +328,21 @@ void ZeroOptimizer::settle() {
   if (sharded_values()) values_.drop_unheld();
 }
 
-Tensor ZeroOptimizer::first_gradient() const {
-  if (sharded_grads() && rank_ == 0) return shard_grads_.tensor({1}, ParamSet::kGradDType);
+void ZeroOptimizer::reduce_all() {
+  if (early_reduce()) {
+    for (std::size_t u = 0; u < units_.size(); ++u) gradients_final(static_cast<int>(u));  // any not yet reduced
+    finish_pending();
+    std::fill(reduced_.begin(), reduced_.end(), 0);
+  } else if (dp_ > 1) {
+    reduce_now({0, ps_->padded_numel()});
+  }
+  reduced_all_ = true;
+}
+
+Tensor ZeroOptimizer::first_gradient() {
+  if (!early_reduce()) return ps_->flat_grads().rows(0, 1);
+  reduce_all();
+  return shard_grads_.tensor({1}, ParamSet::kGradDType);
   return ps_->flat_grads().rows(0, 1);
 }
 
@@ -279,12 +352,8 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   Backend& be = *be_;
   const std::int64_t n = end_ - begin_;
   Tensor grads = ps_->flat_grads().rows(begin_, n);
-  if (sharded_grads()) {
-    for (std::size_t u = 0; u < units_.size(); ++u) gradients_final(static_cast<int>(u));  // any not yet reduced
-    std::fill(reduced_.begin(), reduced_.end(), 0);
-  } else if (dp_ > 1) {
-    reduce({0, ps_->padded_numel()});
-  }
+  if (!reduced_all_) reduce_all();
+  reduced_all_ = false;
   if (dp_ > 1) grads = shard_grads_.tensor({n}, ParamSet::kGradDType);
   const double unscale = 1.0 / (static_cast<double>(dp_) * loss_scale);
   double sumsq =

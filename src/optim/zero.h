@@ -35,6 +35,9 @@ struct ZeroOptions {
   int level = 1;  // 1: optimizer state sharded; 2: and gradients; 3: and parameters
   DType reduce_dtype = DType::F32;
   std::size_t bucket_bytes = std::size_t{25} << 20;  // the largest gradient message (fp32 elements x 4)
+  // Communication behind compute: each unit's gradients are reduced while the backward goes on
+  // (level 1 too), and level 3 fetches the next unit's parameters while the current one runs.
+  bool overlap = true;
 };
 
 // The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
@@ -85,7 +88,7 @@ class ZeroOptimizer final : public UnitResidency {
 
   // UnitResidency: what a stage's units need while they run (levels 2, 3 with dp > 1; otherwise
   // every parameter and gradient stays and these do nothing).
-  void enter(int unit, Pass pass) override;
+  void enter(int unit, Pass pass, int next) override;
   void leave(int unit, Pass pass) override;
   void gradients_final(int unit) override;
   // Before a step's backward: the gradient buffer reads zero (levels 2, 3: it already does).
@@ -93,8 +96,8 @@ class ZeroOptimizer final : public UnitResidency {
   // After the whole flat parameter buffer was written (a restore): level 3 hands back what it
   // does not hold.
   void settle();
-  // Where the gradient of flat element 0 waits for step(): a test's fault point.
-  Tensor first_gradient() const;
+  // Where the gradient of flat element 0 waits for step(), every reduction done: a test's fault point.
+  Tensor first_gradient();
 
   int level() const { return options_.level; }
   Optimizer& shard() { return *opt_; }
@@ -113,13 +116,30 @@ class ZeroOptimizer final : public UnitResidency {
  private:
   bool sharded_values() const { return options_.level >= 3 && dp_ > 1; }
   bool sharded_grads() const { return options_.level >= 2 && dp_ > 1; }
-  // The dp sum of flat gradient elements [r.begin, r.end) into the owners' shard_grads_.
-  void reduce(FlatRange r);
+  // Units are reduced as their gradients become final (levels 2, 3, or overlap), not after the step.
+  bool early_reduce() const { return dp_ > 1 && !units_.empty() && (options_.level >= 2 || options_.overlap); }
+  // One round of the dp sum of flat gradient elements [r.begin, r.end) into the owners'
+  // shard_grads_: the k-th piece of each owner's part, posted; finish() completes it.
+  struct Round {
+    int unit = -1;                // the unit whose reduction it ends, or -1
+    std::int64_t x = 0, n = 0;    // this rank's piece, summed when it has arrived
+    std::vector<Request> requests;
+  };
+  std::int64_t rounds(FlatRange r) const;
+  Round post_round(FlatRange r, std::int64_t k);
+  void finish(Round& round);
+  void reduce_now(FlatRange r);
+  // Levels 2, 3 and overlap: unit u's reduction, its last round left in flight under overlap.
+  void reduce_unit(int unit);
+  void finish_pending();  // the round in flight, and then its unit's gradient pages
+  void reduce_all();      // every reduction of the step done
+  bool reduced_all_ = false;
   // Sums the dp ranks' pieces of shard elements [x, x + n) (flat offsets) in rank order.
   void sum_piece(std::int64_t x, std::int64_t n);
-  // Level 3: unit u's parameters from their owners.
-  void gather(int unit);
+  // Level 3: unit u's parameters from their owners (each owner's part sent to every other rank).
+  std::vector<Request> post_gather(int unit);
   void hold_grads(int unit);  // unit's gradient pages, until it is reduced
+  void progress();            // lets what is in flight advance
   Tensor staging(int slot, std::int64_t n) const;
 
   Backend* be_;
@@ -136,7 +156,9 @@ class ZeroOptimizer final : public UnitResidency {
   Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
   std::int64_t counted_ranges_ = 0;
   std::vector<FlatRange> units_;
-  std::vector<int> users_;                // level 3: passes using a unit's parameters now
+  Round pending_;                         // overlap: the gradient round in flight
+  std::vector<std::vector<Request>> fetching_;  // level 3 with overlap: a unit's parameters on their way
+  std::vector<int> users_;                // level 3: passes using a unit's parameters now (and a fetch)
   std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
   PageHolds values_, grads_;
   Held values_bytes_, grads_bytes_;  // what the accounting reports (levels 3 and 2, 3)

@@ -79,6 +79,9 @@ class Comm {
   virtual Request isend(const Tensor& x, int peer, int tag) = 0;
   virtual Request irecv(const Tensor& x, int peer, int tag) = 0;
   virtual void wait(Request& r) = 0;
+  // Lets the transport advance pending non-blocking operations (MPI's progress from the training
+  // thread between primitives); completes nothing the caller must wait for.
+  virtual void progress() {}
 
   CommStats& stats() { return stats_; }
 

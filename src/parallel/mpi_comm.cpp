@@ -392,6 +392,13 @@ Request MpiComm::irecv(const Tensor& x, int peer, int tag) {
   return Request{next_request_++};
 }
 
+void MpiComm::progress() {
+  for (auto& [id, p] : requests_) {
+    int done = 0;
+    DIT_MPI_CHECK(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE));  // a completed request becomes null
+  }
+}
+
 void MpiComm::wait(Request& req) {
   if (!req.pending()) return;
   auto it = requests_.find(req.id);

@@ -42,6 +42,7 @@ class MpiComm final : public Comm {
   Request isend(const Tensor& x, int peer, int tag) override;
   Request irecv(const Tensor& x, int peer, int tag) override;
   void wait(Request& r) override;
+  void progress() override;  // MPI_Test on each pending request
 
  private:
   MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, std::string name);

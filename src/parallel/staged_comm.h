@@ -35,6 +35,7 @@ class StagedComm final : public Comm {
   Request isend(const Tensor& x, int peer, int tag) override;
   Request irecv(const Tensor& x, int peer, int tag) override;
   void wait(Request& r) override;
+  void progress() override { inner_->progress(); }
 
  private:
   // A host copy of a tensor in the dtype the wrapped comm takes (fp32, or int32).

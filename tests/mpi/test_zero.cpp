@@ -1,6 +1,6 @@
 // ZeRO levels (up to 8 ranks): at dp 2 and dp 4, alone and with tp 2 or pp 2, levels 1, 2 and 3
 // train the same bits over 5 steps with gradient accumulation (losses, gradient norms, master
-// weights, Adam moments and EMA); level 3 holds about a quarter of the parameters at dp 4 and
+// weights, Adam moments and EMA), with communication overlapped or not and buckets of any size; level 3 holds about a quarter of the parameters at dp 4 and
 // level 2 and 3 hand gradient memory back.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -34,7 +34,7 @@ struct ZeroRun {
   bool ran = false;
 };
 
-ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib) {
+ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto world = MpiComm::world();
@@ -59,6 +59,7 @@ ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib) {
   tc.grad_reduce = c.precision == DType::F32 ? DType::F32 : DType::BF16;
   tc.zero = level;
   tc.bucket_mib = bucket_mib;
+  tc.overlap = overlap;
   Trainer trainer(*be, ctx, tiny_dit(2, c.depth, 4, 5), tc, data);
   for (int i = 0; i < kSteps; ++i) {
     const StepStats st = trainer.step();
@@ -95,13 +96,16 @@ TEST_P(ZeroLevels, BitIdenticalAcrossLevels) {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (c.layout.world() > size) GTEST_SKIP() << c.layout.str() << " needs " << c.layout.world() << " ranks";
-  const ZeroRun one = run_zero(c, 1, 25);
-  // A bucket of 1 KiB: many rounds per unit and per shard; the sums do not change.
-  const ZeroRun runs[] = {run_zero(c, 1, 1.0 / 1024), run_zero(c, 2, 1.0 / 1024), run_zero(c, 3, 25)};
+  // The reference: zero 1 reducing after the backward. A bucket of 1 KiB: many rounds per unit
+  // and per shard; overlap: units reduced during the backward, zero 3 fetching ahead.
+  const ZeroRun one = run_zero(c, 1, 25, false);
+  const ZeroRun runs[] = {run_zero(c, 1, 1.0 / 1024, true), run_zero(c, 2, 1.0 / 1024, false),
+                          run_zero(c, 2, 25, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true)};
   if (!one.ran) return;
   EXPECT_NE(one.losses.front(), one.losses.back());
-  const char* names[] = {"zero 1 (1 KiB buckets)", "zero 2", "zero 3"};
-  for (int k = 0; k < 3; ++k) {
+  const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)", "zero 2 (overlap)", "zero 3",
+                         "zero 3 (1 KiB, overlap)"};
+  for (int k = 0; k < 5; ++k) {
     const ZeroRun& r = runs[k];
     for (int i = 0; i < kSteps; ++i) {
       EXPECT_EQ(r.losses[i], one.losses[i]) << names[k] << " step " << i;
@@ -118,7 +122,7 @@ TEST_P(ZeroLevels, BitIdenticalAcrossLevels) {
     std::printf("[ zero %s ] losses %.6f .. %.6f; param bytes zero 1 %zu, zero 3 %zu; grad bytes zero 1 %zu, "
                 "zero 2 %zu (1 KiB buckets)\n",
                 case_name(c).c_str(), one.losses.front(), one.losses.back(), one.memory.params,
-                runs[2].memory.params, runs[0].memory.grads, runs[1].memory.grads);
+                runs[3].memory.params, runs[0].memory.grads, runs[1].memory.grads);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -154,6 +158,7 @@ TEST(ZeroMemory, ShardsHoldAboutAQuarter) {
     tc.steps = 2;
     tc.zero = level;
     tc.bucket_mib = 1.0 / 1024;
+    tc.overlap = false;  // one unit's parameters at a time
     Trainer trainer(be, ctx, tiny_dit(2, c.depth, 4, 5), tc, data);
     trainer.step();
     trainer.step();
