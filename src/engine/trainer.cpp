@@ -32,7 +32,11 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
             "a training setup for ", setup.layout.str(), " on a rank grid of ", ctx.layout.str());
   const Layout& l = ctx.layout;
   model_ = std::make_unique<DiTStage>(be, cfg_, setup.stage_chunks(ctx.coord.pp), *ctx.tp, l.dp, train_.stage);
-  model_->params().initialize(train_.seed);
+  // ZeRO-3 keeps a rank's shard of the parameters only: the rest is never written here.
+  const FlatRange keep = train_.zero >= 3 && l.dp > 1
+                             ? ZeroOptimizer::shard_range(model_->params().padded_numel(), l.dp, ctx.dp->rank())
+                             : FlatRange{0, model_->params().padded_numel()};
+  model_->params().initialize(train_.seed, keep.begin, keep.end);
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "the flow objective trains a velocity model, which learns no variance (learn_sigma is set)");
   const ZeroOptions zero{train_.zero, train_.grad_reduce,
@@ -85,13 +89,13 @@ void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossSc
   auto host = [](const std::vector<float>& v, std::int64_t off, std::int64_t count) {
     return Tensor{const_cast<float*>(v.data()) + off, DType::F32, {count}, Device::Host};
   };
-  be.copy(ps.flat_values(), host(s.model, 0, n));
+  const FlatRange kept = zero_->resident_values();  // ZeRO-3: the shard only
+  be.copy(ps.flat_values().rows(kept.begin, kept.end - kept.begin), host(s.model, kept.begin, kept.end - kept.begin));
   Optimizer& o = zero_->shard();
   if (o.master().data != o.params().data) be.copy(o.master(), host(s.model, b, len));
   be.copy(o.exp_avg(), host(s.exp_avg, b, len));
   be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
   be.copy(o.ema(), host(s.ema, b, len));
-  zero_->settle();
   step_ = steps_done;
 }
 

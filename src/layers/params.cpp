@@ -1,6 +1,8 @@
 // Parameter specs, tp slicing, keyed initialization and the flat parameter/gradient buffers.
 #include "layers/params.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/philox.h"
@@ -96,8 +98,23 @@ ParamSet::ParamSet(Backend& backend, std::vector<ParamSpec> specs, int tp, int t
   padded_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(backend.compute_dtype()));
   if (gradients == Gradients::Kept) grads_ = Buffer(backend, static_cast<std::size_t>(padded_) * dtype_size(kGradDType));
-  backend.fill(flat_values(), 0.f);
-  zero_grads();
+  zero_untouched(backend, flat_values());
+  if (grads_.bytes() > 0) zero_untouched(backend, flat_grads());
+}
+
+// Zeros a flat buffer: the whole pages the allocator can hand back are zeroed that way, untouched,
+// the rest filled, so a buffer ZeRO-3 shards is never resident all at once.
+void zero_untouched(Backend& be, const Tensor& flat) {
+  const std::size_t page = be.page_bytes(), es = dtype_size(flat.dtype);
+  const auto a = reinterpret_cast<std::uintptr_t>(flat.data);
+  const std::uintptr_t first = (a + page - 1) / page * page, end = (a + flat.bytes()) / page * page;
+  if (end <= first || (first - a) % es != 0 || !be.release_pages(reinterpret_cast<void*>(first), end - first)) {
+    be.fill(flat, 0.f);
+    return;
+  }
+  const std::int64_t head = static_cast<std::int64_t>((first - a) / es), tail = static_cast<std::int64_t>((end - a) / es);
+  if (head > 0) be.fill(flat.rows(0, head), 0.f);
+  if (tail < flat.numel()) be.fill(flat.rows(tail, flat.numel() - tail), 0.f);
 }
 
 int ParamSet::index(const std::string& name) const {
@@ -131,12 +148,18 @@ void ParamSet::zero_grads() {
   if (grads_.bytes() > 0) backend_->fill(flat_grads(), 0.f);
 }
 
-void ParamSet::initialize(std::uint64_t seed) {
+void ParamSet::initialize(std::uint64_t seed, std::int64_t keep_begin, std::int64_t keep_end) {
   if (backend_->device() == Device::Virtual) return;  // the planner's buffers hold no values
+  if (keep_end < 0) keep_end = padded_;
   std::vector<float> g;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const std::int64_t o = offsets_[i], n = specs_[i].local(tp_).numel();
+    const std::int64_t a = std::max(o, keep_begin), b = std::min(o + n, keep_end);
+    if (a >= b) continue;  // each tensor's draw is keyed by its name: skipping one changes no other
     specs_[i].initialize(seed, g);
-    set_global(static_cast<int>(i), g);
+    const std::vector<float> l = local_host(static_cast<int>(i), g);
+    backend_->copy(flat_values().rows(a, b - a),
+                   Tensor{const_cast<float*>(l.data()) + (a - o), DType::F32, {b - a}, Device::Host});
   }
 }
 

@@ -68,7 +68,9 @@ class ParamSet {
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
 
-  void initialize(std::uint64_t seed);
+  // Draws every tensor's initial values; only the elements in [keep_begin, keep_end) of the flat
+  // buffer are written (ZeRO-3: a rank's shard; keep_end < 0: all).
+  void initialize(std::uint64_t seed, std::int64_t keep_begin = 0, std::int64_t keep_end = -1);
   void zero_grads();
   // Sets parameter i from its global (PyTorch-shaped) host tensor; this rank keeps its slice.
   void set_global(int i, const std::vector<float>& global_data);
@@ -85,6 +87,9 @@ class ParamSet {
   int tp_, tp_rank_;
   Buffer values_, grads_;
 };
+
+// Zeros a flat buffer without touching the pages the allocator can hand back zeroed.
+void zero_untouched(Backend& be, const Tensor& flat);
 
 // Stable 64-bit hash of a name (FNV-1a): the RNG index of a tensor's initialization.
 std::uint64_t name_hash(const std::string& s);

@@ -73,7 +73,7 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
   DIT_CHECK(ps.padded_numel() % dp_ == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
             " elements is not padded to a multiple of dp = ", dp_);
   const std::int64_t shard = ps.padded_numel() / dp_;
-  begin_ = rank_ * shard;
+  begin_ = shard_range(ps.padded_numel(), dp_, rank_).begin;
   end_ = begin_ + shard;
   piece_ = std::max<std::int64_t>(1, std::min<std::int64_t>(shard, static_cast<std::int64_t>(options.bucket_bytes / 4)));
   if (dp_ > 1) {
@@ -322,10 +322,6 @@ void ZeroOptimizer::gradients_final(int unit) {
 
 void ZeroOptimizer::zero_grads() {
   if (!sharded_grads()) ps_->zero_grads();
-}
-
-void ZeroOptimizer::settle() {
-  if (sharded_values()) values_.drop_unheld();
 }
 
 void ZeroOptimizer::reduce_all() {

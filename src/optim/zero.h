@@ -93,12 +93,15 @@ class ZeroOptimizer final : public UnitResidency {
   void gradients_final(int unit) override;
   // Before a step's backward: the gradient buffer reads zero (levels 2, 3: it already does).
   void zero_grads();
-  // After the whole flat parameter buffer was written (a restore): level 3 hands back what it
-  // does not hold.
-  void settle();
   // Where the gradient of flat element 0 waits for step(), every reduction done: a test's fault point.
   Tensor first_gradient();
 
+  // The flat elements dp rank `rank` of `dp` owns in a buffer of `padded` (a multiple of dp) elements.
+  static FlatRange shard_range(std::int64_t padded, int dp, int rank) {
+    return {rank * (padded / dp), (rank + 1) * (padded / dp)};
+  }
+  // The flat parameter elements that stay on this rank: its shard under level 3, else all.
+  FlatRange resident_values() const { return sharded_values() ? FlatRange{begin_, end_} : FlatRange{0, ps_->padded_numel()}; }
   int level() const { return options_.level; }
   Optimizer& shard() { return *opt_; }
   const Optimizer& shard() const { return *opt_; }
