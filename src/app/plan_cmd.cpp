@@ -10,6 +10,7 @@
 #include "app/train_cmd.h"
 #include "parallel/world.h"
 #include "plan/layout_choice.h"
+#include "core/resources.h"
 #include "plan/planner.h"
 #include "plan/predict.h"
 
@@ -31,6 +32,7 @@ struct PlanFlags {
   std::string hardware, json, fit, calibration;
   bool predict = false;
   double efficiency = 0.5;
+  double host_memory_gib = 0;
 };
 
 // --fit: every layout of --gpus devices that fits, ranked by the time model.
@@ -52,6 +54,12 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
   req.precisions = {f.train.gave("train.precision") ? cfg.train.precision : DType::BF16};
   req.margin = cfg.parallel.memory_margin;
   req.fixed = fit_constraints([&](const std::string& key) { return f.train.gave(key); }, cfg);  // the flags given pin their settings, as in train --layout auto
+  // What dp shards and where the optimizer state lives are searched too (the flags given pin them).
+  req.zeros = {1, 2, 3};
+  req.offloads = {false, true};
+  DIT_CHECK(f.host_memory_gib >= 0 && f.host_memory_gib < 1e7, "--host-memory-gib ", f.host_memory_gib,
+            ": expected the GiB of host memory per node (0: unchecked)");
+  req.host_memory_gib = f.host_memory_gib;
   const auto rows = fit_layouts(req);
   std::printf("%s", format_fit(req, rows, f.top).c_str());
   if (!f.json.empty()) save_json(f.json, fit_json(rows, f.top));
@@ -63,6 +71,12 @@ void run_plan(const PlanFlags& f, const RunConfig& cfg) {
   const Hardware* hw = f.hardware.empty() ? nullptr : &find_hardware(f.hardware);
   const LayoutPlan p = plan_config(cfg, {cfg.parallel.tp, cfg.parallel.pp, f.dp});
   std::printf("%s", format_plan(p, hw).c_str());
+  if (f.host_memory_gib > 0) {
+    const int per_node = std::min(p.layout.world(), hw ? hw->gpus_per_node : p.layout.world());
+    const double need = double(p.peak_host_bytes()) * per_node;
+    std::printf("host memory: %s for %d ranks of a node, of %g GiB: %s\n", format_bytes(need).c_str(), per_node,
+                f.host_memory_gib, need <= f.host_memory_gib * double(1u << 30) ? "fits" : "does NOT fit");
+  }
   std::string json = plan_json(p, hw);
   if (f.predict) {
     DIT_CHECK(hw || !f.calibration.empty(), "--predict needs --hardware NAME or --calibration FILE");
@@ -93,6 +107,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   cmd->add_option("--fit", f->fit, "Search layouts: GPU memory in GiB (e.g. 80) or a hardware name");
   cmd->add_option("--gpus", f->gpus, "--fit: number of GPUs")->capture_default_str();
   cmd->add_option("--top", f->top, "--fit: rows to print")->capture_default_str();
+  cmd->add_option("--host-memory-gib", f->host_memory_gib,
+                  "Host memory per node in GiB: layouts whose offloaded optimizer state (optim.offload) exceeds it do not "
+                  "fit (0: unchecked); with one layout, say whether its offloaded state fits")
+      ->capture_default_str();
   cmd->add_flag("--predict", f->predict,
                 "Also predict the step time (a model: plan FLOPs/bytes, link model, schedule tables simulated)");
   cmd->add_option("--calibration", f->calibration, "--predict: a TOML [predict] table (overrides --hardware)");

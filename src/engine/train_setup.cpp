@@ -40,6 +40,7 @@ TrainConfig train_config(const RunConfig& c) {
   t.zero = c.optim.zero;
   t.bucket_mib = c.optim.bucket_mib;
   t.overlap = c.optim.overlap;
+  t.offload = c.optim.offload == "cpu";
   t.diffusion_steps = c.diffusion.steps;
   t.objective = c.diffusion.train_objective();
   return t;

@@ -41,6 +41,7 @@ struct TrainConfig {
   int zero = 1;                    // optim.zero: what dp shards (optim/zero.h)
   double bucket_mib = 25;          // optim.bucket_mib: the largest gradient message
   bool overlap = true;             // optim.overlap: communication behind compute
+  bool offload = false;            // optim.offload = "cpu": the optimizer state in host memory
   int diffusion_steps = 1000;  // training timesteps of the linear beta schedule (diffusion.steps)
   diffusion::TrainObjective objective;  // diffusion.objective, timestep sampling, loss terms
   DistillSettings distill;              // [distill]: a teacher, or none

@@ -40,7 +40,8 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
   DIT_CHECK(train_.objective.objective != diffusion::Objective::Flow || !cfg_.learn_sigma,
             "the flow objective trains a velocity model, which learns no variance (learn_sigma is set)");
   const ZeroOptions zero{train_.zero, train_.grad_reduce,
-                         static_cast<std::size_t>(train_.bucket_mib * double(1 << 20)), train_.overlap};
+                         static_cast<std::size_t>(train_.bucket_mib * double(1 << 20)), train_.overlap,
+                         train_.offload};
   zero_ = std::make_unique<ZeroOptimizer>(be, model_->params(), ctx, zero, model_->units());
   model_->set_residency(zero_.get());
   const int holder = output_stage(l.pp, model_->chunks(), train_.stage.placement);
@@ -104,10 +105,14 @@ MemoryAccount Trainer::memory() const {
   MemoryAccount m;
   m.params = zero_->param_bytes();
   m.grads = zero_->grad_bytes();
-  m.master = o.master().data != o.params().data ? o.master().bytes() : 0;
-  m.exp_avg = o.exp_avg().bytes();
-  m.exp_avg_sq = o.exp_avg_sq().bytes();
-  m.ema = o.ema().bytes();
+  if (zero_->offloaded()) {
+    m.host = zero_->host_bytes();
+  } else {
+    m.master = o.master().data != o.params().data ? o.master().bytes() : 0;
+    m.exp_avg = o.exp_avg().bytes();
+    m.exp_avg_sq = o.exp_avg_sq().bytes();
+    m.ema = o.ema().bytes();
+  }
   m.activations = executor_->peak_activation_bytes();
   m.messages = executor_->peak_message_bytes();
   m.workspace = workspace_peak_ + be_->workspace_bytes();  // the stage's scratch + the backend's (attention)

@@ -48,6 +48,8 @@ struct MemoryAccount {
   std::size_t messages = 0;     // peak of the pipeline receive buffers held at once
   std::size_t workspace = 0;    // peak of the scratch arena (kernel temporaries, recomputation) and the
                                 // backend's own workspace (the composed attention's score tiles)
+  std::size_t host = 0;         // optim.offload = "cpu": the optimizer state and its staging in host memory
+                                // (not in total(): the device's bytes; host_bytes in reports)
   std::size_t parts = 0;        // the step parts' own buffers (engine/step_part.h: StepPart::bytes), e.g. a
                                 // distillation teacher's weights and its arena's peak (teacher_bytes in reports)
   std::size_t total() const {

@@ -66,7 +66,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"max_nonfinite_steps", &t.max_nonfinite_steps},
         {"recompute", choice(&t.recompute, kRecomputeNames)}, {"recompute_blocks", &t.recompute_blocks},
         {"grad_reduce", choice(&t.grad_reduce, kGradReduceNames)}, {"deterministic", &t.deterministic}}},
-      {"optim", {{"zero", &c.optim.zero}, {"bucket_mib", &c.optim.bucket_mib}, {"overlap", &c.optim.overlap}}},
+      {"optim", {{"zero", &c.optim.zero}, {"bucket_mib", &c.optim.bucket_mib}, {"overlap", &c.optim.overlap}, {"offload", &c.optim.offload}}},
       {"parallel",
        {{"layout", choice(&p.layout, kLayoutModeNames)}, {"hardware", &p.hardware}, {"memory_gib", &p.memory_gib},
         {"memory_margin", &p.memory_margin}, {"tp", &p.tp}, {"pp", &p.pp}, {"schedule", choice(&p.schedule, kScheduleNames)}, {"pp_layers", &p.pp_layers},

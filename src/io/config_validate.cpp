@@ -329,6 +329,7 @@ void RunConfig::validate() const {
   require(optim.bucket_mib > 0 && optim.bucket_mib <= 4096, "optim.bucket_mib", optim.bucket_mib,
           "a message size in MiB in (0, 4096]: the gradient reduction's staging holds dp - 1 of them "
           "(25: 6.5 million fp32 gradients)");
+  require_one_of("optim.offload", optim.offload, {"none", "cpu"});
   validate_parallel_common(parallel);
   if (parallel.layout == LayoutMode::Fixed) validate_parallel(parallel, model.dit);
   require(!data.path.empty(), "data.path", data.path, "a path to an HDF5 dataset");

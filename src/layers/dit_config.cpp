@@ -12,10 +12,13 @@ namespace {
 struct Size {
   int depth, hidden, heads;
 };
-// The four official model sizes of Peebles & Xie (2023), Table 1.
+// The four official model sizes of Peebles & Xie (2023), Table 1; and two past them for scaling
+// studies and the planner's tiers, a stated choice: DiT-XL's depth 28 at widths 2048 and 4096 with
+// 128-wide heads (2.1B and 8.5B parameters at patch 2).
 const std::map<std::string, Size>& sizes() {
-  static const std::map<std::string, Size> s = {
-      {"S", {12, 384, 6}}, {"B", {12, 768, 12}}, {"L", {24, 1024, 16}}, {"XL", {28, 1152, 16}}};
+  static const std::map<std::string, Size> s = {{"S", {12, 384, 6}},   {"B", {12, 768, 12}},
+                                                {"L", {24, 1024, 16}}, {"XL", {28, 1152, 16}},
+                                                {"2B", {28, 2048, 16}}, {"8B", {28, 4096, 32}}};
   return s;
 }
 
@@ -34,7 +37,7 @@ constexpr LightningSize kLightningSizes[] = {
 
 std::vector<std::string> dit_preset_names() {
   std::vector<std::string> names;
-  for (const char* s : {"S", "B", "L", "XL"})
+  for (const char* s : {"S", "B", "L", "XL", "2B", "8B"})
     for (int p : {2, 4, 8}) names.push_back(std::string("DiT-") + s + "/" + std::to_string(p));
   for (const LightningSize& l : kLightningSizes) names.push_back(l.name);
   return names;

@@ -6,24 +6,35 @@
 
 namespace dit {
 
-Optimizer::Optimizer(Backend& be, const ParamSet& ps, std::int64_t begin, std::int64_t end)
-    : be_(&be), ps_(&ps), begin_(begin), end_(end) {
+Optimizer::Optimizer(Backend& be, const ParamSet& ps, std::int64_t begin, std::int64_t end, Backend* host,
+                     std::int64_t piece)
+    : be_(&be), ps_(&ps), begin_(begin), end_(end), host_(host) {
   DIT_CHECK(0 <= begin && begin <= end && end <= ps.padded_numel(), "optimizer range [", begin,
             ", ", end, ") outside a parameter buffer of ", ps.padded_numel());
   const std::int64_t n = end - begin;
-  if (be.compute_dtype() == DType::F32) {
+  Backend& owner = state_backend();
+  if (be.compute_dtype() == DType::F32 && !host) {
     master_ = params();
   } else {
-    master_own_ = Buffer(be, static_cast<std::size_t>(n) * 4);
+    master_own_ = Buffer(owner, static_cast<std::size_t>(n) * 4);
     master_ = master_own_.tensor({n}, DType::F32);
     be.copy(master_, params());
   }
-  m_ = Buffer(be, static_cast<std::size_t>(n) * 4);
-  v_ = Buffer(be, static_cast<std::size_t>(n) * 4);
-  ema_ = Buffer(be, static_cast<std::size_t>(n) * 4);
-  be.fill(exp_avg(), 0.f);
-  be.fill(exp_avg_sq(), 0.f);
+  m_ = Buffer(owner, static_cast<std::size_t>(n) * 4);
+  v_ = Buffer(owner, static_cast<std::size_t>(n) * 4);
+  ema_ = Buffer(owner, static_cast<std::size_t>(n) * 4);
+  owner.fill(exp_avg(), 0.f);
+  owner.fill(exp_avg_sq(), 0.f);
+  if (host) {
+    piece_ = std::max<std::int64_t>(1, std::min(piece > 0 ? piece : n, n));
+    host_grads_ = Buffer(*host, static_cast<std::size_t>(piece_) * 4);
+    host_params_ = Buffer(*host, static_cast<std::size_t>(piece_) * dtype_size(be.compute_dtype()));
+  }
   reset_ema();
+}
+
+std::size_t Optimizer::bytes() const {
+  return master_own_.bytes() + m_.bytes() + v_.bytes() + ema_.bytes() + host_grads_.bytes() + host_params_.bytes();
 }
 
 Tensor Optimizer::params() const {
@@ -43,12 +54,25 @@ void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Te
   h.bc1 = static_cast<float>(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
   h.bc2 = static_cast<float>(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
   h.grad_scale = static_cast<float>(grad_scale);
-  const Tensor storage = master_.data != params().data ? params() : Tensor{};
-  be_->adamw_ema_step(master_, grads, exp_avg(), exp_avg_sq(), ema(), storage, h,
-                      static_cast<float>(ema_decay));
+  if (!host_) {
+    const Tensor storage = master_.data != params().data ? params() : Tensor{};
+    be_->adamw_ema_step(master_, grads, exp_avg(), exp_avg_sq(), ema(), storage, h, static_cast<float>(ema_decay));
+    return;
+  }
+  // Offloaded: a piece of gradients to the host, AdamW and EMA there, the new parameters back.
+  const std::int64_t n = end_ - begin_;
+  const Tensor p = params(), m = exp_avg(), v = exp_avg_sq(), e = ema();
+  for (std::int64_t at = 0; at < n; at += piece_) {
+    const std::int64_t len = std::min(piece_, n - at);
+    const Tensor g = host_grads_.tensor({len}, DType::F32), out = host_params_.tensor({len}, be_->compute_dtype());
+    be_->copy(g, grads.rows(at, len));
+    host_->adamw_ema_step(master_.rows(at, len), g, m.rows(at, len), v.rows(at, len), e.rows(at, len), out, h,
+                          static_cast<float>(ema_decay));
+    be_->copy(p.rows(at, len), out);
+  }
 }
 
-void Optimizer::reset_ema() { be_->copy(ema(), master_); }
+void Optimizer::reset_ema() { state_backend().copy(ema(), master_); }
 
 double lr_at(const LrConfig& c, std::int64_t step) {
   if (c.warmup > 0 && step < c.warmup) return c.lr * static_cast<double>(step + 1) / c.warmup;

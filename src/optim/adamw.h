@@ -23,8 +23,11 @@ struct AdamWConfig {
 
 class Optimizer {
  public:
-  // Owns the state of elements [begin, end) of ps's flat buffers.
-  Optimizer(Backend& be, const ParamSet& ps, std::int64_t begin, std::int64_t end);
+  // Owns the state of elements [begin, end) of ps's flat buffers, in be's memory; or, given a
+  // `host` backend (optimizer offload), in host memory, where AdamW then runs, `piece` elements at a
+  // time between be's gradients and parameters (a separate fp32 master then, at every precision).
+  Optimizer(Backend& be, const ParamSet& ps, std::int64_t begin, std::int64_t end, Backend* host = nullptr,
+            std::int64_t piece = 0);
 
   std::int64_t begin() const { return begin_; }
   std::int64_t end() const { return end_; }
@@ -44,14 +47,22 @@ class Optimizer {
             double grad_scale, double ema_decay);
   // Resets the EMA to the current master weights (start of training).
   void reset_ema();
+  // The backend whose memory holds the state (the host backend under offload).
+  Backend& state_backend() const { return host_ ? *host_ : *be_; }
+  bool offloaded() const { return host_ != nullptr; }
+  // Bytes of the state and, offloaded, of the host staging of one piece.
+  std::size_t bytes() const;
 
  private:
   Backend* be_;
   const ParamSet* ps_;
   std::int64_t begin_, end_;
-  Buffer master_own_;  // only when the compute dtype is not fp32
+  Backend* host_ = nullptr;
+  std::int64_t piece_ = 0;
+  Buffer master_own_;  // when the compute dtype is not fp32, or offloaded
   Tensor master_;
   Buffer m_, v_, ema_;
+  Buffer host_grads_, host_params_;  // offloaded: one piece of gradients in and parameters out
 };
 
 // Learning rate at a step: linear warmup over `warmup` steps, then constant or cosine decay to

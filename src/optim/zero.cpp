@@ -84,7 +84,8 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
       widen_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(DType::F32));
     }
   }
-  opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_);
+  if (options.offload) host_ = make_backend("cpu", be.compute_dtype());
+  opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_, host_.get(), piece_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
   DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "
             "the norm; use more data-parallel ranks or pipeline stages");
@@ -127,12 +128,6 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
     grads_ = PageHolds(be, ps.flat_grads());
     grads_.drop_unheld();
   }
-}
-
-std::size_t ZeroOptimizer::state_bytes() const {
-  const std::size_t n = static_cast<std::size_t>(end_ - begin_);
-  const bool separate_master = be_->compute_dtype() != DType::F32;
-  return n * 4 * (3 + (separate_master ? 1 : 0));
 }
 
 std::size_t ZeroOptimizer::param_bytes() const {

@@ -38,6 +38,9 @@ struct ZeroOptions {
   // Communication behind compute: each unit's gradients are reduced while the backward goes on
   // (level 1 too), and level 3 fetches the next unit's parameters while the current one runs.
   bool overlap = true;
+  // The optimizer state (fp32 master, Adam moments, EMA) in host memory and AdamW on the host, a
+  // bucket of gradients at a time (optim.offload = "cpu").
+  bool offload = false;
 };
 
 // The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
@@ -107,8 +110,15 @@ class ZeroOptimizer final : public UnitResidency {
   const Optimizer& shard() const { return *opt_; }
   std::int64_t shard_begin() const { return begin_; }
   std::int64_t shard_size() const { return end_ - begin_; }
-  // Bytes of optimizer state this rank holds (master if separate, exp_avg, exp_avg_sq, EMA).
-  std::size_t state_bytes() const;
+  // Bytes of optimizer state this rank holds in host memory (offloaded: the master, Adam moments,
+  // EMA and the staging of a bucket; otherwise none).
+  std::size_t host_bytes() const { return options_.offload ? opt_->bytes() : 0; }
+  // Bytes of optimizer state this rank holds, wherever (master if separate, exp_avg, exp_avg_sq, EMA).
+  std::size_t state_bytes() const {
+    const bool separate = options_.offload || be_->compute_dtype() != DType::F32;
+    return static_cast<std::size_t>(end_ - begin_) * 4 * (separate ? 4 : 3);
+  }
+  bool offloaded() const { return options_.offload; }
   // The most bytes of the flat parameter buffer this rank held at once (level 3: its shard and
   // the gathered units, each counted whole; otherwise all of it).
   std::size_t param_bytes() const;
@@ -155,6 +165,7 @@ class ZeroOptimizer final : public UnitResidency {
   Buffer shard_grads_;      // dp > 1: the reduced gradients of the shard
   Buffer recv_;             // dp > 1: (dp - 1) pieces as they arrive, in the wire dtype
   Buffer wire_, widen_;     // bf16 reduction: dp pieces in bf16 (sent, and our own), one in fp32
+  std::unique_ptr<Backend> host_;  // offload: the backend of the host's memory and AdamW
   std::unique_ptr<Optimizer> opt_;
   Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
   std::int64_t counted_ranges_ = 0;

@@ -28,7 +28,8 @@ std::string describe(const LayoutPlan& p) {
   os << "tp " << p.layout.tp << ", pp " << p.layout.pp << ", dp " << p.layout.dp << ", micro-batch "
      << p.micro_batch << ", recompute " << recompute_name(p.recompute)
      << (p.sequence_parallel ? ", sequence parallel" : "") << ", " << schedule_name(p.schedule)
-     << (p.virtual_stages > 1 ? " over " + std::to_string(p.virtual_stages) + " virtual stages" : "");
+     << (p.virtual_stages > 1 ? " over " + std::to_string(p.virtual_stages) + " virtual stages" : "")
+     << (p.layout.dp > 1 ? ", ZeRO-" + std::to_string(p.zero) : "") << (p.offload ? ", optimizer offloaded" : "");
   return os.str();
 }
 
@@ -43,6 +44,8 @@ std::string constraint_text(const FitConstraints& f) {
   if (f.sequence_parallel) add(*f.sequence_parallel ? "--sequence-parallel" : "parallel.sequence_parallel=false");
   if (f.schedule) add("--schedule " + schedule_name(*f.schedule));
   if (f.virtual_stages) add("--virtual-stages " + std::to_string(*f.virtual_stages));
+  if (f.zero) add("--zero " + std::to_string(*f.zero));
+  if (f.offload) add(std::string("optim.offload=") + (*f.offload ? "\"cpu\"" : "\"none\""));
   return out;
 }
 

@@ -117,6 +117,8 @@ FitConstraints fit_constraints(const std::function<bool(const std::string&)>& ga
   if (gave("train.recompute")) c.recompute = cfg.train.recompute;
   if (gave("parallel.sequence_parallel")) c.sequence_parallel = cfg.parallel.sequence_parallel;
   if (gave("parallel.schedule")) c.schedule = cfg.parallel.schedule;
+  if (gave("optim.zero")) c.zero = cfg.optim.zero;
+  if (gave("optim.offload")) c.offload = cfg.optim.offload == "cpu";
   return c;
 }
 

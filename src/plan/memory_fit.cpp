@@ -25,7 +25,10 @@ double parameter_state_bytes(const TrainSetup& setup, BackendKind backend) {
   const Layout& l = setup.layout;
   const bool host = backend != BackendKind::Cuda;
   const double params = double(setup.model.num_params()) / (double(l.tp) * l.pp);
-  return params * ((host ? 4 + 4 + 12.0 / l.dp : 0.0) + 16);
+  const TrainConfig& t = setup.train;
+  const double values = t.zero >= 3 ? 4.0 / l.dp : 4.0, grads = t.zero >= 2 ? 4.0 / l.dp : 4.0;
+  // The state's 12 bytes (moments and EMA) are in host memory when offloaded, wherever the device is.
+  return params * ((host ? values + grads : 0.0) + (host || t.offload ? 12.0 / l.dp : 0.0) + 16);
 }
 
 // The largest stage of a plan.
@@ -87,6 +90,7 @@ std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws
   }
   MemoryNeed need;
   need.state = (host ? double(a.params + a.grads + a.master + a.exp_avg + a.exp_avg_sq + a.ema) : 0.0) +
+               double(a.host) +                                      // the offloaded optimizer state
                16.0 * double(m.num_params()) / (double(l.tp) * l.pp);  // a checkpoint's gathered fp32 copies
   need.activations = host ? activations : 0.0;
   // The sample grid, and the evaluation's samples when evaluated during training, drawn from the

@@ -169,6 +169,8 @@ LayoutPlan plan_layout(const TrainSetup& run, const PlanDevice& device) {
   p.recompute = tc.stage.recompute;
   p.sequence_parallel = tc.stage.sequence_parallel;
   p.zero = tc.zero;
+  p.offload = tc.offload;
+  p.overlap = tc.overlap;
   p.virtual_stages = tc.virtual_stages;
   p.schedule = tc.schedule;
   const double undercount = plan_undercount_from_env();
@@ -186,6 +188,12 @@ LayoutPlan plan_config(RunConfig cfg, const Layout& layout) {
   cfg.validate_layout();
   return plan_layout(TrainSetup::make(cfg, layout), plan_device(cfg));
 }
+
+namespace {
+// Optimizer offload's links, assumed alike on every tier: a PCIe 4.0 x16 link's ~25 GB/s each way,
+// and ~50 GB/s of host memory bandwidth for the host's AdamW.
+constexpr double kPcieGBps = 25, kHostGBps = 50;
+}  // namespace
 
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency) {
   const Layout& l = p.layout;
@@ -211,10 +219,27 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
   }
   // Interleaving over v chunks shrinks the fill and drain to (pp - 1) / v microbatch times.
   const double fill = double(l.pp - 1) / p.virtual_stages;
-  t.step_s = per_mb * (m + fill) + dp_s;
+  // Overlapped, the dp traffic (reductions, zero 3's gathers) runs behind the backward's and the
+  // forward's compute; what the compute cannot cover is exposed.
+  const double dp_exposed = p.overlap ? std::max(0.0, dp_s - t.compute_s) : dp_s;
+  // Offloaded, each step moves the shard's gradients (fp32) to the host and its parameters back
+  // over PCIe (kPcieGBps), and AdamW streams the host state (kHostGBps); neither is overlapped.
+  double host_s = 0;
+  for (const StagePlan& s : p.stages) {
+    const double shard = double(s.mem.host) / 16.0;  // master, moments, EMA: 16 bytes an element
+    const double dev_bytes = p.precision == DType::F32 ? 4.0 : 2.0;
+    host_s = std::max(host_s, shard * (4.0 + dev_bytes) / (kPcieGBps * 1e9) + double(s.mem.host) * 2 / (kHostGBps * 1e9));
+  }
+  t.step_s = per_mb * (m + fill) + dp_exposed + host_s;
   t.bubble_s = per_mb * fill;
   t.comm_s = t.step_s - t.compute_s - t.bubble_s;
   return t;
+}
+
+std::size_t LayoutPlan::peak_host_bytes() const {
+  std::size_t peak = 0;
+  for (const StagePlan& s : stages) peak = std::max(peak, s.mem.host);
+  return peak;
 }
 
 double FitRequest::budget_bytes() const { return hw.memory_gib * double(1u << 30) * (1 - margin); }
@@ -257,14 +282,20 @@ namespace {
 
 // Every setting of one grid the search tries: micro-batch, precision, recompute mode, sequence
 // parallelism, then the schedule (1F1B, its interleaved forms, GPipe, ZB-H1, ZB-V), as configs to plan.
-std::vector<RunConfig> fit_settings(const FitRequest& req, const Layout& l) {
+// The settings to plan at layout l, in groups that differ only in what dp shards and where the
+// optimizer state lives, cheapest first (zero 1, 2, 3, then the same offloaded): the time model
+// never ranks a later one of a group above an earlier one, so a group's search stops at its first fit.
+std::vector<std::vector<RunConfig>> fit_settings(const FitRequest& req, const Layout& l) {
   const DiTConfig& m = req.cfg.model.dit;
   std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::OneFOneB, 1}};
   for (int v = 2; l.pp > 1 && l.pp * v <= m.depth; ++v) schedules.push_back({ScheduleKind::OneFOneB, v});
   if (l.pp > 1) schedules.push_back({ScheduleKind::GPipe, 1});
   if (l.pp > 1) schedules.push_back({ScheduleKind::ZbH1, 1});
   if (l.pp > 1 && m.depth % (2 * l.pp) == 0) schedules.push_back({ScheduleKind::ZbV, 2});
-  std::vector<RunConfig> out;
+  std::vector<std::vector<RunConfig>> out;
+  std::vector<int> zeros = req.zeros.empty() ? std::vector<int>{req.cfg.optim.zero} : req.zeros;
+  std::vector<bool> offloads = req.offloads.empty() ? std::vector<bool>{req.cfg.optim.offload == "cpu"} : req.offloads;
+  if (l.dp == 1) zeros = {zeros.front()};  // nothing to shard: the levels plan alike
   const std::int64_t replica = req.cfg.train.global_batch / l.dp;
   for (std::int64_t micro = 1; micro <= replica; micro *= 2) {
     if (replica % micro || !allowed(req.fixed.micro_batch, int(micro))) continue;
@@ -275,16 +306,23 @@ std::vector<RunConfig> fit_settings(const FitRequest& req, const Layout& l) {
             if (!allowed(req.fixed.recompute, recompute) || !allowed(req.fixed.sequence_parallel, sp == 1) ||
                 !allowed(req.fixed.schedule, schedule) || !allowed(req.fixed.virtual_stages, v))
               continue;
-            RunConfig c = req.cfg;
-            c.train.micro_batch = static_cast<int>(micro);
-            c.train.precision = precision;
-            c.train.recompute = recompute;
-            c.train.recompute_blocks = 0;
-            c.parallel.sequence_parallel = sp == 1;
-            c.parallel.schedule = schedule;
-            c.parallel.virtual_stages = v;
-            c.parallel.pp_layers.clear();
-            out.push_back(std::move(c));
+            std::vector<RunConfig>& group = out.emplace_back();
+            for (const bool offload : offloads)
+              for (const int zero : zeros) {
+                if (!allowed(req.fixed.zero, zero) || !allowed(req.fixed.offload, offload)) continue;
+                RunConfig c = req.cfg;
+                c.train.micro_batch = static_cast<int>(micro);
+                c.train.precision = precision;
+                c.train.recompute = recompute;
+                c.train.recompute_blocks = 0;
+                c.parallel.sequence_parallel = sp == 1;
+                c.parallel.schedule = schedule;
+                c.parallel.virtual_stages = v;
+                c.parallel.pp_layers.clear();
+                c.optim.zero = zero;
+                c.optim.offload = offload ? "cpu" : "none";
+                group.push_back(std::move(c));
+              }
           }
   }
   return out;
@@ -297,21 +335,25 @@ FitSearch fit_search(const FitRequest& req) {
   FitSearch out;
   const double budget = req.budget_bytes();
   for (const Layout& l : fit_grids(req))
-    for (const RunConfig& c : fit_settings(req, l)) {
-      FitRow r;
-      try {
-        r.plan = plan_config(c, l);
-      } catch (const Error&) {
-        continue;  // a combination the trainer refuses (e.g. more microbatch chunks than it schedules)
+    for (const std::vector<RunConfig>& group : fit_settings(req, l))
+      for (const RunConfig& c : group) {
+        FitRow r;
+        try {
+          r.plan = plan_config(c, l);
+        } catch (const Error&) {
+          continue;  // a combination the trainer refuses (e.g. more microbatch chunks than it schedules)
+        }
+        ++out.candidates;
+        r.time = estimate_time(r.plan, req.hw, req.efficiency);
+        const double node_host = double(r.plan.peak_host_bytes()) * std::min(req.gpus, req.hw.gpus_per_node);
+        if (req.host_memory_gib > 0 && node_host > req.host_memory_gib * double(1u << 30)) continue;
+        if (double(r.plan.peak_bytes()) > budget) {
+          if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
+          continue;
+        }
+        out.rows.push_back(std::move(r));
+        break;  // the group's cheapest that fits
       }
-      ++out.candidates;
-      r.time = estimate_time(r.plan, req.hw, req.efficiency);
-      if (double(r.plan.peak_bytes()) > budget) {
-        if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
-        continue;
-      }
-      out.rows.push_back(std::move(r));
-    }
   std::stable_sort(out.rows.begin(), out.rows.end(),
                    [](const FitRow& a, const FitRow& b) { return a.time.step_s < b.time.step_s; });
   return out;
@@ -325,6 +367,7 @@ std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
   os << "plan: " << p.layout.str() << ", micro-batch " << p.micro_batch << " x " << p.microbatches
      << " microbatches, " << dtype_name(p.precision) << ", recompute " << recompute_name(p.recompute)
      << (p.sequence_parallel ? ", sequence parallel" : "") << (p.layout.dp > 1 ? ", ZeRO-" + std::to_string(p.zero) : "")
+     << (p.offload ? ", optimizer offloaded to the host" : "")
      << "\nper rank of each stage, GiB:\n";
   std::snprintf(line, sizeof line, "%5s %6s %8s %8s %8s %8s %8s %8s %11s %9s %9s %8s\n", "stage", "blocks",
                 "params", "grads", "master", "adam_m", "adam_v", "ema", "activations", "messages",
@@ -342,6 +385,10 @@ std::string format_plan(const LayoutPlan& p, const Hardware* hw) {
     if (s.mem.parts > 0)
       os << "stage " << s.stage << ": the distillation teacher holds " << format_bytes(double(s.mem.parts))
          << " (its weights and one microbatch's forward), counted in the total\n";
+  for (const StagePlan& s : p.stages)
+    if (s.mem.host > 0)
+      os << "stage " << s.stage << ": the offloaded optimizer state holds " << format_bytes(double(s.mem.host))
+         << " of host memory per rank (not in the total)\n";
   os << "peak " << format_bytes(double(p.peak_bytes())) << " per rank"
      << " (activations: the microbatches in flight on the stage; messages are part of them)\n";
   if (hw) {
@@ -362,6 +409,7 @@ std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
      << ", \"precision\": \"" << dtype_name(p.precision) << "\", \"recompute\": \"" << recompute_name(p.recompute)
      << "\", \"sequence_parallel\": " << (p.sequence_parallel ? "true" : "false")
      << ", \"schedule\": \"" << schedule_name(p.schedule) << "\", \"virtual_stages\": " << p.virtual_stages
+     << ", \"zero\": " << p.zero << ", \"offload\": " << (p.offload ? "true" : "false")
      << ", \"peak_bytes\": " << p.peak_bytes();
   if (hw) os << ", \"hardware\": " << quote_string(hw->name) << ", \"model_step_s\": " << estimate_time(p, *hw, 0.5).step_s;
   os << ", \"stages\": [";
@@ -374,7 +422,7 @@ std::string plan_json(const LayoutPlan& p, const Hardware* hw) {
        << ", \"exp_avg_sq_bytes\": " << m.exp_avg_sq << ", \"ema_bytes\": " << m.ema
        << ", \"activation_bytes\": " << m.activations << ", \"message_bytes\": " << m.messages
        << ", \"workspace_bytes\": " << m.workspace << ", \"teacher_bytes\": " << m.parts
-       << ", \"total_bytes\": " << m.total()
+       << ", \"host_bytes\": " << m.host << ", \"total_bytes\": " << m.total()
        << ", \"tp_bytes\": " << s.tp_bytes << ", \"pp_bytes\": " << s.pp_bytes
        << ", \"dp_bytes\": " << s.dp_bytes << ", \"flops\": " << s.flops << "}";
   }
@@ -400,16 +448,16 @@ void save_json(const std::string& path, const std::string& text) { write_file_at
 std::string format_fit_rows(const std::vector<FitRow>& rows, int first, int count) {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%4s %3s %3s %3s %6s %5s %10s %3s %6s %2s %10s %12s\n", "rank", "tp", "pp", "dp",
-                "micro", "prec", "recompute", "sp", "sched", "v", "peak", "model_ms");
+  std::snprintf(line, sizeof line, "%4s %3s %3s %3s %6s %5s %10s %3s %6s %2s %4s %7s %10s %12s\n", "rank", "tp", "pp",
+                "dp", "micro", "prec", "recompute", "sp", "sched", "v", "zero", "offload", "peak", "model_ms");
   os << line;
   for (int i = first; i < std::min<int>(first + count, static_cast<int>(rows.size())); ++i) {
     const LayoutPlan& p = rows[i].plan;
-    std::snprintf(line, sizeof line, "%4d %3d %3d %3d %6d %5s %10s %3s %6s %2d %10s %12.1f\n", i + 1, p.layout.tp,
-                  p.layout.pp, p.layout.dp, p.micro_batch, std::string(dtype_name(p.precision)).c_str(),
+    std::snprintf(line, sizeof line, "%4d %3d %3d %3d %6d %5s %10s %3s %6s %2d %4d %7s %10s %12.1f\n", i + 1,
+                  p.layout.tp, p.layout.pp, p.layout.dp, p.micro_batch, std::string(dtype_name(p.precision)).c_str(),
                   recompute_name(p.recompute).c_str(), p.sequence_parallel ? "yes" : "no",
-                  schedule_name(p.schedule).c_str(), p.virtual_stages, format_bytes(double(p.peak_bytes())).c_str(),
-                  rows[i].time.step_s * 1e3);
+                  schedule_name(p.schedule).c_str(), p.virtual_stages, p.zero, p.offload ? "cpu" : "no",
+                  format_bytes(double(p.peak_bytes())).c_str(), rows[i].time.step_s * 1e3);
     os << line;
   }
   return os.str();
@@ -425,6 +473,9 @@ std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, i
      << "the pipeline bubble, "
      << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
   os << format_fit_rows(rows, 0, top);
+  if (req.host_memory_gib > 0)
+    os << "(layouts whose offloaded optimizer state exceeds " << req.host_memory_gib << " GiB of host memory per node of "
+       << std::min(req.gpus, req.hw.gpus_per_node) << " GPUs are left out)\n";
   if (rows.empty() && fit_grids(req).empty())
     os << "no layout divides " << req.gpus << " GPUs: tp must divide model.num_heads = " << req.cfg.model.dit.num_heads
        << " within a node of " << req.hw.gpus_per_node << ", pp at most model.depth = " << req.cfg.model.dit.depth

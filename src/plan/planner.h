@@ -56,9 +56,12 @@ struct LayoutPlan {
   bool sequence_parallel = false;
   int virtual_stages = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int zero = 1;  // optim.zero: what dp shards
+  int zero = 1;          // optim.zero: what dp shards
+  bool offload = false;  // optim.offload = "cpu"
+  bool overlap = true;   // optim.overlap
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
+  std::size_t peak_host_bytes() const;  // the largest offloaded state over stages
 };
 
 // One rank of pipeline stage `stage` of `l` (tp and dp rank 0: the others of the stage hold the
@@ -108,6 +111,8 @@ struct FitConstraints {
   std::optional<Recompute> recompute;
   std::optional<bool> sequence_parallel;
   std::optional<ScheduleKind> schedule;
+  std::optional<int> zero;       // optim.zero
+  std::optional<bool> offload;   // optim.offload = "cpu"
 };
 
 struct FitRequest {
@@ -119,6 +124,11 @@ struct FitRequest {
   std::vector<DType> precisions = {DType::BF16};
   std::vector<Recompute> recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
   FitConstraints fixed;
+  // What data parallelism shards and whether the optimizer state goes to the host: empty, the
+  // configuration's (--layout auto); `plan --fit` tries them all unless the flags pin them.
+  std::vector<int> zeros;
+  std::vector<bool> offloads;
+  double host_memory_gib = 0;    // per node: the offloaded state of its GPUs must fit (0: unchecked)
   double budget_bytes() const;   // hw.memory_gib less the margin
 };
 struct FitRow {

@@ -41,6 +41,7 @@ void report_accounting(ParallelContext& ctx, const StepAccounting& a, const Memo
       {"message_bytes", double(mem.messages)},
       {"workspace_bytes", double(mem.workspace)},
       {"teacher_bytes", double(mem.parts)},
+      {"host_bytes", double(mem.host)},
       {"total_bytes", double(mem.total())},
   };
   // Every rank runs the same backend, so every row has the column or none does.

@@ -198,6 +198,8 @@ Z=(--set train.micro_batch=8 --set model.depth=4)
 run z1_dp2 -n 2 "${Z[@]}"
 run z3_dp2 -n 2 "${Z[@]}" --set optim.zero=3
 run z1_dp2_b -n 2 "${Z[@]}" --set optim.bucket_mib=0.001
+run z1_dp2_off -n 2 "${Z[@]}" --set optim.offload=\"cpu\"
+run z1_dp2_nov -n 2 "${Z[@]}" --set optim.overlap=false
 python3 - "$SCRATCH" <<'PY' || fail "optim.zero / optim.bucket_mib did not change the bytes held"
 import json, sys
 d = sys.argv[1]
@@ -206,11 +208,15 @@ one, three, small = acct["z1_dp2"], acct["z3_dp2"], acct["z1_dp2_b"]
 assert three["param_bytes"] < one["param_bytes"], (three["param_bytes"], one["param_bytes"])
 assert three["grad_bytes"] < one["grad_bytes"], (three["grad_bytes"], one["grad_bytes"])
 assert small["grad_bytes"] < one["grad_bytes"], (small["grad_bytes"], one["grad_bytes"])
+off = json.load(open(f"{d}/z1_dp2_off/accounting.json"))[0]
+assert off["optimizer_state_bytes"] == 0 and off["host_bytes"] >= one["optimizer_state_bytes"], off
 PY
-for z in z3_dp2 z1_dp2_b; do
+grep -q "optimizer offloaded\|offload" "$SCRATCH/z1_dp2_off.log" || fail "the log does not show optim.offload"
+for z in z3_dp2 z1_dp2_b z1_dp2_off z1_dp2_nov; do
   cmp -s "$SCRATCH/z1_dp2.loss" "$SCRATCH/$z.loss" || fail "$z changed the losses"
 done
-echo "ok: optim.zero and optim.bucket_mib change the bytes held, not the losses"
+echo "ok: optim.zero, optim.bucket_mib, optim.offload change the bytes held, optim.overlap the timing, none the losses"
+refused "optim.offload = \"gpu\": expected one of" --set optim.offload=\"gpu\"
 refused "optim.zero = 4: expected 1 \\(optimizer state" --set optim.zero=4
 refused "optim.bucket_mib = 0: expected a message size in MiB in \\(0, 4096\\]" --set optim.bucket_mib=0
 refused "optim.bucket_mib = 1e\\+12: expected a message size" --set optim.bucket_mib=1e12

@@ -1,6 +1,7 @@
 // ZeRO levels (up to 8 ranks): at dp 2 and dp 4, alone and with tp 2 or pp 2, levels 1, 2 and 3
 // train the same bits over 5 steps with gradient accumulation (losses, gradient norms, master
-// weights, Adam moments and EMA), with communication overlapped or not and buckets of any size; level 3 holds about a quarter of the parameters at dp 4 and
+// weights, Adam moments and EMA), with communication overlapped or not, buckets of any size and
+// the optimizer offloaded to host memory or not; level 3 holds about a quarter of the parameters at dp 4 and
 // level 2 and 3 hand gradient memory back.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -34,7 +35,7 @@ struct ZeroRun {
   bool ran = false;
 };
 
-ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap) {
+ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap, bool offload = false) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto world = MpiComm::world();
@@ -60,6 +61,7 @@ ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap) 
   tc.zero = level;
   tc.bucket_mib = bucket_mib;
   tc.overlap = overlap;
+  tc.offload = offload;
   Trainer trainer(*be, ctx, tiny_dit(2, c.depth, 4, 5), tc, data);
   for (int i = 0; i < kSteps; ++i) {
     const StepStats st = trainer.step();
@@ -100,12 +102,13 @@ TEST_P(ZeroLevels, BitIdenticalAcrossLevels) {
   // and per shard; overlap: units reduced during the backward, zero 3 fetching ahead.
   const ZeroRun one = run_zero(c, 1, 25, false);
   const ZeroRun runs[] = {run_zero(c, 1, 1.0 / 1024, true), run_zero(c, 2, 1.0 / 1024, false),
-                          run_zero(c, 2, 25, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true)};
+                          run_zero(c, 2, 25, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true),
+                          run_zero(c, 1, 1.0 / 1024, true, true), run_zero(c, 3, 25, true, true)};
   if (!one.ran) return;
   EXPECT_NE(one.losses.front(), one.losses.back());
   const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)", "zero 2 (overlap)", "zero 3",
-                         "zero 3 (1 KiB, overlap)"};
-  for (int k = 0; k < 5; ++k) {
+                         "zero 3 (1 KiB, overlap)", "zero 1 offloaded (1 KiB)", "zero 3 offloaded"};
+  for (int k = 0; k < 7; ++k) {
     const ZeroRun& r = runs[k];
     for (int i = 0; i < kSteps; ++i) {
       EXPECT_EQ(r.losses[i], one.losses[i]) << names[k] << " step " << i;
@@ -180,6 +183,47 @@ TEST(ZeroMemory, ShardsHoldAboutAQuarter) {
     std::printf("[ zero memory dp 4, depth %d ] params %zu / %zu / %zu bytes (zero 3: %.3f), grads %zu / %zu / %zu "
                 "(zero 2: %.3f, zero 3: %.3f)\n",
                 c.depth, m1.params, m2.params, m3.params, p, m1.grads, m2.grads, m3.grads, g2, g3);
+}
+
+}  // namespace dit
+
+namespace dit {
+
+// optim.offload = "cpu": the master weights, Adam moments and EMA live in memory of the host
+// backend the optimizer made (not the training backend's), their bytes counted as host bytes and
+// none as device bytes; the parameters and gradients stay on the training backend.
+TEST(ZeroOffload, StateLivesInHostMemory) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto world = MpiComm::world();
+  auto sub = MpiComm::split(*world, rank < 2 ? 0 : 1, rank);
+  if (rank >= 2) return;
+  CpuBackend be;
+  SyntheticDataset data({2, 8, 8}, 5, 64, 9);
+  ParallelContext ctx = make_mpi_context({1, 1, 2}, std::move(sub));
+  TrainConfig tc;
+  tc.global_batch = 4;
+  tc.micro_batch = 2;
+  tc.offload = true;
+  tc.bucket_mib = 1.0 / 1024;  // pieces of 256 gradients between the backends
+  Trainer trainer(be, ctx, tiny_dit(2, 2, 4, 5), tc, data);
+  trainer.step();
+  const Optimizer& o = trainer.optimizer().shard();
+  const auto* host = dynamic_cast<const CpuBackend*>(&o.state_backend());
+  ASSERT_NE(host, nullptr);
+  EXPECT_NE(static_cast<const Backend*>(host), static_cast<const Backend*>(&be));
+  for (const Tensor& t : {o.master(), o.exp_avg(), o.exp_avg_sq(), o.ema()}) {
+    EXPECT_TRUE(host->owns(t.data));
+    EXPECT_FALSE(be.owns(t.data));
+  }
+  EXPECT_TRUE(be.owns(o.params().data));
+  const MemoryAccount m = trainer.memory();
+  const std::size_t shard = static_cast<std::size_t>(trainer.optimizer().shard_size());
+  EXPECT_EQ(m.master + m.exp_avg + m.exp_avg_sq + m.ema, 0u);
+  EXPECT_EQ(m.host, shard * 4 * 4 + 256 * 4 + 256 * 4);  // the state and one piece of staging each way
+  if (rank == 0)
+    std::printf("[ zero offload ] shard of %zu parameters: %zu host bytes, %zu device bytes\n", shard, m.host,
+                m.total());
 }
 
 }  // namespace dit
