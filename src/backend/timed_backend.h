@@ -32,6 +32,7 @@ class TimedBackend final : public Backend {
   void deallocate(void* p) override { in_.deallocate(p); }
   std::size_t page_bytes() const override { return in_.page_bytes(); }
   bool release_pages(void* p, std::size_t bytes) override { return in_.release_pages(p, bytes); }
+  bool can_release_pages() const override { return in_.can_release_pages(); }
   void synchronize() override { in_.synchronize(); }
   std::uint64_t host_syncs() const override { return in_.host_syncs(); }
 

@@ -23,6 +23,7 @@ class Allocator {
   // allocator cannot: the memory and its contents stay.
   virtual std::size_t page_bytes() const { return 4096; }
   virtual bool release_pages(void* /*p*/, std::size_t /*bytes*/) { return false; }
+  virtual bool can_release_pages() const { return false; }
 };
 
 class Arena {

@@ -1,6 +1,8 @@
 // ZeRO levels 1-3 over data-parallel ranks (see zero.h).
 #include "optim/zero.h"
 
+#include "backend/virtual/virtual_backend.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -17,6 +19,7 @@ std::size_t bytes_of(const Tensor& flat, FlatRange r) {
 
 PageHolds::PageHolds(Backend& be, const Tensor& flat)
     : be_(&be), base_(static_cast<char*>(flat.data)), elem_(dtype_size(flat.dtype)), page_(be.page_bytes()) {
+  if (!be.can_release_pages()) return;  // nothing to hand back (the planner's backend): no pages to count
   const std::size_t bytes = flat.bytes();
   count_.assign((bytes + page_ - 1) / page_, 0);
   if (bytes % page_ != 0) count_.back() = 1;  // the trailing partial page stays
@@ -30,10 +33,12 @@ std::int64_t PageHolds::end_page(FlatRange r) const {
 }
 
 void PageHolds::hold(FlatRange r) {
+  if (count_.empty()) return;
   for (std::int64_t p = first_page(r); p < end_page(r); ++p) ++count_[p];
 }
 
 void PageHolds::drop(FlatRange r) {
+  if (count_.empty()) return;
   const std::int64_t end = end_page(r);
   std::int64_t run = -1;  // the first page of a run that nobody holds now
   for (std::int64_t p = first_page(r); p <= end; ++p) {
@@ -84,7 +89,9 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
       widen_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(DType::F32));
     }
   }
-  if (options.offload) host_ = make_backend("cpu", be.compute_dtype());
+  if (options.offload)  // planned on the planning backend: the host's memory is planned too, never allocated
+    host_ = be.device() == Device::Virtual ? std::make_unique<VirtualBackend>(be.compute_dtype())
+                                           : make_backend("cpu", be.compute_dtype());
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_, host_.get(), piece_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
   DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "

@@ -45,7 +45,8 @@ struct ZeroOptions {
 
 // The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
 // back to the backend (Allocator::release_pages) and reads as zeros when next touched. A trailing
-// partial page shares its allocation's rounding and is always held. The bytes held are counted
+// partial page shares its allocation's rounding and is always held. A backend that cannot hand
+// pages back (Allocator::can_release_pages) is left alone. The bytes held are counted
 // per range (Held), so the count does not depend on where pages fall.
 class PageHolds {
  public:

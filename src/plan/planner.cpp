@@ -334,26 +334,38 @@ FitSearch fit_search(const FitRequest& req) {
   check_teacher(req.cfg);  // no layout serves a teacher of another meaning: say so, do not search past it
   FitSearch out;
   const double budget = req.budget_bytes();
+  // A variant's plan: false when the trainer refuses it (e.g. more microbatch chunks than it
+  // schedules) or it does not fit (the smallest of those is kept).
+  const auto fits = [&](const RunConfig& c, const Layout& l, FitRow& r) {
+    try {
+      r.plan = plan_config(c, l);
+    } catch (const Error&) {
+      return false;
+    }
+    ++out.candidates;
+    r.time = estimate_time(r.plan, req.hw, req.efficiency);
+    const double node_host = double(r.plan.peak_host_bytes()) * std::min(req.gpus, req.hw.gpus_per_node);
+    if (req.host_memory_gib > 0 && node_host > req.host_memory_gib * double(1u << 30)) return false;
+    if (double(r.plan.peak_bytes()) > budget) {
+      if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
+      return false;
+    }
+    return true;
+  };
   for (const Layout& l : fit_grids(req))
-    for (const std::vector<RunConfig>& group : fit_settings(req, l))
-      for (const RunConfig& c : group) {
+    for (const std::vector<RunConfig>& group : fit_settings(req, l)) {
+      if (group.empty()) continue;
+      // The group's last variant holds the least (zero 3, offloaded): when it does not fit, none does.
+      FitRow last;
+      if (!fits(group.back(), l, last)) continue;
+      for (std::size_t i = 0; i < group.size(); ++i) {
         FitRow r;
-        try {
-          r.plan = plan_config(c, l);
-        } catch (const Error&) {
-          continue;  // a combination the trainer refuses (e.g. more microbatch chunks than it schedules)
-        }
-        ++out.candidates;
-        r.time = estimate_time(r.plan, req.hw, req.efficiency);
-        const double node_host = double(r.plan.peak_host_bytes()) * std::min(req.gpus, req.hw.gpus_per_node);
-        if (req.host_memory_gib > 0 && node_host > req.host_memory_gib * double(1u << 30)) continue;
-        if (double(r.plan.peak_bytes()) > budget) {
-          if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
-          continue;
-        }
-        out.rows.push_back(std::move(r));
-        break;  // the group's cheapest that fits
+        if (i + 1 == group.size()) r = std::move(last);
+        else if (!fits(group[i], l, r)) continue;
+        out.rows.push_back(std::move(r));  // the group's cheapest that fits
+        break;
       }
+    }
   std::stable_sort(out.rows.begin(), out.rows.end(),
                    [](const FitRow& a, const FitRow& b) { return a.time.step_s < b.time.step_s; });
   return out;

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p) override;
   bool release_pages(void* p, std::size_t bytes) override;  // madvise(MADV_DONTNEED)
+  bool can_release_pages() const override { return true; }
   void synchronize() override { count_sync(); }
 
   void copy(const Tensor& dst, const Tensor& src) override;

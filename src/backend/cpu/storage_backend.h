@@ -22,6 +22,7 @@ class CpuStorageBackend final : public Backend {
   void deallocate(void* p) override { fp32_.deallocate(p); }
   std::size_t page_bytes() const override { return fp32_.page_bytes(); }
   bool release_pages(void* p, std::size_t bytes) override { return fp32_.release_pages(p, bytes); }
+  bool can_release_pages() const override { return fp32_.can_release_pages(); }
   void synchronize() override { fp32_.synchronize(); }
   std::uint64_t host_syncs() const override { return fp32_.host_syncs(); }
 

@@ -25,7 +25,6 @@ class VirtualBackend final : public Backend {
   Device device() const override { return Device::Virtual; }
   void* allocate(std::size_t bytes) override;
   void deallocate(void*) override {}
-  bool release_pages(void*, std::size_t) override { return true; }  // plans what the CPU backend releases
   // Every byte handed out so far, alignment included (nothing is ever given back): a pass planned
   // on a fresh backend allocates its peak.
   std::size_t allocated_bytes() const { return next_ - kFirstAddress; }
