@@ -55,8 +55,7 @@ void run_fit(const PlanFlags& f, const RunConfig& cfg) {
   req.margin = cfg.parallel.memory_margin;
   req.fixed = fit_constraints([&](const std::string& key) { return f.train.gave(key); }, cfg);  // the flags given pin their settings, as in train --layout auto
   // What dp shards and where the optimizer state lives are searched too (the flags given pin them).
-  req.zeros = {1, 2, 3};
-  req.offloads = {false, true};
+  search_sharding(req, false);
   DIT_CHECK(f.host_memory_gib >= 0 && f.host_memory_gib < 1e7, "--host-memory-gib ", f.host_memory_gib,
             ": expected the GiB of host memory per node (0: unchecked)");
   req.host_memory_gib = f.host_memory_gib;

@@ -107,6 +107,7 @@ FitRequest auto_fit_request(const AutoLayoutRequest& r, std::string* source) {
     from = std::string("the ") + host.source + "'s memory limit shared by " + std::to_string(r.ranks_per_node) +
            " rank(s)";
   }
+  search_sharding(req, cuda);
   if (source) *source = from;
   return req;
 }
@@ -139,6 +140,8 @@ void apply_layout(RunConfig& cfg, const LayoutPlan& p) {
   cfg.train.micro_batch = p.micro_batch;
   cfg.train.recompute = p.recompute;
   cfg.train.recompute_blocks = 0;
+  cfg.optim.zero = p.zero;
+  cfg.optim.offload = p.offload ? "cpu" : "none";
   cfg.validate_layout();
 }
 
@@ -152,7 +155,8 @@ bool recorded_layout_fits(const RunConfig& recorded, const AutoLayoutRequest& r,
   if ((f.tp && *f.tp != p.tp) || (f.pp && *f.pp != p.pp) || (f.micro_batch && *f.micro_batch != recorded.train.micro_batch) ||
       (f.recompute && *f.recompute != recorded.train.recompute) ||
       (f.sequence_parallel && *f.sequence_parallel != p.sequence_parallel) || (f.schedule && *f.schedule != p.schedule) ||
-      (f.virtual_stages && *f.virtual_stages != p.virtual_stages))
+      (f.virtual_stages && *f.virtual_stages != p.virtual_stages) ||
+      (f.zero && *f.zero != recorded.optim.zero) || (f.offload && *f.offload != (recorded.optim.offload == "cpu")))
     return no("the flags given (" + constraint_text(f) + ") exclude it");
   if (r.world % (p.tp * p.pp) != 0)
     return no("tp x pp = " + std::to_string(p.tp * p.pp) + " does not divide the job's " + std::to_string(r.world) +
@@ -167,6 +171,8 @@ bool recorded_layout_fits(const RunConfig& recorded, const AutoLayoutRequest& r,
   cfg.train.micro_batch = recorded.train.micro_batch;
   cfg.train.recompute = recorded.train.recompute;
   cfg.train.recompute_blocks = recorded.train.recompute_blocks;
+  cfg.optim.zero = recorded.optim.zero;
+  cfg.optim.offload = recorded.optim.offload;
   const Layout l{p.tp, p.pp, r.world / (p.tp * p.pp)};
   try {
     cfg.validate_layout();

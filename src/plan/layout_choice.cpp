@@ -76,6 +76,8 @@ bool use_recorded(const AutoLayoutRequest& r, RunConfig& out, std::string& note)
   out.train.micro_batch = recorded.train.micro_batch;
   out.train.recompute = recorded.train.recompute;
   out.train.recompute_blocks = recorded.train.recompute_blocks;
+  out.optim.zero = recorded.optim.zero;
+  out.optim.offload = recorded.optim.offload;
   out.validate_layout();
   note = "layout auto: continuing on the layout recorded in " + file.string() + ": tp " +
          std::to_string(out.parallel.tp) + ", pp " + std::to_string(out.parallel.pp) + ", micro-batch " +

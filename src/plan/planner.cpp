@@ -236,6 +236,12 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
   return t;
 }
 
+void search_sharding(FitRequest& req, bool cuda_run) {
+  req.zeros = cuda_run ? std::vector<int>{1} : std::vector<int>{1, 2, 3};
+  // On a CPU the host's memory is the device's: offloading frees nothing.
+  req.offloads = req.hw.cores > 0 ? std::vector<bool>{false} : std::vector<bool>{false, true};
+}
+
 std::size_t LayoutPlan::peak_host_bytes() const {
   std::size_t peak = 0;
   for (const StagePlan& s : stages) peak = std::max(peak, s.mem.host);

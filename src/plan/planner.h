@@ -140,6 +140,10 @@ struct FitSearch {
   int candidates = 0;        // layouts the trainer accepts, fitting or not
   std::optional<FitRow> smallest;  // the candidate of the smallest peak (when nothing fits)
 };
+// What a search may choose of the sharding: the ZeRO levels 1-3, and on a GPU (whose optimizer
+// state could go to the host) the offload; a run on CUDA only level 1 (levels 2 and 3 need the
+// CPU backend for now); plan --fit plans them all.
+void search_sharding(FitRequest& req, bool cuda_run);
 // Every layout of `gpus` devices (tp dividing the heads within a node, pp <= depth, every
 // micro-batch size dividing the per-replica batch, each precision, recompute mode, sequence
 // parallelism, schedule and number of virtual stages) within `req.fixed` that fits, fastest first
