@@ -80,6 +80,8 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
   const std::int64_t shard = ps.padded_numel() / dp_;
   begin_ = shard_range(ps.padded_numel(), dp_, rank_).begin;
   end_ = begin_ + shard;
+  DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "
+            "the norm; use more data-parallel ranks or pipeline stages");
   piece_ = std::max<std::int64_t>(1, std::min<std::int64_t>(shard, static_cast<std::int64_t>(options.bucket_bytes / 4)));
   if (dp_ > 1) {
     shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType));
@@ -94,8 +96,6 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
                                            : make_backend("cpu", be.compute_dtype());
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_, host_.get(), piece_);
   // Tensors replicated over tp have identical grads on every tp rank: count them once.
-  DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "
-            "the norm; use more data-parallel ranks or pipeline stages");
   std::vector<std::int32_t> ranges;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
@@ -112,8 +112,8 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
     be.copy(counted_.tensor({counted_ranges_, 2}, DType::I32),
             Tensor{ranges.data(), DType::I32, {counted_ranges_, 2}, Device::Host});
   }
-  if (options.level >= 2) {
-    DIT_CHECK(!units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
+  DIT_CHECK(options.level == 1 || !units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
+  if (!units_.empty()) {
     std::int64_t at = 0;
     for (const FlatRange& u : units_) {
       DIT_CHECK(u.begin == at && u.end > u.begin, "ZeRO: the units do not tile the flat buffer at element ", at);
