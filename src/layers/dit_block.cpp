@@ -319,14 +319,17 @@ BlockActs DiTBlock::rematerialize(Backend& be, const BlockActs& kept, const Tens
 }
 
 // B and W: with a deferring sink `w` (dit_block.h) the tensors the five linears' weight grads read
-// live in w's kept arena (the microbatch's) until W:
+// live in the microbatch's arena until W:
 //   inputs   h1 (qkv), attn (proj), h2 (fc1 / w12), g1 (fc2 / w3): the forward's, or under
 //            recomputation rematerialised into the kept arena (a recomputed block keeps its
 //            rematerialised tensors until its W); SiLU(c) (adaLN), the stage's
-//   output grads  dqkv, dL/d o1 and dL/d o2 (all-gathered over tokens under sequence
-//            parallelism), df1 (dg1 for GELU, in place), and this rank's adaLN columns of dmod
-// Everything else is scratch, gone when B returns. With the default sink they are scratch too and
-// each weight grad is added where the fused backward adds it.
+//   output grads  dL/d o2, df1, dL/d o1 and dqkv, each moved (`keep_for_w`) into the forward
+//            tensor it is the gradient of (o2, f1, o1, qkv: same shape, and dead once B has read
+//            it), so that a microbatch owing its W holds no more than its forward did; under
+//            sequence parallelism dL/d o2 and dL/d o1 are all-gathered over tokens, larger than
+//            o2 and o1, and are kept beside them; and this rank's adaLN columns of dmod (per sample)
+// Everything else is scratch, gone when B returns. With the default sink everything is scratch
+// and each weight grad is added where the fused backward adds it; the values are the same bits.
 void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c, const Tensor& dx,
                         const Tensor& dsilu_c, Arena& scratch, const WeightSink& w) const {
   Arena& keep = w.arena(scratch);
@@ -336,38 +339,49 @@ void DiTBlock::backward(Backend& be, const BlockActs& kept, const Tensor& silu_c
   const std::int64_t heads = cfg_.num_heads / tp;
   const DType dt = be.compute_dtype();
   Tensor dmod = keep.tensor({n, 6 * d}, dt);
-  Tensor dbranch = keep.tensor({n, t, d}, dt);    // grad of a branch output (o2, then o1)
-  Tensor dnorm = scratch.tensor({n, tf, d}, dt);  // grad of a modulated norm (h1, h2), tp-partial
+  Tensor dbranch = scratch.tensor({n, t, d}, dt);  // grad of a branch output (o2, then o1)
+  Tensor dnorm = scratch.tensor({n, tf, d}, dt);   // grad of a modulated norm (h1, h2), tp-partial
   auto linear = [&](const LinearParams& p, const Tensor& x, const Tensor& dy, const Tensor& dxl) {
     w.linear(be, p, x, dy, Bias::Add);
     linear_bwd_input(be, p, dy, dxl, Accumulate::Overwrite);
   };
+  // An output grad W reads, once B no longer reads `dead` (the forward tensor it is the grad of).
+  auto keep_for_w = [&](const Tensor& grad, const Tensor& dead) {
+    if (!w.deferred()) return grad;
+    const bool fits = dead.shape == grad.shape && dead.dtype == grad.dtype;
+    const Tensor home = fits ? dead : keep.tensor(grad.shape, grad.dtype);
+    be.copy(home, grad);
+    return home;
+  };
 
   // MLP branch: dx holds dL/dx_out and becomes dL/dx_mid.
   be.gate_residual_bwd(dx, a.o2, {a.mod, kGate2}, dbranch, {dmod, kGate2});
-  Tensor dg1 = keep.tensor(a.g1.shape, dt);
-  linear(fc2_, a.g1, row_parallel_dy(be, dbranch, keep, scratch), dg1);
+  const Tensor do2 = keep_for_w(row_parallel_dy(be, dbranch, scratch, scratch), a.o2);
+  Tensor dg1 = scratch.tensor(a.g1.shape, dt);
+  linear(fc2_, a.g1, do2, dg1);
   Tensor df1 = dg1;
   if (cfg_.mlp == MlpKind::Swiglu) {
-    df1 = keep.tensor(a.f1.shape, dt);
+    df1 = scratch.tensor(a.f1.shape, dt);
     be.swiglu_bwd(a.f1, dg1, df1);
   } else {
     be.gelu_tanh_bwd(a.f1, dg1, dg1);
   }
+  df1 = keep_for_w(df1, a.f1);
   linear(fc1_, a.h2, df1, dnorm);
   modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_mid, a.mean2, a.rstd2, a.mod,
                      kShift2, norm2_, dx, dmod, scratch);
 
-  // Attention branch: dx becomes dL/dx_in. (A deferred W still reads o2's grad: a second buffer.)
-  if (w.deferred()) dbranch = keep.tensor({n, t, d}, dt);
+  // Attention branch: dx becomes dL/dx_in.
   be.gate_residual_bwd(dx, a.o1, {a.mod, kGate1}, dbranch, {dmod, kGate1});
+  const Tensor do1 = keep_for_w(row_parallel_dy(be, dbranch, scratch, scratch), a.o1);
   Tensor dattn = scratch.tensor({n, tf, d / tp}, dt);
-  linear(proj_, a.attn, row_parallel_dy(be, dbranch, keep, scratch), dattn);
-  Tensor dqkv = keep.tensor({n, tf, 3 * d / tp}, dt);
+  linear(proj_, a.attn, do1, dattn);
+  Tensor dqkv = scratch.tensor({n, tf, 3 * d / tp}, dt);
   Tensor dqkv_a = dqkv;
   if (a.qkv_a.data != a.qkv.data) dqkv_a = scratch.tensor(dqkv.shape, dt);
   be.attention_bwd(a.qkv_a, a.attn, a.lse, dattn, static_cast<int>(heads), dqkv_a);
   if (a.qkv_a.data != a.qkv.data) qk_transform_bwd(be, a, dqkv_a, dqkv, scratch);
+  dqkv = keep_for_w(dqkv, a.qkv);
   linear(qkv_, a.h1, dqkv, dnorm);
   modulated_norm_bwd(be, column_parallel_dx(be, dnorm, scratch), a.x_in, a.mean1, a.rstd1, a.mod,
                      kShift1, norm1_, dx, dmod, scratch);
