@@ -246,10 +246,11 @@ def write_docs(a, results, sizes, plt):
           "for GEMMs of few rows (rows / (rows + 512)); links: NVLink 450 GB/s within a node of 8, InfiniBand "
           "50 GB/s per GPU across nodes, 5 us per message (src/plan/planner.cpp's hardware table); the pipeline "
           "as the real schedule tables (1F1B, interleaved with v = 2 where 28 blocks split evenly) simulated "
-          "event by event; ZeRO-1 reduce-scatter + all-gather over dp, AdamW + EMA at HBM speed. It leaves "
-          "out overlap of communication with compute, NCCL's real algorithm choices, kernel launch gaps and "
-          "stragglers, so real runs will be slower; use it to rank layouts and find crossovers, not to quote "
-          "throughput.", "",
+          "event by event; ZeRO-1 reduce-scatter + all-gather over dp, the reduce-scatter hidden behind the "
+          "backward as far as its compute covers it (optim.overlap), the all-gather after the optimizer "
+          "exposed; AdamW + EMA at HBM speed. It leaves out NCCL's real algorithm choices, kernel launch "
+          "gaps and stragglers, so real runs will be slower; use it to rank layouts and find crossovers, "
+          "not to quote throughput.", "",
           "Model: DiT-XL/2 at 256x256 (latents 32x32x4, 256 tokens, hidden 1152, 28 blocks, 16 heads), "
           "bf16 with fp32 master weights, layouts that fit 80 GB with a 10% margin.", "",
           "![scaling](scaling_h100.png)", ""]

@@ -193,7 +193,35 @@ namespace {
 // Optimizer offload's links, assumed alike on every tier: a PCIe 4.0 x16 link's ~25 GB/s each way,
 // and ~50 GB/s of host memory bandwidth for the host's AdamW.
 constexpr double kPcieGBps = 25, kHostGBps = 50;
+double compute_bytes(const LayoutPlan& p) { return p.precision == DType::F32 ? 4.0 : 2.0; }
 }  // namespace
+
+double optimizer_shard_params(const StagePlan& s) {
+  // fp32 moments on the device, or (offloaded) master, two moments and EMA on the host
+  return s.mem.exp_avg ? double(s.mem.exp_avg) / 4 : double(s.mem.host) / 16;
+}
+
+double dp_exposed_s(const LayoutPlan& p, double dp_s, double compute_s) {
+  if (!p.overlap) return dp_s;
+  if (p.zero == 3) return std::max(0.0, dp_s - compute_s);
+  const double reduce = dp_s / 2;  // the reduce-scatter; the all-gather follows the optimizer
+  return dp_s - reduce + std::max(0.0, reduce - 2 * compute_s / 3);
+}
+
+double offload_s(const LayoutPlan& p) {
+  if (!p.offload) return 0;
+  double t = 0;
+  for (const StagePlan& s : p.stages) {
+    const double shard = optimizer_shard_params(s);
+    t = std::max(t, shard * (4.0 + compute_bytes(p)) / (kPcieGBps * 1e9) + double(s.mem.host) * 2 / (kHostGBps * 1e9));
+  }
+  return t;
+}
+
+double released_bytes_per_step(const LayoutPlan& p, const StagePlan& s) {
+  if (p.zero < 2) return 0;
+  return optimizer_shard_params(s) * (p.layout.dp - 1) * 4;
+}
 
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency) {
   const Layout& l = p.layout;
@@ -217,20 +245,12 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
     t.compute_s = std::max(t.compute_s, compute);
     dp_s = std::max(dp_s, s.dp_bytes / dp_bw + s.dp_calls * lat);
   }
-  // Interleaving over v chunks shrinks the fill and drain to (pp - 1) / v microbatch times.
-  const double fill = double(l.pp - 1) / p.virtual_stages;
-  // Overlapped, the dp traffic (reductions, zero 3's gathers) runs behind the backward's and the
-  // forward's compute; what the compute cannot cover is exposed.
-  const double dp_exposed = p.overlap ? std::max(0.0, dp_s - t.compute_s) : dp_s;
-  // Offloaded, each step moves the shard's gradients (fp32) to the host and its parameters back
-  // over PCIe (kPcieGBps), and AdamW streams the host state (kHostGBps); neither is overlapped.
-  double host_s = 0;
-  for (const StagePlan& s : p.stages) {
-    const double shard = double(s.mem.host) / 16.0;  // master, moments, EMA: 16 bytes an element
-    const double dev_bytes = p.precision == DType::F32 ? 4.0 : 2.0;
-    host_s = std::max(host_s, shard * (4.0 + dev_bytes) / (kPcieGBps * 1e9) + double(s.mem.host) * 2 / (kHostGBps * 1e9));
-  }
-  t.step_s = per_mb * (m + fill) + dp_exposed + host_s;
+  // Interleaving over v chunks shrinks the fill and drain to (pp - 1) / v microbatch times once
+  // there are pp microbatches to keep the stages busy. With fewer, each microbatch's chunks still
+  // pass every stage in turn: (pp - m) + (m - 1) / v, pp - 1 at m = 1 (interleaving gains nothing).
+  const int pp = l.pp, v = p.virtual_stages;
+  const double fill = m >= pp ? double(pp - 1) / v : (pp - m) + (m - 1) / double(v);
+  t.step_s = per_mb * (m + fill) + dp_exposed_s(p, dp_s, t.compute_s) + offload_s(p);
   t.bubble_s = per_mb * fill;
   t.comm_s = t.step_s - t.compute_s - t.bubble_s;
   return t;

@@ -98,11 +98,32 @@ LayoutPlan plan_config(RunConfig cfg, const Layout& layout);
 // x rows / (rows + 512), rows = micro-batch x tokens), the extra forward of
 // recomputation, the pipeline bubble (p - 1) / (m + p - 1), and communication from the planned
 // bytes over the hardware's links (tp and pp neighbours within a node while the rank grid keeps
-// them there; dp across nodes once tp x dp exceeds a node). No overlap of compute and messages.
+// them there; dp across nodes once tp x dp exceeds a node). With optim.overlap, the dp traffic
+// the compute can cover is hidden (dp_exposed_s); with optim.offload, offload_s is added.
 struct TimeEstimate {
   double step_s = 0, compute_s = 0, bubble_s = 0, comm_s = 0;
 };
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency);
+
+// The parts of a step that depend on optim.zero, .overlap and .offload, shared by estimate_time
+// and the calibrated predictor (predict.h):
+// The parameters one rank's AdamW and EMA update: its shard (the same at every zero level).
+double optimizer_shard_params(const StagePlan& s);
+// The dp traffic `dp_s` leaves exposed beside `compute_s` (one step of the rank's compute): all of
+// it without overlap; with overlap the gradient reduction runs behind the backward (2/3 of the
+// compute) and, at zero 3, the gathers behind the forward and backward, while zero 1 and 2's
+// parameter all-gather after the optimizer (half of their dp bytes) stays exposed.
+double dp_exposed_s(const LayoutPlan& p, double dp_s, double compute_s);
+// Offload (optim.offload = "cpu"): each step moves the shard's fp32 gradients to the host and its
+// parameters back over PCIe (~25 GB/s each way), and AdamW streams the host state (~50 GB/s);
+// neither overlaps. 0 without offload.
+double offload_s(const LayoutPlan& p);
+// Bytes of gradient a rank hands back to the allocator and touches again each step at zero 2 and 3
+// (the fp32 gradients of the dp - 1 shards it does not own), for which a CPU pays page faults and
+// zeroing as the next backward adds into them (predict.h). Zero 3's gathered parameters are handed
+// back too, but the gather writes each page whole: measured here, they cost a small part of the
+// gradients' (docs/scaling.md), so they are left out.
+double released_bytes_per_step(const LayoutPlan& p, const StagePlan& s);
 
 // What the layout search may not change: each field that is set pins that setting (the flags a
 // user gave next to --layout auto, e.g. --tp 2).

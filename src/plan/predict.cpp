@@ -50,6 +50,7 @@ constexpr CalibrationKey kCalibrationKeys[] = {
     {"pp_latency_us", -1, 1e6, false, "microseconds (< 0: latency_us)"},
     {"optimizer_ns_per_param", 0, 1e6, false, "nanoseconds"},
     {"step_overhead_s", 0, 3600, false, "seconds"},
+    {"release_ns_per_byte", 0, 1e6, false, "nanoseconds"},
     {"cores", 0.01, 1e6, true, "cores shared by a node's ranks (0: a device per rank)"},
 };
 
@@ -63,6 +64,7 @@ double* calibration_field(PredictParams& p, const std::string& key, double& gpus
   if (key == "pp_latency_us") return &p.pp_latency_us;
   if (key == "optimizer_ns_per_param") return &p.optimizer_ns_per_param;
   if (key == "step_overhead_s") return &p.step_overhead_s;
+  if (key == "release_ns_per_byte") return &p.release_ns_per_byte;
   if (key == "cores") return &p.cores;
   return nullptr;
 }
@@ -202,11 +204,15 @@ Prediction predict_step(const LayoutPlan& p, const PredictParams& hw, std::int64
     const double busy = std::max(1.0, l.world() * (1 - r.bubble));
     r = simulate_at(p, hw, schedule, std::min(1.0, hw.cores / busy));
   }
+  // On shared cores a rank's messages are copies its core makes: overlap hides none of them.
+  if (!shared) r.dp_s = dp_exposed_s(p, r.dp_s, r.compute_s);
   for (const StagePlan& st : p.stages) {  // every rank updates its shard at once
-    const double shard_params = double(st.mem.params) / (p.precision == DType::F32 ? 4 : 2) / l.dp;
-    r.optimizer_s = std::max(r.optimizer_s, shard_params * hw.optimizer_ns_per_param * 1e-9 / all_busy);
+    r.optimizer_s = std::max(r.optimizer_s, optimizer_shard_params(st) * hw.optimizer_ns_per_param * 1e-9 / all_busy);
+    r.release_s = std::max(r.release_s, released_bytes_per_step(p, st) * hw.release_ns_per_byte * 1e-9 / all_busy);
   }
-  r.step_s = r.pipeline_s + r.dp_s + r.optimizer_s + hw.step_overhead_s;
+  // On a CPU the offloaded state is in the memory the compute uses: nothing crosses a link.
+  r.offload_s = hw.cores > 0 ? 0.0 : offload_s(p);
+  r.step_s = r.pipeline_s + r.dp_s + r.optimizer_s + r.release_s + r.offload_s + hw.step_overhead_s;
   r.images_per_s = double(global_batch) / r.step_s;
   return r;
 }
@@ -216,7 +222,8 @@ std::string prediction_json(const Prediction& r, const PredictParams& hw) {
   os.precision(9);
   os << "{\"hardware\": " << quote_string(hw.name) << ", \"step_s\": " << r.step_s << ", \"pipeline_s\": " << r.pipeline_s
      << ", \"compute_s\": " << r.compute_s << ", \"bubble\": " << r.bubble << ", \"dp_s\": " << r.dp_s
-     << ", \"optimizer_s\": " << r.optimizer_s << ", \"images_per_s\": " << r.images_per_s << "}";
+     << ", \"optimizer_s\": " << r.optimizer_s << ", \"release_s\": " << r.release_s
+     << ", \"offload_s\": " << r.offload_s << ", \"images_per_s\": " << r.images_per_s << "}";
   return os.str();
 }
 

@@ -56,6 +56,7 @@ TEST(Predict, PipelineFillAndDrainFromTheTables) {
 TEST(Predict, LinksDataParallelAndSharedCores) {
   PredictParams h = unit_machine();
   LayoutPlan p = plan(2, 2, 4, 1, 12);
+  p.overlap = false;  // every dp byte exposed (ZeroOverlapReleaseAndOffload: what overlap hides)
   for (StagePlan& s : p.stages) {
     s.pp_bytes = 4;  // 4 sends of 1 byte per step on each stage (stage 0 forward, stage 1 backward)
     s.dp_bytes = 10;
@@ -77,6 +78,54 @@ TEST(Predict, LinksDataParallelAndSharedCores) {
   const double pipe_shared = predict_step(plan(4, 1, 4, 1, 12), c, 8, ScheduleKind::OneFOneB).pipeline_s;
   EXPECT_GT(pipe_shared, pipe);
   EXPECT_LT(pipe_shared, 2 * pipe);
+}
+
+// ZeRO in the model: with optim.overlap on devices the gradient reduction (half of zero 1 and 2's
+// dp bytes) hides behind 2/3 of the compute and zero 3's traffic behind all of it; on shared CPU
+// cores nothing hides. Zero 2 and 3 pay for the gradient pages they hand back (fp32, of the dp - 1
+// other shards); offload pays PCIe and host memory on devices only. The AdamW shard is the same at every level.
+TEST(Predict, ZeroOverlapReleaseAndOffload) {
+  PredictParams h = unit_machine();
+  h.intra_gbps = h.inter_gbps = 1e-9;  // 1 byte/s
+  LayoutPlan p = plan(1, 4, 1, 1, 30);  // 30 s of compute a step
+  p.stages[0].dp_bytes = 20;
+  p.stages[0].mem.exp_avg = 4 * 100;  // a shard of 100 parameters
+  auto dp_at = [&](int zero, bool overlap, const PredictParams& hw) {
+    p.zero = zero, p.overlap = overlap;
+    return predict_step(p, hw, 8, ScheduleKind::OneFOneB).dp_s;
+  };
+  EXPECT_NEAR(dp_at(1, false, h), 20, 1e-9);
+  EXPECT_NEAR(dp_at(1, true, h), 10, 1e-9);  // the all-gather after the optimizer stays
+  EXPECT_NEAR(dp_at(2, true, h), 10, 1e-9);
+  EXPECT_NEAR(dp_at(3, true, h), 0, 1e-9);   // 20 s behind 30 s of compute
+  p.stages[0].flops = 15;                    // 10 s of backward hide 10 of the reduction's 10 s
+  EXPECT_NEAR(dp_at(1, true, h), 10, 1e-9);
+  p.stages[0].flops = 6;                     // 4 s of backward: 6 of 10 s exposed, and 10 s
+  EXPECT_NEAR(dp_at(1, true, h), 16, 1e-9);
+  PredictParams shared = h;
+  shared.cores = 8;  // 4 ranks on 8 cores: shared, each rank a whole core
+  EXPECT_NEAR(dp_at(3, true, shared), 20, 1e-9);
+
+  h.release_ns_per_byte = 1e9;  // 1 s per byte
+  auto at = [&](int zero) {
+    p.zero = zero;
+    return predict_step(p, h, 8, ScheduleKind::OneFOneB);
+  };
+  EXPECT_EQ(at(1).release_s, 0);
+  EXPECT_NEAR(at(2).release_s, 300 * 4, 1e-6);
+  EXPECT_NEAR(at(3).release_s, 300 * 4, 1e-6);
+  EXPECT_NEAR(at(1).optimizer_s, at(3).optimizer_s, 1e-12);
+  h.release_ns_per_byte = 0;
+
+  p.offload = true;
+  p.stages[0].mem.exp_avg = 0;
+  p.stages[0].mem.host = 16 * 100;  // master, moments and EMA of 100 parameters
+  const double pcie = 100 * (4 + 4) / 25e9, host = 1600 * 2 / 50e9;
+  EXPECT_NEAR(at(1).offload_s, pcie + host, 1e-15);
+  EXPECT_NEAR(at(1).optimizer_s, at(2).optimizer_s, 1e-15);
+  PredictParams cpu = h;
+  cpu.cores = 8;
+  EXPECT_EQ(predict_step(p, cpu, 8, ScheduleKind::OneFOneB).offload_s, 0);
 }
 
 }  // namespace dit
