@@ -247,8 +247,8 @@ def write_docs(a, results, sizes, plt):
           "50 GB/s per GPU across nodes, 5 us per message (src/plan/planner.cpp's hardware table); the pipeline "
           "as the real schedule tables (1F1B, interleaved with v = 2 where 28 blocks split evenly) simulated "
           "event by event; ZeRO-1 reduce-scatter + all-gather over dp, the reduce-scatter hidden behind the "
-          "backward as far as its compute covers it (optim.overlap), the all-gather after the optimizer "
-          "exposed; AdamW + EMA at HBM speed. It leaves out NCCL's real algorithm choices, kernel launch "
+          "backward and the all-gather behind the next step's forward as far as their compute covers them "
+          "(optim.overlap); AdamW + EMA at HBM speed. It leaves out NCCL's real algorithm choices, kernel launch "
           "gaps and stragglers, so real runs will be slower; use it to rank layouts and find crossovers, "
           "not to quote throughput.", "",
           "Model: DiT-XL/2 at 256x256 (latents 32x32x4, 256 tokens, hidden 1152, 28 blocks, 16 heads), "

@@ -67,6 +67,7 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
 }
 
 StageState Trainer::state() {
+  zero_->settle();
   Backend& be = *be_;
   const Optimizer& o = zero_->shard();
   StageState s;
@@ -81,6 +82,7 @@ void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossSc
   DIT_CHECK(scaling.skipped_steps <= steps_done, "restore: ", scaling.skipped_steps,
             " skipped steps out of ", steps_done);
   scaler_.restore(scaling);
+  zero_->settle();  // no gather of a step before may land on the restored parameters
   Backend& be = *be_;
   const ParamSet& ps = model_->params();
   const std::int64_t n = ps.padded_numel(), b = zero_->shard_begin(), len = zero_->shard_size();

@@ -100,7 +100,11 @@ class Trainer {
   void restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling = {});
   // fp16 dynamic loss scaling (off for fp32 and bf16: scale 1, nothing skipped).
   const LossScaler& loss_scaler() const { return scaler_; }
-  DiTStage& model() { return *model_; }
+  // The model, its parameters up to date (ZeRO's gathers of the last step waited for).
+  DiTStage& model() {
+    zero_->settle();
+    return *model_;
+  }
   // The step part of type P (engine/step_parts.h) the setup enabled, or null.
   template <class P>
   const P* part() const {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 namespace dit {
 
@@ -281,6 +282,10 @@ std::vector<Request> ZeroOptimizer::post_gather(int unit) {
 }
 
 void ZeroOptimizer::enter(int unit, Pass pass, int next) {
+  if (!sharded_values() && !fetching_.at(unit).empty()) {  // levels 1, 2: last step's gather of it
+    for (Request& q : fetching_[unit]) ctx_->dp->wait(q);
+    fetching_[unit].clear();
+  }
   if (sharded_values()) {
     std::vector<Request>& fetched = fetching_.at(unit);
     if (!fetched.empty()) {  // fetched ahead: that fetch's hold is this pass's
@@ -348,6 +353,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
                                           std::int64_t step_number, double max_norm,
                                           double ema_decay, double loss_scale, NonFinite nonfinite) {
   Backend& be = *be_;
+  settle();  // a unit no pass entered since the last step: its gather ends before the shard changes
   const std::int64_t n = end_ - begin_;
   Tensor grads = ps_->flat_grads().rows(begin_, n);
   if (!reduced_all_) reduce_all();
@@ -365,8 +371,26 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   }
   const double factor = clip_factor(r.grad_norm, max_norm);
   opt_->step(cfg, lr, step_number, grads, factor * unscale, ema_decay);
-  if (dp_ > 1 && !sharded_values()) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
+  if (gathers_behind_forward()) {
+    for (std::size_t u = 0; u < units_.size(); ++u) fetching_[u] = post_gather(static_cast<int>(u));
+  } else if (dp_ > 1 && !sharded_values()) {
+    ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
+  }
   return r;
+}
+
+void ZeroOptimizer::settle() {
+  if (sharded_values()) return;  // level 3's fetches belong to the passes that posted them
+  for (std::vector<Request>& f : fetching_) {
+    for (Request& q : f) ctx_->dp->wait(q);
+    f.clear();
+  }
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  // A step's gathers still in flight read and write buffers about to go. Unwinding from an error,
+  // a peer may never send: the job is being taken down, so nothing is waited for.
+  if (std::uncaught_exceptions() == 0) settle();
 }
 
 }  // namespace dit

@@ -18,6 +18,10 @@
 //      the fp32 masters), AdamW reading each gradient times 1/(dp x loss scale) x clip; with fp16
 //      loss scaling a non-finite norm skips this step on every rank;
 //   4. levels 1, 2: all-gather the updated parameters over dp (level 3 gathers each unit at its use).
+//      With overlap, each unit's gather is posted here and waited for by the unit's next forward
+//      (enter), so the next step's forward runs while later units are still on their way; whatever
+//      reads the parameters otherwise calls settle() first (the Trainer's model(), state() and
+//      restore() do). The bits are those of the all-gather: each owner's part is copied.
 #pragma once
 
 #include <algorithm>
@@ -79,6 +83,9 @@ class ZeroOptimizer final : public UnitResidency {
   // flat buffers (DiTStage::units); levels 2 and 3 need them.
   ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, ZeroOptions options = {},
                 std::vector<FlatRange> units = {});
+  ~ZeroOptimizer() override;
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   struct Result {
     double grad_norm = 0;  // global norm before clipping, of the unscaled gradients
@@ -97,6 +104,9 @@ class ZeroOptimizer final : public UnitResidency {
   void gradients_final(int unit) override;
   // Before a step's backward: the gradient buffer reads zero (levels 2, 3: it already does).
   void zero_grads();
+  // Every parameter this rank holds is up to date: the step's gathers still in flight (levels 1, 2
+  // with overlap) are waited for.
+  void settle();
   // Where the gradient of flat element 0 waits for step(), every reduction done: a test's fault point.
   Tensor first_gradient();
 
@@ -132,6 +142,8 @@ class ZeroOptimizer final : public UnitResidency {
   bool sharded_grads() const { return options_.level >= 2 && dp_ > 1; }
   // Units are reduced as their gradients become final (levels 2, 3, or overlap), not after the step.
   bool early_reduce() const { return dp_ > 1 && !units_.empty() && (options_.level >= 2 || options_.overlap); }
+  // Levels 1, 2 with overlap: the step's all-gather is posted unit by unit, for the next forward.
+  bool gathers_behind_forward() const { return dp_ > 1 && !units_.empty() && !sharded_values() && options_.overlap; }
   // One round of the dp sum of flat gradient elements [r.begin, r.end) into the owners'
   // shard_grads_: the k-th piece of each owner's part, posted; finish() completes it.
   struct Round {
@@ -172,7 +184,7 @@ class ZeroOptimizer final : public UnitResidency {
   std::int64_t counted_ranges_ = 0;
   std::vector<FlatRange> units_;
   Round pending_;                         // overlap: the gradient round in flight
-  std::vector<std::vector<Request>> fetching_;  // level 3 with overlap: a unit's parameters on their way
+  std::vector<std::vector<Request>> fetching_;  // overlap: a unit's parameters on their way
   std::vector<int> users_;                // level 3: passes using a unit's parameters now (and a fetch)
   std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
   PageHolds values_, grads_;

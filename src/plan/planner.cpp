@@ -204,8 +204,8 @@ double optimizer_shard_params(const StagePlan& s) {
 double dp_exposed_s(const LayoutPlan& p, double dp_s, double compute_s) {
   if (!p.overlap) return dp_s;
   if (p.zero == 3) return std::max(0.0, dp_s - compute_s);
-  const double reduce = dp_s / 2;  // the reduce-scatter; the all-gather follows the optimizer
-  return dp_s - reduce + std::max(0.0, reduce - 2 * compute_s / 3);
+  // Half of it is the reduction, behind the backward; half the all-gather, behind the next forward.
+  return std::max(0.0, dp_s / 2 - 2 * compute_s / 3) + std::max(0.0, dp_s / 2 - compute_s / 3);
 }
 
 double offload_s(const LayoutPlan& p) {

@@ -111,8 +111,8 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
 double optimizer_shard_params(const StagePlan& s);
 // The dp traffic `dp_s` leaves exposed beside `compute_s` (one step of the rank's compute): all of
 // it without overlap; with overlap the gradient reduction runs behind the backward (2/3 of the
-// compute) and, at zero 3, the gathers behind the forward and backward, while zero 1 and 2's
-// parameter all-gather after the optimizer (half of their dp bytes) stays exposed.
+// compute), zero 1 and 2's parameter all-gather (the other half of their dp bytes) behind the next
+// step's forward (1/3), and zero 3's gathers behind the forward and backward.
 double dp_exposed_s(const LayoutPlan& p, double dp_s, double compute_s);
 // Offload (optim.offload = "cpu"): each step moves the shard's fp32 gradients to the host and its
 // parameters back over PCIe (~25 GB/s each way), and AdamW streams the host state (~50 GB/s);
