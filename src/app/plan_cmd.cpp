@@ -72,8 +72,11 @@ void run_plan(const PlanFlags& f, const RunConfig& cfg) {
   std::printf("%s", format_plan(p, hw).c_str());
   if (f.host_memory_gib > 0) {
     const int per_node = std::min(p.layout.world(), hw ? hw->gpus_per_node : p.layout.world());
-    const double need = double(p.peak_host_bytes()) * per_node;
-    std::printf("host memory: %s for %d ranks of a node, of %g GiB: %s\n", format_bytes(need).c_str(), per_node,
+    const double need = p.peak_host_need() * per_node;
+    std::printf("host memory: %s for %d ranks of a node (offloaded state %s a rank, a checkpoint's fp32 copy "
+                "of the stage's state %s), of %g GiB: %s\n",
+                format_bytes(need).c_str(), per_node, format_bytes(double(p.peak_host_bytes())).c_str(),
+                format_bytes(p.peak_host_need() - double(p.peak_host_bytes())).c_str(),
                 f.host_memory_gib, need <= f.host_memory_gib * double(1u << 30) ? "fits" : "does NOT fit");
   }
   std::string json = plan_json(p, hw);
@@ -107,8 +110,9 @@ std::function<int()> add_plan_command(CLI::App& app) {
   cmd->add_option("--gpus", f->gpus, "--fit: number of GPUs")->capture_default_str();
   cmd->add_option("--top", f->top, "--fit: rows to print")->capture_default_str();
   cmd->add_option("--host-memory-gib", f->host_memory_gib,
-                  "Host memory per node in GiB: layouts whose offloaded optimizer state (optim.offload) exceeds it do not "
-                  "fit (0: unchecked); with one layout, say whether its offloaded state fits")
+                  "Host memory per node in GiB: layouts whose host memory per node (the offloaded optimizer state of "
+                  "optim.offload, and a checkpoint's fp32 copy of each rank's stage) exceeds it do not fit (0: "
+                  "unchecked); with one layout, say whether it fits")
       ->capture_default_str();
   cmd->add_flag("--predict", f->predict,
                 "Also predict the step time (a model: plan FLOPs/bytes, link model, schedule tables simulated)");

@@ -69,6 +69,8 @@ std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws
   const bool host = run.device.backend != BackendKind::Cuda;
   MemoryNeed bound;  // at once for sizes far past any machine, before the planner builds a stage
   bound.state = parameter_state_bytes(setup, run.device.backend);
+  if (setup.train.offload)
+    bound.offloaded = 12.0 * double(m.num_params()) / (double(l.tp) * l.pp * l.dp);  // as the bound counts it
   check_memory_fits(bound, ranks_per_node, settings);
   // The planner's numbers: one step of the real Trainer on the virtual backend.
   const int mb = setup.batch.micro_batch;
@@ -92,6 +94,7 @@ std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws
   need.state = (host ? double(a.params + a.grads + a.master + a.exp_avg + a.exp_avg_sq + a.ema) : 0.0) +
                double(a.host) +                                      // the offloaded optimizer state
                16.0 * double(m.num_params()) / (double(l.tp) * l.pp);  // a checkpoint's gathered fp32 copies
+  need.offloaded = double(a.host);
   need.activations = host ? activations : 0.0;
   // The sample grid, and the evaluation's samples when evaluated during training, drawn from the
   // EMA in a stage of its own (its weights gathered in fp32 first).
@@ -132,9 +135,13 @@ void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int
 void check_memory_fits(const MemoryNeed& need, int ranks_per_node, const std::string& settings) {
   const double machine = machine_memory_bytes();
   if (machine <= 0 || need.total() * ranks_per_node <= machine) return;
+  const std::string offloaded =
+      need.offloaded > 0 ? " (" + format_bytes(need.offloaded) + " of it the optimizer state optim.offload = \"cpu\" "
+                                                                   "keeps in host memory)"
+                         : "";
   DIT_FAIL("the run needs at least ", format_bytes(need.total()), " per rank (parameters and optimizer state ",
-           format_bytes(need.state), ", training activations ", format_bytes(need.activations), ", sampling ",
-           format_bytes(need.sampling), ") x ", ranks_per_node, " ranks on this machine, which has ",
+           format_bytes(need.state), offloaded, ", training activations ", format_bytes(need.activations),
+           ", sampling ", format_bytes(need.sampling), ") x ", ranks_per_node, " ranks on this machine, which has ",
            format_bytes(machine), "; lower ", settings, " or use more machines");
 }
 

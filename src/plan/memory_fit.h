@@ -24,6 +24,7 @@ struct MemoryNeed {
   double state = 0;        // parameters, grads, the ZeRO shards, the checkpoint's gathered copies
   double activations = 0;  // the step's activation arenas and scratch (kept between steps)
   double sampling = 0;     // the sample grid (or the evaluation's samples) drawn from the EMA
+  double offloaded = 0;    // of `state`: the optimizer state optim.offload keeps in host memory
   double total() const { return state + activations + sampling; }
 };
 

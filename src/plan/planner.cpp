@@ -257,9 +257,21 @@ TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double effic
 }
 
 void search_sharding(FitRequest& req, bool cuda_run) {
-  req.zeros = cuda_run ? std::vector<int>{1} : std::vector<int>{1, 2, 3};
+  // Levels 2 and 3 hand memory back, which only the CPU backend can so far: for a GPU (a CUDA run,
+  // or a GPU of the hardware table) the search keeps to level 1, so its top row runs there; a
+  // level the flags pin is planned as asked.
+  const bool gpu = cuda_run || req.hw.cores == 0;
+  req.zeros = gpu ? std::vector<int>{1} : std::vector<int>{1, 2, 3};
+  if (req.fixed.zero) req.zeros = {*req.fixed.zero};
   // On a CPU the host's memory is the device's: offloading frees nothing.
   req.offloads = req.hw.cores > 0 ? std::vector<bool>{false} : std::vector<bool>{false, true};
+}
+
+double LayoutPlan::peak_host_need() const {
+  double need = 0;
+  for (const StagePlan& s : stages)
+    need = std::max(need, double(s.mem.host) + 16.0 * optimizer_shard_params(s) * layout.dp);
+  return need;
 }
 
 std::size_t LayoutPlan::peak_host_bytes() const {
@@ -370,7 +382,7 @@ FitSearch fit_search(const FitRequest& req) {
     }
     ++out.candidates;
     r.time = estimate_time(r.plan, req.hw, req.efficiency);
-    const double node_host = double(r.plan.peak_host_bytes()) * std::min(req.gpus, req.hw.gpus_per_node);
+    const double node_host = r.plan.peak_host_need() * std::min(req.gpus, req.hw.gpus_per_node);
     if (req.host_memory_gib > 0 && node_host > req.host_memory_gib * double(1u << 30)) return false;
     if (double(r.plan.peak_bytes()) > budget) {
       if (!out.smallest || r.plan.peak_bytes() < out.smallest->plan.peak_bytes()) out.smallest = r;
@@ -512,8 +524,12 @@ std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, i
      << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
   os << format_fit_rows(rows, 0, top);
   if (req.host_memory_gib > 0)
-    os << "(layouts whose offloaded optimizer state exceeds " << req.host_memory_gib << " GiB of host memory per node of "
+    os << "(layouts whose host memory (the offloaded optimizer state, and a checkpoint's fp32 copy of the "
+       << "stage's state) exceeds " << req.host_memory_gib << " GiB per node of "
        << std::min(req.gpus, req.hw.gpus_per_node) << " GPUs are left out)\n";
+  const bool beyond_cuda = std::any_of(rows.begin(), rows.end(), [](const FitRow& r) { return r.plan.zero > 1; });
+  if (beyond_cuda && req.hw.cores == 0)
+    os << "(optim.zero = 2 and 3 on a GPU: what the state would take; the CUDA backend runs level 1 only so far)\n";
   if (rows.empty() && fit_grids(req).empty())
     os << "no layout divides " << req.gpus << " GPUs: tp must divide model.num_heads = " << req.cfg.model.dit.num_heads
        << " within a node of " << req.hw.gpus_per_node << ", pp at most model.depth = " << req.cfg.model.dit.depth

@@ -62,6 +62,10 @@ struct LayoutPlan {
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
   std::size_t peak_host_bytes() const;  // the largest offloaded state over stages
+  // The most host memory a rank needs, over stages: its offloaded state and, while a checkpoint is
+  // written (or read), the stage's full state gathered in fp32 (master, two moments, EMA: 16 bytes
+  // a parameter), the check `plan --host-memory-gib` and `--fit` make per node.
+  double peak_host_need() const;
 };
 
 // One rank of pipeline stage `stage` of `l` (tp and dp rank 0: the others of the stage hold the
@@ -161,9 +165,9 @@ struct FitSearch {
   int candidates = 0;        // layouts the trainer accepts, fitting or not
   std::optional<FitRow> smallest;  // the candidate of the smallest peak (when nothing fits)
 };
-// What a search may choose of the sharding: the ZeRO levels 1-3, and on a GPU (whose optimizer
-// state could go to the host) the offload; a run on CUDA only level 1 (levels 2 and 3 need the
-// CPU backend for now); plan --fit plans them all.
+// What a search may choose of the sharding: the ZeRO levels 1-3 on the CPU backend, level 1 for a
+// GPU (a CUDA run or GPU hardware: levels 2 and 3 need the CPU backend for now) unless the flags pin
+// the level, and on a GPU (whose optimizer state could go to the host) the offload.
 void search_sharding(FitRequest& req, bool cuda_run);
 // Every layout of `gpus` devices (tp dividing the heads within a node, pp <= depth, every
 // micro-batch size dividing the per-replica batch, each precision, recompute mode, sequence

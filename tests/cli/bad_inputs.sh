@@ -56,6 +56,9 @@ quick_fail "needs at least .* per rank .*training activations" "${T[@]}" --set t
 quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB" "${T[@]}" \
   --set model.hidden_size=65536 --set model.num_heads=64 --set model.depth=256
 quick_fail "needs at least .* per rank .*sampling" "${T[@]}" --set sample.per_class=100000000
+# Offloaded, the optimizer state is still this machine's memory: named in the refusal.
+quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB \\([0-9.]+ [GT]iB of it the optimizer state optim.offload = \"cpu\" keeps in host memory\\)" \
+  "${T[@]}" --set model.hidden_size=65536 --set model.num_heads=64 --set model.depth=256 --set optim.offload=\"cpu\"
 [[ ! -e "$SCRATCH/r2" ]] || fail "a refused start left a run folder behind"
 # Errors after start-up (ranks already in collectives): still one line, from the rank that knows.
 $MPIRUN -n 4 "$DIT_MP" "${D[@]}" --tp 2 --pp 2 "${TINY[@]}" --steps 1 --run-dir "$SCRATCH/ok" > "$SCRATCH/ok.log" 2>&1 ||

@@ -62,6 +62,30 @@ TEST(FitSearch, ConstraintsPinTheirSettingsAndTheRestIsSearched) {
   for (std::size_t i = 1; i < free.rows.size(); ++i) EXPECT_LE(free.rows[i - 1].time.step_s, free.rows[i].time.step_s);
 }
 
+// What the search may choose of the sharding: levels 1-3 on the CPU backend, level 1 for a GPU
+// (the CUDA backend cannot hand memory back yet, so a top row of level 2 or 3 would be refused
+// there) unless the level is pinned; offload only where the host's memory is not the device's.
+TEST(FitSearch, ShardingSearchedWhereItRuns) {
+  FitRequest cpu = tiny_request(4, 1);
+  search_sharding(cpu, false);
+  EXPECT_EQ(cpu.zeros, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(cpu.offloads, (std::vector<bool>{false}));
+  FitRequest gpu = tiny_request(4, 1);
+  gpu.hw = find_hardware("a100-80g");
+  search_sharding(gpu, false);
+  EXPECT_EQ(gpu.zeros, (std::vector<int>{1}));
+  EXPECT_EQ(gpu.offloads, (std::vector<bool>{false, true}));
+  gpu.fixed.zero = 3;
+  search_sharding(gpu, false);
+  EXPECT_EQ(gpu.zeros, (std::vector<int>{3}));
+  FitRequest cuda_run = tiny_request(4, 1);
+  search_sharding(cuda_run, true);
+  EXPECT_EQ(cuda_run.zeros, (std::vector<int>{1}));
+  const FitSearch s = fit_search(gpu);
+  ASSERT_FALSE(s.rows.empty());
+  for (const FitRow& r : s.rows) EXPECT_EQ(r.plan.zero, 3);
+}
+
 TEST(FitSearch, NothingFittingKeepsTheSmallestPeak) {
   const FitSearch s = fit_search(tiny_request(2, 1e-6));
   EXPECT_TRUE(s.rows.empty());
