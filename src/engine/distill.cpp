@@ -153,17 +153,28 @@ std::vector<StageLayout> teacher_chunks(const DiTConfig& teacher, const std::vec
 }
 
 TeacherStage::TeacherStage(Backend& be, const DiTConfig& teacher, std::vector<StageLayout> chunks, Comm& tp,
-                           const DiTStage& student, const DistillSettings& settings)
+                           const DiTStage& student, const DistillSettings& settings, Comm* shard_over,
+                           bool prefetch)
     : be_(&be), tp_(&tp), student_(&student), settings_(settings), acts_(be) {
   StageOptions opt;
   opt.recompute = Recompute::Full;  // forward only: a block keeps its output and nothing else
   opt.sequence_parallel = student.options().sequence_parallel;
   opt.placement = student.options().placement;
   opt.gradients = Gradients::None;
-  model_ = std::make_unique<DiTStage>(be, teacher, std::move(chunks), tp, 1, opt);
+  const bool sharded = shard_over != nullptr && shard_over->size() > 1;
+  model_ = std::make_unique<DiTStage>(be, teacher, std::move(chunks), tp, sharded ? shard_over->size() : 1, opt);
+  if (!sharded) return;
+  // Not the student's gathers' tag: the student's next unit may be on its way meanwhile.
+  constexpr int kTeacherGatherTag = 37;
+  gather_ = std::make_unique<UnitGather>(be, model_->params().flat_values(), *shard_over, model_->units(),
+                                         prefetch, kTeacherGatherTag);
+  model_->set_residency(gather_.get());
 }
 
-void TeacherStage::load(const std::string& path) { load_weights(path, model_->params()); }
+void TeacherStage::load(const std::string& path) {
+  load_weights(path, model_->params());
+  if (gather_) gather_->hand_back();  // the other ranks' shards, read whole, go
+}
 
 std::vector<Tensor> TeacherStage::forward_inputs(int, int chunk, std::int64_t n, Arena& arena) {
   if (model_->layout(chunk).has_embed) return {};

@@ -11,7 +11,10 @@
 // split into model chunks aligned with the student's: chunk c holds every teacher block paired with
 // a student block of chunk c, its boundaries otherwise as balanced as the pairs allow
 // (teacher_chunks). A stage sends the teacher's (x, c) with the student's. Its weights live in
-// their own ParamSet: never in the optimizer, the EMA or a checkpoint. Its forward keeps nothing
+// their own ParamSet: never in the optimizer, the EMA or a checkpoint. Under ZeRO-3 they are
+// sharded over dp the same way (optim/zero.h UnitGather): each rank keeps 1/dp of them and a unit's
+// are gathered for its forward and handed back after, the next fetched meanwhile with overlap; the
+// gathered values are the loaded ones, so the teacher's outputs are the same bits. Its forward keeps nothing
 // past its use: each microbatch's teacher activations live in one arena, rewound after the
 // feature losses are taken and its outputs copied out.
 #pragma once
@@ -23,6 +26,7 @@
 #include "engine/dit_pipeline.h"
 #include "io/config.h"
 #include "layers/dit_config.h"
+#include "optim/zero.h"
 
 namespace dit {
 
@@ -75,10 +79,14 @@ std::vector<StageLayout> teacher_chunks(const DiTConfig& teacher, const std::vec
 class TeacherStage final : public StageCompanion {
  public:
   // chunks: this rank's teacher chunks, in the schedule's numbering (as the student's); student:
-  // the student's stage (for its block numbering and options).
+  // the student's stage (for its block numbering and options). `shard_over`: the dp communicator
+  // to shard the weights over (ZeRO-3), or null to keep them whole; `prefetch`: fetch a unit's
+  // weights while the one before runs.
   TeacherStage(Backend& be, const DiTConfig& teacher, std::vector<StageLayout> chunks, Comm& tp,
-               const DiTStage& student, const DistillSettings& settings);
-  // Reads the teacher's weights (every rank, keeping its slice): errors name the file.
+               const DiTStage& student, const DistillSettings& settings, Comm* shard_over = nullptr,
+               bool prefetch = false);
+  // Reads the teacher's weights (every rank, keeping its slice, and of that its dp shard when
+  // sharded): errors name the file.
   void load(const std::string& path);
   // This step's gradient scale of the feature losses (the loss seed x feature_weight / pairs) and
   // where their per-sample values add: (microbatches x micro_batch) fp32.
@@ -87,8 +95,11 @@ class TeacherStage final : public StageCompanion {
     terms_ = feature_terms;
   }
   const DiTStage& model() const { return *model_; }
-  // What the teacher holds on this rank: its weights and the peak of its activation arena.
-  std::size_t bytes() const { return model_->params().flat_values().bytes() + acts_.peak_bytes(); }
+  // What the teacher holds on this rank: its weights (sharded: the most held at once) and the peak
+  // of its activation arena.
+  std::size_t bytes() const {
+    return (gather_ ? gather_->peak_bytes() : model_->params().flat_values().bytes()) + acts_.peak_bytes();
+  }
 
   std::vector<Tensor> forward_inputs(int mb, int chunk, std::int64_t n, Arena& arena) override;
   Output forward(int mb, int chunk, const StageInputs& in, const std::vector<Tensor>& inputs,
@@ -100,6 +111,7 @@ class TeacherStage final : public StageCompanion {
   const DiTStage* student_;
   DistillSettings settings_;
   std::unique_ptr<DiTStage> model_;
+  std::unique_ptr<UnitGather> gather_;  // sharded over dp, or null
   Arena acts_;  // one microbatch's teacher activations, rewound after each forward
   float grad_scale_ = 0;
   Tensor terms_;

@@ -33,9 +33,10 @@ DistillPart::DistillPart(const PartContext& pc)
     : be_(pc.be), counts_output_(pc.holds_output && pc.ctx->tp->rank() == 0),
       counts_features_(!pc.setup->train.distill.pairs.empty() && pc.ctx->tp->rank() == 0),
       settings_(pc.setup->train.distill), samples_(samples_per_step(pc.setup->batch)) {
-  teacher_ = std::make_unique<TeacherStage>(*pc.be, settings_.teacher_model,
-                                            pc.setup->teacher_stage_chunks(pc.ctx->coord.pp), *pc.ctx->tp, *pc.model,
-                                            settings_);
+  const TrainSetup& setup = *pc.setup;
+  teacher_ = std::make_unique<TeacherStage>(*pc.be, settings_.teacher_model, setup.teacher_stage_chunks(pc.ctx->coord.pp),
+                                            *pc.ctx->tp, *pc.model, settings_,
+                                            setup.train.zero >= 3 ? pc.ctx->dp.get() : nullptr, setup.train.overlap);
   if (pc.be->device() != Device::Virtual) teacher_->load(settings_.teacher);  // the planner's buffers hold no values
   kd_terms_ = Buffer(*pc.be, static_cast<std::size_t>(samples_) * 2 * sizeof(float));
   feature_terms_ = Buffer(*pc.be, static_cast<std::size_t>(samples_) * sizeof(float));

@@ -14,6 +14,14 @@ constexpr int kReduceTag = 29, kGatherTag = 31;  // gradient pieces and paramete
 std::size_t bytes_of(const Tensor& flat, FlatRange r) {
   return static_cast<std::size_t>(r.end - r.begin) * dtype_size(flat.dtype);
 }
+void check_tiling(const std::vector<FlatRange>& units, std::int64_t n) {
+  std::int64_t at = 0;
+  for (const FlatRange& u : units) {
+    DIT_CHECK(u.begin == at && u.end > u.begin, "ZeRO: the units do not tile the flat buffer at element ", at);
+    at = u.end;
+  }
+  DIT_CHECK(at == n, "ZeRO: the units end at ", at, " of ", n, " elements");
+}
 }  // namespace
 
 // ---- PageHolds -------------------------------------------------------------------------------
@@ -65,6 +73,72 @@ void PageHolds::drop_unheld() {
   }
 }
 
+// ---- UnitGather ------------------------------------------------------------------------------
+
+std::vector<Request> post_range_gather(Comm& dp, const Tensor& flat, FlatRange r, std::int64_t shard, int tag) {
+  std::vector<Request> requests;
+  const int me = dp.rank();
+  for (int o = static_cast<int>(r.begin / shard); o <= static_cast<int>((r.end - 1) / shard); ++o) {
+    const std::int64_t x = std::max(r.begin, o * shard), y = std::min(r.end, (o + 1) * shard);
+    const Tensor part = flat.rows(x, y - x);
+    if (o != me) {
+      requests.push_back(dp.irecv(part, o, tag));
+      continue;
+    }
+    for (int q = 0; q < dp.size(); ++q)
+      if (q != me) requests.push_back(dp.isend(part, q, tag));
+  }
+  return requests;
+}
+
+UnitGather::UnitGather(Backend& be, const Tensor& flat, Comm& dp, std::vector<FlatRange> units, bool prefetch,
+                       int tag)
+    : dp_(&dp), flat_(flat), units_(std::move(units)), prefetch_(prefetch), tag_(tag),
+      users_(units_.size(), 0), fetching_(units_.size()), pages_(be, flat) {
+  const std::int64_t n = flat.numel();
+  DIT_CHECK(n % dp.size() == 0, "ZeRO: a parameter buffer of ", n, " elements is not padded to a multiple of dp = ",
+            dp.size());
+  check_tiling(units_, n);
+  kept_ = {dp.rank() * (n / dp.size()), (dp.rank() + 1) * (n / dp.size())};
+  pages_.hold(kept_);  // the shard stays (ZeRO-3: the optimizer updates it in place)
+  pages_.drop_unheld();
+  held_.add(bytes_of(flat, kept_));
+}
+
+std::vector<Request> UnitGather::post(int unit) const {
+  return post_range_gather(*dp_, flat_, units_[unit], kept_.end - kept_.begin, tag_);
+}
+
+void UnitGather::hold(int unit) {
+  pages_.hold(units_[unit]);
+  held_.add(bytes_of(flat_, units_[unit]));
+}
+
+void UnitGather::enter(int unit, Pass, int next) {
+  std::vector<Request>& fetched = fetching_.at(unit);
+  if (!fetched.empty()) {  // fetched ahead: that fetch's hold is this pass's
+    for (Request& q : fetched) dp_->wait(q);
+    fetched.clear();
+  } else if (users_.at(unit)++ == 0) {
+    hold(unit);
+    for (Request& q : post(unit)) dp_->wait(q);
+  }
+  if (prefetch_ && next >= 0 && users_.at(next) == 0) {
+    users_[next] = 1;
+    hold(next);
+    fetching_[next] = post(next);
+  }
+  dp_->progress();
+}
+
+void UnitGather::leave(int unit, Pass) {
+  if (--users_.at(unit) == 0) {
+    pages_.drop(units_[unit]);
+    held_.sub(bytes_of(flat_, units_[unit]));
+  }
+  dp_->progress();
+}
+
 // ---- ZeroOptimizer ---------------------------------------------------------------------------
 
 ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, ZeroOptions options,
@@ -114,23 +188,12 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
             Tensor{ranges.data(), DType::I32, {counted_ranges_, 2}, Device::Host});
   }
   DIT_CHECK(options.level == 1 || !units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
-  if (!units_.empty()) {
-    std::int64_t at = 0;
-    for (const FlatRange& u : units_) {
-      DIT_CHECK(u.begin == at && u.end > u.begin, "ZeRO: the units do not tile the flat buffer at element ", at);
-      at = u.end;
-    }
-    DIT_CHECK(at == ps.padded_numel(), "ZeRO: the units end at ", at, " of ", ps.padded_numel(), " elements");
-  }
-  users_.assign(units_.size(), 0);
+  if (!units_.empty()) check_tiling(units_, ps.padded_numel());
   fetching_.resize(units_.size());
   grads_held_.assign(units_.size(), 0);
   reduced_.assign(units_.size(), 0);
   if (sharded_values()) {
-    values_ = PageHolds(be, ps.flat_values());
-    values_.hold({begin_, end_});  // the shard stays: the optimizer updates it in place
-    values_.drop_unheld();
-    values_bytes_.add(bytes_of(ps.flat_values(), {begin_, end_}));
+    values_ = UnitGather(be, ps.flat_values(), *ctx.dp, units_, options.overlap, kGatherTag);
   }
   if (sharded_grads()) {
     grads_ = PageHolds(be, ps.flat_grads());
@@ -139,7 +202,7 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
 }
 
 std::size_t ZeroOptimizer::param_bytes() const {
-  return sharded_values() ? values_bytes_.peak : ps_->flat_values().bytes();
+  return sharded_values() ? values_.peak_bytes() : ps_->flat_values().bytes();
 }
 
 std::size_t ZeroOptimizer::grad_bytes() const {
@@ -230,7 +293,7 @@ void ZeroOptimizer::finish_pending() {
 }
 
 void ZeroOptimizer::progress() {
-  if (pending_.unit >= 0 || sharded_values()) ctx_->dp->progress();
+  if (pending_.unit >= 0) ctx_->dp->progress();  // (level 3's gathers progress themselves)
 }
 
 void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
@@ -262,56 +325,18 @@ void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
   }
 }
 
-std::vector<Request> ZeroOptimizer::post_gather(int unit) {
-  Comm& dp = *ctx_->dp;
-  const FlatRange r = units_[unit];
-  const std::int64_t shard = end_ - begin_;
-  const Tensor flat = ps_->flat_values();
-  std::vector<Request> requests;
-  for (int o = static_cast<int>(r.begin / shard); o <= static_cast<int>((r.end - 1) / shard); ++o) {
-    const std::int64_t x = std::max(r.begin, o * shard), y = std::min(r.end, (o + 1) * shard);
-    const Tensor part = flat.rows(x, y - x);
-    if (o != rank_) {
-      requests.push_back(dp.irecv(part, o, kGatherTag));
-      continue;
-    }
-    for (int q = 0; q < dp_; ++q)
-      if (q != rank_) requests.push_back(dp.isend(part, q, kGatherTag));
-  }
-  return requests;
-}
-
 void ZeroOptimizer::enter(int unit, Pass pass, int next) {
   if (!sharded_values() && !fetching_.at(unit).empty()) {  // levels 1, 2: last step's gather of it
     for (Request& q : fetching_[unit]) ctx_->dp->wait(q);
     fetching_[unit].clear();
   }
-  if (sharded_values()) {
-    std::vector<Request>& fetched = fetching_.at(unit);
-    if (!fetched.empty()) {  // fetched ahead: that fetch's hold is this pass's
-      for (Request& q : fetched) ctx_->dp->wait(q);
-      fetched.clear();
-    } else if (users_.at(unit)++ == 0) {
-      values_.hold(units_[unit]);
-      values_bytes_.add(bytes_of(ps_->flat_values(), units_[unit]));
-      for (Request& q : post_gather(unit)) ctx_->dp->wait(q);
-    }
-    if (options_.overlap && next >= 0 && users_.at(next) == 0) {
-      users_[next] = 1;
-      values_.hold(units_[next]);
-      values_bytes_.add(bytes_of(ps_->flat_values(), units_[next]));
-      fetching_[next] = post_gather(next);
-    }
-  }
+  if (sharded_values()) values_.enter(unit, pass, next);
   if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) hold_grads(unit);
   progress();
 }
 
-void ZeroOptimizer::leave(int unit, Pass) {
-  if (sharded_values() && --users_.at(unit) == 0) {
-    values_.drop(units_[unit]);
-    values_bytes_.sub(bytes_of(ps_->flat_values(), units_[unit]));
-  }
+void ZeroOptimizer::leave(int unit, Pass pass) {
+  if (sharded_values()) values_.leave(unit, pass);
   progress();
 }
 
@@ -372,7 +397,8 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   const double factor = clip_factor(r.grad_norm, max_norm);
   opt_->step(cfg, lr, step_number, grads, factor * unscale, ema_decay);
   if (gathers_behind_forward()) {
-    for (std::size_t u = 0; u < units_.size(); ++u) fetching_[u] = post_gather(static_cast<int>(u));
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      fetching_[u] = post_range_gather(*ctx_->dp, ps_->flat_values(), units_[u], end_ - begin_, kGatherTag);
   } else if (dp_ > 1 && !sharded_values()) {
     ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
   }

@@ -77,6 +77,46 @@ struct Held {
   void sub(std::size_t b) { now -= b; }
 };
 
+// Posts the gather of flat elements r of `flat`, sharded over dp in parts of `shard` elements (rank
+// o owns [o shard, (o + 1) shard)): each owner's part sent to every other rank, the others' received
+// in place. Every rank of dp posts the same r; the requests complete it.
+std::vector<Request> post_range_gather(Comm& dp, const Tensor& flat, FlatRange r, std::int64_t shard, int tag);
+
+// A flat parameter buffer sharded over dp by units (ZeRO-3's parameters, or a frozen distillation
+// teacher's): each rank keeps its shard; a unit's values are gathered from their owners as a pass
+// enters it and handed back when no pass uses it any more. With `prefetch`, the unit a pass runs
+// next is fetched while the current one runs (one more unit held). Forward and backward alike: no
+// gradients are kept here.
+class UnitGather final : public UnitResidency {
+ public:
+  UnitGather() = default;
+  // `units` tile the flat buffer, a multiple of dp long; `tag` is this gather's on the dp
+  // communicator (two gathers in flight at once must differ).
+  UnitGather(Backend& be, const Tensor& flat, Comm& dp, std::vector<FlatRange> units, bool prefetch, int tag);
+  void enter(int unit, Pass pass, int next) override;
+  void leave(int unit, Pass pass) override;
+  void gradients_final(int) override {}
+  // Hands back every page no unit in use holds (after the buffer was written whole, e.g. loaded).
+  void hand_back() { pages_.drop_unheld(); }
+  FlatRange kept() const { return kept_; }
+  // The most bytes held at once: the shard and each gathered unit, counted whole.
+  std::size_t peak_bytes() const { return held_.peak; }
+
+ private:
+  std::vector<Request> post(int unit) const;
+  void hold(int unit);
+  Comm* dp_ = nullptr;
+  Tensor flat_;
+  std::vector<FlatRange> units_;
+  FlatRange kept_;
+  bool prefetch_ = false;
+  int tag_ = 0;
+  std::vector<int> users_;                      // passes using a unit's values now (and a fetch)
+  std::vector<std::vector<Request>> fetching_;  // prefetch: a unit's values on their way
+  PageHolds pages_;
+  Held held_;
+};
+
 class ZeroOptimizer final : public UnitResidency {
  public:
   // The ParamSet must be padded to a multiple of dp (DiTStage's pad_multiple). `units` tile the
@@ -162,8 +202,6 @@ class ZeroOptimizer final : public UnitResidency {
   bool reduced_all_ = false;
   // Sums the dp ranks' pieces of shard elements [x, x + n) (flat offsets) in rank order.
   void sum_piece(std::int64_t x, std::int64_t n);
-  // Level 3: unit u's parameters from their owners (each owner's part sent to every other rank).
-  std::vector<Request> post_gather(int unit);
   void hold_grads(int unit);  // unit's gradient pages, until it is reduced
   void progress();            // lets what is in flight advance
   Tensor staging(int slot, std::int64_t n) const;
@@ -184,11 +222,11 @@ class ZeroOptimizer final : public UnitResidency {
   std::int64_t counted_ranges_ = 0;
   std::vector<FlatRange> units_;
   Round pending_;                         // overlap: the gradient round in flight
-  std::vector<std::vector<Request>> fetching_;  // overlap: a unit's parameters on their way
-  std::vector<int> users_;                // level 3: passes using a unit's parameters now (and a fetch)
+  std::vector<std::vector<Request>> fetching_;  // levels 1, 2 with overlap: a unit's updated parameters on their way
+  UnitGather values_;                     // level 3: the parameters
   std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
-  PageHolds values_, grads_;
-  Held values_bytes_, grads_bytes_;  // what the accounting reports (levels 3 and 2, 3)
+  PageHolds grads_;
+  Held grads_bytes_;  // what the accounting reports (levels 2, 3)
 };
 
 }  // namespace dit
