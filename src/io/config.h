@@ -76,7 +76,7 @@ struct TrainSection {
 // (optim/zero.h).
 struct OptimSection {
   int zero = 1;             // 1: optimizer state; 2: and gradients; 3: and parameters (fully sharded)
-  double bucket_mib = 25;   // the largest message of the gradient reduction, in MiB
+  double bucket_mib = 25;   // consecutive units reduced (and gathered) together up to this, the largest message, in MiB
   bool overlap = true;      // reduce each unit's gradients during the backward; zero 3: fetch the next unit's parameters ahead
   std::string offload = "none";  // none | cpu: the optimizer state in host memory, AdamW on the host
   bool operator==(const OptimSection&) const = default;

@@ -189,9 +189,20 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
   }
   DIT_CHECK(options.level == 1 || !units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
   if (!units_.empty()) check_tiling(units_, ps.padded_numel());
-  fetching_.resize(units_.size());
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    const std::size_t bytes = static_cast<std::size_t>(units_[u].end - units_[u].begin) * 4;  // fp32 gradients
+    Bucket* last = buckets_.empty() ? nullptr : &buckets_.back();
+    if (last && static_cast<std::size_t>(last->range.end - last->range.begin) * 4 + bytes <= options.bucket_bytes) {
+      last->end = u + 1;
+      last->range.end = units_[u].end;
+    } else {
+      buckets_.push_back({u, u + 1, units_[u]});
+    }
+    bucket_of_.push_back(static_cast<int>(buckets_.size()) - 1);
+  }
+  fetching_.resize(buckets_.size());
   grads_held_.assign(units_.size(), 0);
-  reduced_.assign(units_.size(), 0);
+  final_.assign(units_.size(), 0);
   if (sharded_values()) {
     values_ = UnitGather(be, ps.flat_values(), *ctx.dp, units_, options.overlap, kGatherTag);
   }
@@ -264,36 +275,37 @@ void ZeroOptimizer::reduce_now(FlatRange r) {
   }
 }
 
-void ZeroOptimizer::reduce_unit(int unit) {
+void ZeroOptimizer::reduce_bucket(int b) {
   finish_pending();
-  const FlatRange r = units_[unit];
+  const FlatRange r = buckets_[b].range;
   const std::int64_t n = rounds(r);
   for (std::int64_t k = 0; k + 1 < n; ++k) {
     Round round = post_round(r, k);
     finish(round);
   }
   pending_ = post_round(r, n - 1);
-  pending_.unit = unit;
-  reduced_[unit] = 1;
+  pending_.bucket = b;
   if (!options_.overlap) finish_pending();
 }
 
 void ZeroOptimizer::finish_pending() {
-  const int unit = pending_.unit;
-  if (unit < 0) return;
+  const int b = pending_.bucket;
+  if (b < 0) return;
   finish(pending_);
   if (!sharded_grads()) return;
   // Zeros for the next step: the pages handed back read so; a page a neighbour still holds keeps
   // what is written here.
-  const FlatRange r = units_[unit];
+  const FlatRange r = buckets_[b].range;
   be_->fill(ps_->flat_grads().rows(r.begin, r.end - r.begin), 0.f);
-  grads_.drop(r);
-  grads_bytes_.sub(bytes_of(ps_->flat_grads(), r));
-  grads_held_[unit] = 0;
+  for (int u = buckets_[b].first; u < buckets_[b].end; ++u) {
+    grads_.drop(units_[u]);
+    grads_bytes_.sub(bytes_of(ps_->flat_grads(), units_[u]));
+    grads_held_[u] = 0;
+  }
 }
 
 void ZeroOptimizer::progress() {
-  if (pending_.unit >= 0) ctx_->dp->progress();  // (level 3's gathers progress themselves)
+  if (pending_.bucket >= 0) ctx_->dp->progress();  // (level 3's gathers progress themselves)
 }
 
 void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
@@ -326,9 +338,10 @@ void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
 }
 
 void ZeroOptimizer::enter(int unit, Pass pass, int next) {
-  if (!sharded_values() && !fetching_.at(unit).empty()) {  // levels 1, 2: last step's gather of it
-    for (Request& q : fetching_[unit]) ctx_->dp->wait(q);
-    fetching_[unit].clear();
+  if (!sharded_values() && !fetching_.empty()) {  // levels 1, 2: last step's gather of its bucket
+    std::vector<Request>& f = fetching_.at(bucket_of_.at(unit));
+    for (Request& q : f) ctx_->dp->wait(q);
+    f.clear();
   }
   if (sharded_values()) values_.enter(unit, pass, next);
   if (pass == Pass::Backward && sharded_grads() && !grads_held_.at(unit)) hold_grads(unit);
@@ -347,9 +360,13 @@ void ZeroOptimizer::hold_grads(int unit) {
 }
 
 void ZeroOptimizer::gradients_final(int unit) {
-  if (!early_reduce() || reduced_.at(unit)) return;
+  if (!early_reduce() || final_.at(unit)) return;
   if (sharded_grads() && !grads_held_[unit]) hold_grads(unit);  // no backward touched it: its zeros are sent
-  reduce_unit(unit);
+  final_[unit] = 1;
+  const Bucket& b = buckets_[bucket_of_[unit]];
+  for (int u = b.first; u < b.end; ++u)
+    if (!final_[u]) return;  // the bucket waits for the rest of its units
+  reduce_bucket(bucket_of_[unit]);
 }
 
 void ZeroOptimizer::zero_grads() {
@@ -360,7 +377,7 @@ void ZeroOptimizer::reduce_all() {
   if (early_reduce()) {
     for (std::size_t u = 0; u < units_.size(); ++u) gradients_final(static_cast<int>(u));  // any not yet reduced
     finish_pending();
-    std::fill(reduced_.begin(), reduced_.end(), 0);
+    std::fill(final_.begin(), final_.end(), 0);
   } else if (dp_ > 1) {
     reduce_now({0, ps_->padded_numel()});
   }
@@ -397,8 +414,8 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   const double factor = clip_factor(r.grad_norm, max_norm);
   opt_->step(cfg, lr, step_number, grads, factor * unscale, ema_decay);
   if (gathers_behind_forward()) {
-    for (std::size_t u = 0; u < units_.size(); ++u)
-      fetching_[u] = post_range_gather(*ctx_->dp, ps_->flat_values(), units_[u], end_ - begin_, kGatherTag);
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      fetching_[b] = post_range_gather(*ctx_->dp, ps_->flat_values(), buckets_[b].range, end_ - begin_, kGatherTag);
   } else if (dp_ > 1 && !sharded_values()) {
     ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
   }

@@ -1,14 +1,15 @@
 // ZeRO over data-parallel ranks: each dp rank owns 1/dp of a stage's flat parameter range (its
 // shard) and keeps the fp32 master weights, Adam moments and EMA of that shard only (level 1).
-// Level 2 also shards the gradients: each unit's (embedders, a block, the final layer:
-// layers/dit_stage.h) are reduced to their owners as soon as the step's last backward has produced
-// them, and its full-gradient pages are handed back. Level 3 also shards the parameters: a unit's
+// Level 2 also shards the gradients: each bucket's (consecutive units - embedders, a block, the
+// final layer: layers/dit_stage.h - whose gradients fit bucket_bytes together) are reduced to their
+// owners as soon as the step's last backward has produced them all, and their full-gradient pages
+// are handed back. Level 3 also shards the parameters: a unit's
 // are gathered from their owners just before its forward and again before its backward, and
 // handed back after; a rank keeps only its shard between uses.
 //
 // A step:
-//   1. the gradients' sum over dp reaches each shard's owner (levels 2, 3: unit by unit during the
-//      backward; level 1: all of them after it). Every level sums alike: each owner adds the dp
+//   1. the gradients' sum over dp reaches each shard's owner (levels 2, 3: bucket by bucket during
+//      the backward; level 1: the same with overlap, else all of them after it). Every level sums alike: each owner adds the dp
 //      ranks' values in rank order, in messages of at most bucket_bytes, fp32 or (reduce_dtype
 //      BF16) bf16 on the wire and fp32 in the sum; so levels, buckets and timing change no bit;
 //   2. global grad norm of the mean over dp replicas, unscaled by the fp16 loss scale: one sum of
@@ -18,8 +19,8 @@
 //      the fp32 masters), AdamW reading each gradient times 1/(dp x loss scale) x clip; with fp16
 //      loss scaling a non-finite norm skips this step on every rank;
 //   4. levels 1, 2: all-gather the updated parameters over dp (level 3 gathers each unit at its use).
-//      With overlap, each unit's gather is posted here and waited for by the unit's next forward
-//      (enter), so the next step's forward runs while later units are still on their way; whatever
+//      With overlap, each bucket's gather is posted here and waited for by the next forward of its
+//      first unit (enter), so the next step's forward runs while later buckets are still on their way; whatever
 //      reads the parameters otherwise calls settle() first (the Trainer's model(), state() and
 //      restore() do). The bits are those of the all-gather: each owner's part is copied.
 #pragma once
@@ -38,8 +39,10 @@ namespace dit {
 struct ZeroOptions {
   int level = 1;  // 1: optimizer state sharded; 2: and gradients; 3: and parameters
   DType reduce_dtype = DType::F32;
-  std::size_t bucket_bytes = std::size_t{25} << 20;  // the largest gradient message (fp32 elements x 4)
-  // Communication behind compute: each unit's gradients are reduced while the backward goes on
+  // The largest gradient message (fp32 elements x 4), and how many consecutive units' gradients
+  // are reduced (and parameters gathered) together.
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  // Communication behind compute: each bucket's gradients are reduced while the backward goes on
   // (level 1 too), and level 3 fetches the next unit's parameters while the current one runs.
   bool overlap = true;
   // The optimizer state (fp32 master, Adam moments, EMA) in host memory and AdamW on the host, a
@@ -182,12 +185,12 @@ class ZeroOptimizer final : public UnitResidency {
   bool sharded_grads() const { return options_.level >= 2 && dp_ > 1; }
   // Units are reduced as their gradients become final (levels 2, 3, or overlap), not after the step.
   bool early_reduce() const { return dp_ > 1 && !units_.empty() && (options_.level >= 2 || options_.overlap); }
-  // Levels 1, 2 with overlap: the step's all-gather is posted unit by unit, for the next forward.
+  // Levels 1, 2 with overlap: the step's all-gather is posted bucket by bucket, for the next forward.
   bool gathers_behind_forward() const { return dp_ > 1 && !units_.empty() && !sharded_values() && options_.overlap; }
   // One round of the dp sum of flat gradient elements [r.begin, r.end) into the owners'
   // shard_grads_: the k-th piece of each owner's part, posted; finish() completes it.
   struct Round {
-    int unit = -1;                // the unit whose reduction it ends, or -1
+    int bucket = -1;              // the bucket whose reduction it ends, or -1
     std::int64_t x = 0, n = 0;    // this rank's piece, summed when it has arrived
     std::vector<Request> requests;
   };
@@ -195,9 +198,9 @@ class ZeroOptimizer final : public UnitResidency {
   Round post_round(FlatRange r, std::int64_t k);
   void finish(Round& round);
   void reduce_now(FlatRange r);
-  // Levels 2, 3 and overlap: unit u's reduction, its last round left in flight under overlap.
-  void reduce_unit(int unit);
-  void finish_pending();  // the round in flight, and then its unit's gradient pages
+  // Levels 2, 3 and overlap: bucket b's reduction, its last round left in flight under overlap.
+  void reduce_bucket(int b);
+  void finish_pending();  // the round in flight, and then its bucket's gradient pages
   void reduce_all();      // every reduction of the step done
   bool reduced_all_ = false;
   // Sums the dp ranks' pieces of shard elements [x, x + n) (flat offsets) in rank order.
@@ -221,10 +224,19 @@ class ZeroOptimizer final : public UnitResidency {
   Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
   std::int64_t counted_ranges_ = 0;
   std::vector<FlatRange> units_;
+  // Consecutive units whose gradients together fit a bucket (a larger unit alone): reduced in one
+  // go once all their gradients are final, and their updated parameters gathered in one go (levels
+  // 1, 2 with overlap), as Megatron's buckets; a small model is then one message, not one a unit.
+  struct Bucket {
+    int first = 0, end = 0;  // units [first, end)
+    FlatRange range;
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // a unit's bucket
   Round pending_;                         // overlap: the gradient round in flight
-  std::vector<std::vector<Request>> fetching_;  // levels 1, 2 with overlap: a unit's updated parameters on their way
+  std::vector<std::vector<Request>> fetching_;  // levels 1, 2 with overlap: a bucket's updated parameters on their way
   UnitGather values_;                     // level 3: the parameters
-  std::vector<char> grads_held_, reduced_;  // levels 2, 3: this step's state of each unit's gradients
+  std::vector<char> grads_held_, final_;  // this step's state of each unit's gradients (held: levels 2, 3)
   PageHolds grads_;
   Held grads_bytes_;  // what the accounting reports (levels 2, 3)
 };

@@ -193,10 +193,12 @@ PY
 echo "ok: train.grad_reduce changes the dp bytes"
 
 # [optim]: what dp shards changes the bytes held, never the numbers.
-# (one microbatch per step and rank: each unit's gradients are final after its one backward)
+# (one microbatch per step and rank: each unit's gradients are final after its one backward; zero 3
+# with buckets below a unit's gradients, so each unit's are reduced and handed back on their own:
+# the default 25 MiB holds this whole model in one bucket)
 Z=(--set train.micro_batch=8 --set model.depth=4)
 run z1_dp2 -n 2 "${Z[@]}"
-run z3_dp2 -n 2 "${Z[@]}" --set optim.zero=3
+run z3_dp2 -n 2 "${Z[@]}" --set optim.zero=3 --set optim.bucket_mib=0.01
 run z1_dp2_b -n 2 "${Z[@]}" --set optim.bucket_mib=0.001
 run z1_dp2_off -n 2 "${Z[@]}" --set optim.offload=\"cpu\"
 run z1_dp2_nov -n 2 "${Z[@]}" --set optim.overlap=false

@@ -99,14 +99,15 @@ TEST_P(ZeroLevels, BitIdenticalAcrossLevels) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (c.layout.world() > size) GTEST_SKIP() << c.layout.str() << " needs " << c.layout.world() << " ranks";
   // The reference: zero 1 reducing after the backward. A bucket of 1 KiB: many rounds per unit
-  // and per shard; overlap: units reduced during the backward, zero 3 fetching ahead.
+  // and per shard; 0.15 MiB: about two units a bucket; 25 MiB: the whole model one bucket; overlap:
+  // buckets reduced during the backward, zero 3 fetching ahead.
   const ZeroRun one = run_zero(c, 1, 25, false);
   const ZeroRun runs[] = {run_zero(c, 1, 1.0 / 1024, true), run_zero(c, 2, 1.0 / 1024, false),
-                          run_zero(c, 2, 25, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true),
+                          run_zero(c, 2, 0.15, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true),
                           run_zero(c, 1, 1.0 / 1024, true, true), run_zero(c, 3, 25, true, true)};
   if (!one.ran) return;
   EXPECT_NE(one.losses.front(), one.losses.back());
-  const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)", "zero 2 (overlap)", "zero 3",
+  const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)", "zero 2 (0.15 MiB, overlap)", "zero 3",
                          "zero 3 (1 KiB, overlap)", "zero 1 offloaded (1 KiB)", "zero 3 offloaded"};
   for (int k = 0; k < 7; ++k) {
     const ZeroRun& r = runs[k];
