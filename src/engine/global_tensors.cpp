@@ -10,7 +10,7 @@ std::vector<float> host_copy(Backend& be, const Tensor& t) {
 }
 
 std::map<std::string, std::vector<float>> gather_global(const DiTStage& stage, ParallelContext& ctx,
-                                                        const std::vector<float>& flat) {
+                                                        const std::vector<float>& flat, int root) {
   const DiTConfig& cfg = stage.config();
   const ParamSet& ps = stage.params();
   DIT_CHECK(static_cast<std::int64_t>(flat.size()) == ps.padded_numel(), "gather_global: a flat buffer of ",
@@ -23,7 +23,7 @@ std::map<std::string, std::vector<float>> gather_global(const DiTStage& stage, P
                        (spec.split != Split::Replicated || ctx.coord.tp == 0);
     if (owner) spec.unslice(flat.data() + ps.offset(i), full.data(), ps.tp(), ps.tp_rank());
     ctx.world->all_reduce_sum(Tensor{full.data(), DType::F32, {spec.global.numel()}, Device::Host});
-    out.emplace(spec.name, std::move(full));
+    if (root < 0 || ctx.world_rank == root) out.emplace(spec.name, std::move(full));
   }
   return out;
 }

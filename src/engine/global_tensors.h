@@ -17,9 +17,10 @@ std::vector<float> host_copy(Backend& be, const Tensor& t);
 
 // name -> global tensor for every parameter of the whole model, from each rank's flat buffer
 // `flat` (its stage's layout, padded size). Owners: dp rank 0, and tp rank 0 for tensors
-// replicated over tp; a world all-reduce completes every tensor on every rank.
+// replicated over tp; a world all-reduce completes each tensor in turn on every rank. With
+// `root` >= 0 only that world rank keeps them: the others return nothing and hold one at a time.
 std::map<std::string, std::vector<float>> gather_global(const DiTStage& stage, ParallelContext& ctx,
-                                                        const std::vector<float>& flat);
+                                                        const std::vector<float>& flat, int root = -1);
 
 // The stage's full flat buffer of a ZeRO-sharded state (e.g. the EMA), all-gathered over dp.
 std::vector<float> gather_shards(Backend& be, const ZeroOptimizer& zero, const Tensor& shard,

@@ -302,13 +302,15 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
     report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"), be_->attention_note(),
                       unplanned_device_bytes(*be_, trainer_->memory()));
   // Final weights (model and EMA) for `dit_mp sample`, then the final grid. They come from the
-  // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded.
-  const StageState final_state = trainer_->state();
-  auto model_w = gather_global(trainer_->model(), ctx_, final_state.model);
-  auto ema_w = gather_global(trainer_->model(), ctx_, final_state.ema);
-  if (ctx_.world_rank == 0) {
-    save_weights(file("model.h5"), setup_.model, model_w, cfg_.diffusion.steps, cfg_.diffusion.objective);
-    save_weights(file("ema.h5"), setup_.model, ema_w, cfg_.diffusion.steps, cfg_.diffusion.objective);
+  // fp32 master weights and EMA, so a bf16/fp16 run saves them unrounded. One file at a time, the
+  // whole model on world rank 0 only: another rank holds its stage's values of one kind and one
+  // tensor of the model at a time.
+  ZeroOptimizer& zero = trainer_->optimizer();
+  zero.settle();
+  const std::pair<const char*, Tensor> finals[] = {{"model.h5", zero.shard().master()}, {"ema.h5", zero.shard().ema()}};
+  for (const auto& [name, shard] : finals) {
+    const auto w = gather_global(trainer_->model(), ctx_, gather_shards(*be_, zero, shard, ctx_), 0);
+    if (ctx_.world_rank == 0) save_weights(file(name), setup_.model, w, cfg_.diffusion.steps, cfg_.diffusion.objective);
   }
   sample_grid("samples.png");
   if (cfg_.train.eval_every > 0) evaluate(setup_.train.steps);
