@@ -1,6 +1,8 @@
 // Assembling global tensors from tp/pp/dp pieces (see gather.h).
 #include "engine/global_tensors.h"
 
+#include <algorithm>
+
 namespace dit {
 
 std::vector<float> host_copy(Backend& be, const Tensor& t) {
@@ -35,6 +37,37 @@ std::vector<float> gather_shards(Backend& be, const ZeroOptimizer& zero, const T
   ctx.dp->all_gather(Tensor{mine.data(), DType::F32, {zero.shard_size()}, Device::Host},
                      Tensor{full.data(), DType::F32, {static_cast<std::int64_t>(full.size())}, Device::Host});
   return full;
+}
+
+std::vector<float> gather_range(Backend& be, const ZeroOptimizer& zero, const Tensor& shard, ParallelContext& ctx,
+                                const std::function<FlatRange(int)>& want_of) {
+  constexpr int kTag = 41;  // on the dp communicator, beside nothing else in flight (the step is settled)
+  Comm& dp = *ctx.dp;
+  const int me = dp.rank(), n = dp.size();
+  const std::int64_t padded = zero.shard_size() * n;
+  const FlatRange mine = ZeroOptimizer::shard_range(padded, n, me), want = want_of(me);
+  const auto meet = [](FlatRange a, FlatRange b) {
+    return FlatRange{std::max(a.begin, b.begin), std::max(std::max(a.begin, b.begin), std::min(a.end, b.end))};
+  };
+  const auto host = [](const float* p, std::int64_t count) {
+    return Tensor{const_cast<float*>(p), DType::F32, {count}, Device::Host};
+  };
+  const std::vector<float> own = host_copy(be, shard);
+  std::vector<float> out(static_cast<std::size_t>(want.size()));
+  std::vector<Request> requests;
+  for (int q = 0; q < n; ++q) {
+    const FlatRange in = meet(ZeroOptimizer::shard_range(padded, n, q), want);  // what q sends me
+    if (q == me) {
+      std::copy(own.begin() + (in.begin - mine.begin), own.begin() + (in.end - mine.begin),
+                out.begin() + (in.begin - want.begin));
+      continue;
+    }
+    if (in.size() > 0) requests.push_back(dp.irecv(host(out.data() + (in.begin - want.begin), in.size()), q, kTag));
+    const FlatRange sent = meet(mine, want_of(q));
+    if (sent.size() > 0) requests.push_back(dp.isend(host(own.data() + (sent.begin - mine.begin), sent.size()), q, kTag));
+  }
+  for (Request& r : requests) dp.wait(r);
+  return out;
 }
 
 }  // namespace dit

@@ -2,6 +2,7 @@
 // for tests, verification and exports. Every rank gets every tensor.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,5 +26,11 @@ std::map<std::string, std::vector<float>> gather_global(const DiTStage& stage, P
 // The stage's full flat buffer of a ZeRO-sharded state (e.g. the EMA), all-gathered over dp.
 std::vector<float> gather_shards(Backend& be, const ZeroOptimizer& zero, const Tensor& shard,
                                  ParallelContext& ctx);
+
+// Flat elements want_of(r) of a ZeRO-sharded state to each dp rank r (collective over ctx.dp; every
+// rank passes the same rule): the parts of its own shard each other rank asks for are sent to it,
+// the rest of its own range received. Holds that range and a host copy of the shard, not the stage.
+std::vector<float> gather_range(Backend& be, const ZeroOptimizer& zero, const Tensor& shard, ParallelContext& ctx,
+                                const std::function<FlatRange(int)>& want_of);
 
 }  // namespace dit

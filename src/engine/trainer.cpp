@@ -78,6 +78,38 @@ StageState Trainer::state() {
   return s;
 }
 
+StageState Trainer::checkpoint_state() {
+  zero_->settle();
+  const ParamSet& ps = model_->params();
+  const int dp = ctx_->layout.dp;
+  const auto want_of = [&](int r) { return checkpoint_range(ps, dp, r); };
+  const Optimizer& o = zero_->shard();
+  StageState s;
+  s.begin = want_of(ctx_->coord.dp).begin;
+  s.model = gather_range(*be_, *zero_, o.master(), *ctx_, want_of);
+  s.exp_avg = gather_range(*be_, *zero_, o.exp_avg(), *ctx_, want_of);
+  s.exp_avg_sq = gather_range(*be_, *zero_, o.exp_avg_sq(), *ctx_, want_of);
+  s.ema = gather_range(*be_, *zero_, o.ema(), *ctx_, want_of);
+  return s;
+}
+
+StateView Trainer::checkpoint_view(StageState& owned) {
+  zero_->settle();
+  const Optimizer& o = zero_->shard();
+  const Tensor kinds[4] = {o.master(), o.ema(), o.exp_avg(), o.exp_avg_sq()};  // ckpt::kKinds' order
+  const bool borrowed = ctx_->layout.dp == 1 && std::all_of(std::begin(kinds), std::end(kinds), [](const Tensor& t) {
+                          return t.device == Device::Host && t.dtype == DType::F32;
+                        });
+  if (!borrowed) {
+    owned = checkpoint_state();
+    return owned.view();
+  }
+  StateView v;
+  v.size = zero_->shard_size();  // the whole stage
+  for (int k = 0; k < 4; ++k) v.kinds[k] = static_cast<const float*>(kinds[k].data);
+  return v;
+}
+
 void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling) {
   DIT_CHECK(scaling.skipped_steps <= steps_done, "restore: ", scaling.skipped_steps,
             " skipped steps out of ", steps_done);
@@ -85,20 +117,22 @@ void Trainer::restore(const StageState& s, std::int64_t steps_done, const LossSc
   zero_->settle();  // no gather of a step before may land on the restored parameters
   Backend& be = *be_;
   const ParamSet& ps = model_->params();
-  const std::int64_t n = ps.padded_numel(), b = zero_->shard_begin(), len = zero_->shard_size();
-  DIT_CHECK(static_cast<std::int64_t>(s.model.size()) == n && s.ema.size() == s.model.size() &&
-                s.exp_avg.size() == s.model.size() && s.exp_avg_sq.size() == s.model.size(),
-            "restore: a state of ", s.model.size(), " values for a stage of ", n);
-  auto host = [](const std::vector<float>& v, std::int64_t off, std::int64_t count) {
-    return Tensor{const_cast<float*>(v.data()) + off, DType::F32, {count}, Device::Host};
+  const FlatRange need = restore_range(), have = s.range();
+  const std::int64_t b = need.begin, len = need.size();
+  DIT_CHECK(s.ema.size() == s.model.size() && s.exp_avg.size() == s.model.size() &&
+                s.exp_avg_sq.size() == s.model.size() && have.begin <= need.begin && need.end <= have.end,
+            "restore: a state of elements ", have.begin, " to ", have.end, " for the shard of elements ", need.begin,
+            " to ", need.end);
+  auto host = [&](const std::vector<float>& v) {
+    return Tensor{const_cast<float*>(v.data()) + (b - s.begin), DType::F32, {len}, Device::Host};
   };
-  const FlatRange kept = zero_->resident_values();  // ZeRO-3: the shard only
-  be.copy(ps.flat_values().rows(kept.begin, kept.end - kept.begin), host(s.model, kept.begin, kept.end - kept.begin));
+  be.copy(ps.flat_values().rows(b, len), host(s.model));
   Optimizer& o = zero_->shard();
-  if (o.master().data != o.params().data) be.copy(o.master(), host(s.model, b, len));
-  be.copy(o.exp_avg(), host(s.exp_avg, b, len));
-  be.copy(o.exp_avg_sq(), host(s.exp_avg_sq, b, len));
-  be.copy(o.ema(), host(s.ema, b, len));
+  if (o.master().data != o.params().data) be.copy(o.master(), host(s.model));
+  be.copy(o.exp_avg(), host(s.exp_avg));
+  be.copy(o.exp_avg_sq(), host(s.exp_avg_sq));
+  be.copy(o.ema(), host(s.ema));
+  zero_->gather_values();  // levels 1, 2: the other shards' parameters, as their owners hold them
   step_ = steps_done;
 }
 

@@ -94,9 +94,18 @@ class Trainer {
   using AfterStep = std::function<int(std::int64_t done, const StepStats& st)>;
   int train_to(std::int64_t steps, const AfterStep& after);
   // This stage's full state on the host (fp32 master weights, Adam moments, EMA; the ZeRO
-  // shards all-gathered over dp), in the ParamSet's flat order: what a checkpoint holds.
+  // shards all-gathered over dp), in the ParamSet's flat order.
   StageState state();
-  // Continues from a state of this stage (any layout wrote it) after `steps_done` steps.
+  // The part of it this rank writes to a checkpoint (io/checkpoint.h checkpoint_range), from the
+  // dp ranks' shards (collective over dp): about a shard, not the stage.
+  StageState checkpoint_state();
+  // The same to save now: the optimizer's own buffers, borrowed, where they are that part and in
+  // host memory (dp 1 on the CPU backend or offloaded), else checkpoint_state() kept in `owned`.
+  StateView checkpoint_view(StageState& owned);
+  // The flat elements restore() reads: this rank's ZeRO shard.
+  FlatRange restore_range() const { return {zero_->shard_begin(), zero_->shard_begin() + zero_->shard_size()}; }
+  // Continues from a state of this stage (any layout wrote it; holding at least restore_range())
+  // after `steps_done` steps. Collective over dp: the other shards' parameters come from their owners.
   void restore(const StageState& s, std::int64_t steps_done, const LossScaleState& scaling = {});
   // fp16 dynamic loss scaling (off for fp32 and bf16: scale 1, nothing skipped).
   const LossScaler& loss_scaler() const { return scaler_; }

@@ -63,12 +63,17 @@ std::vector<float>& kind_of(StageState& s, int k) {
   return const_cast<std::vector<float>&>(kind_of(static_cast<const StageState&>(s), k));
 }
 
-// The first tensor of `st` (as "<kind>/<name>") holding a NaN or Inf in this rank's slice, or "".
-std::string first_nonfinite(const StageState& st, const ParamSet& ps) {
+// The first tensor of `st` (as "<kind>/<name>") holding a NaN or Inf in the part of this rank's
+// slice it holds, or "".
+std::string first_nonfinite(const StateView& st, const ParamSet& ps) {
+  const FlatRange r = st.range();
   for (int k = 0; k < 4; ++k)
     for (int i = 0; i < int(ps.size()); ++i) {
-      const float* v = kind_of(st, k).data() + ps.offset(i);
-      if (!std::all_of(v, v + ps.specs()[i].local(ps.tp()).numel(), [](float x) { return std::isfinite(x); }))
+      const std::int64_t a = std::max(r.begin, ps.offset(i));
+      const std::int64_t b = std::min(r.end, ps.offset(i) + ps.specs()[i].local(ps.tp()).numel());
+      if (a >= b) continue;
+      const float* v = st.kinds[k] + (a - r.begin);
+      if (!std::all_of(v, v + (b - a), [](float x) { return std::isfinite(x); }))
         return std::string(kKinds[k]) + "/" + ps.specs()[i].name;
     }
   return "";
@@ -141,15 +146,15 @@ CheckpointMeta read_meta(const h5::File& index, const std::string& dir) {
 // --- save --------------------------------------------------------------------------------------
 
 void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const ParamSet& ps,
-                       const ParallelContext& ctx, const StageState& st) {
+                       const ParallelContext& ctx, const StateView& st) {
   DIT_CHECK(meta.step >= 0, "checkpoint step ", meta.step, " is negative");
   DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
             "sliced for tp rank ", ps.tp_rank(), " of ", ps.tp(), " on a rank at tp ", ctx.coord.tp,
             " of ", ctx.layout.tp);
-  for (int k = 0; k < 4; ++k)
-    DIT_CHECK(std::int64_t(kind_of(st, k).size()) == ps.padded_numel(), "checkpoint: state '",
-              kKinds[k], "' has ", kind_of(st, k).size(), " values, the parameters ",
-              ps.padded_numel());
+  const FlatRange need = checkpoint_range(ps, ctx.layout.dp, ctx.coord.dp), have = st.range();
+  DIT_CHECK(have.begin <= need.begin && need.end <= have.end && have.begin >= 0 && have.end <= ps.padded_numel(),
+            "checkpoint: a state of flat elements ", have.begin, " to ", have.end, "; this rank writes elements ",
+            need.begin, " to ", need.end, " of ", ps.padded_numel());
   std::map<std::string, ParamSpec> model;
   for (ParamSpec& s : DiTStage::declare(cfg, StageLayout::whole(cfg))) model[s.name] = s;
   for (const ParamSpec& s : ps.specs()) {
@@ -164,16 +169,12 @@ void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const P
             " holds NaN or Inf values; nothing non-finite is saved (the last checkpoint stays the newest)");
 }
 
-// This rank's shard: tensor i of the stage goes to dp rank i % dp; tp-replicated ones only to tp
-// rank 0. A rank assigned nothing writes no file.
+// This rank's shard file: its checkpoint_tensors. A rank assigned nothing writes no file.
 void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet& ps,
-                 const ParallelContext& ctx, const StageState& st) {
+                 const ParallelContext& ctx, const StateView& st) {
   const GridCoord c = ctx.coord;
   const Layout& l = ctx.layout;
-  std::vector<int> mine;
-  for (int i = 0; i < int(ps.size()); ++i)
-    if (i % l.dp == c.dp && (ps.specs()[i].split != Split::Replicated || c.tp == 0))
-      mine.push_back(i);
+  const std::vector<int> mine = checkpoint_tensors(ps, l.dp, c.dp);
   if (mine.empty()) return;
   const std::string path = (dir / shard_name(c)).string();
   // Built in memory, then written whole (io/atomic_file.h): HDF5 never meets a full disk.
@@ -186,7 +187,7 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
       h5::Handle g = h5::create_group(f, kKinds[k], path);
       for (int i : mine) {
         const ParamSpec& s = ps.specs()[i];
-        h5::write_tensor(g.get(), s.name, s.local(l.tp), kind_of(st, k).data() + ps.offset(i), path);
+        h5::write_tensor(g.get(), s.name, s.local(l.tp), st.kinds[k] + (ps.offset(i) - st.begin), path);
       }
     }
   });
@@ -361,12 +362,18 @@ std::vector<PlannedRead> plan_reads(const h5::File& index, ckpt::ShardReader& re
   return plan;
 }
 
-// Reads every part of this rank's slice of one tensor into its place in the flat buffer.
-void execute(const PlannedRead& r, ckpt::ShardReader& reader, const ParamSet& ps,
-             std::vector<float>& flat) {
+// Reads every part of this rank's slice of one tensor into its place in `flat`, which holds flat
+// elements from `begin` on: the tensor's values in it (one partly inside is read whole aside).
+void execute(const PlannedRead& r, ckpt::ShardReader& reader, const ParamSet& ps, std::vector<float>& flat,
+             std::int64_t begin) {
   const ParamSpec& s = ps.specs()[r.i];
   const Shape local = s.local(ps.tp());
-  float* dest = flat.data() + ps.offset(r.i);
+  const std::int64_t first = ps.offset(r.i), end = first + local.numel();
+  const std::int64_t a = std::max(first, begin), b = std::min(end, begin + std::int64_t(flat.size()));
+  if (a >= b) return;
+  std::vector<float> whole;
+  if (a != first || b != end) whole.resize(static_cast<std::size_t>(local.numel()));
+  float* dest = whole.empty() ? flat.data() + (first - begin) : whole.data();
   for (const ckpt::SlicePiece& p : ckpt::slice_pieces(s, ps.tp(), ps.tp_rank()))
     for (const ckpt::Mapping& m : r.maps) {
       ckpt::Box g;  // the part of the piece this mapping holds, in global coordinates
@@ -376,6 +383,7 @@ void execute(const PlannedRead& r, ckpt::ShardReader& reader, const ParamSet& ps
         d.start[a] = p.local.start[a] + (g.start[a] - p.global.start[a]);
       reader.read(m, g, dest, local, d, r.name);
     }
+  if (!whole.empty()) std::copy(whole.begin() + (a - first), whole.begin() + (b - first), flat.begin() + (a - begin));
 }
 
 // Fault injection for tests: DIT_FAULT_KILL_DURING_SAVE="rank:step" kills that world rank with
@@ -391,9 +399,27 @@ void fault_point_after_shard(int rank, std::int64_t step) {
 
 }  // namespace
 
+std::vector<int> checkpoint_tensors(const ParamSet& ps, int dp, int dp_rank) {
+  // dp rank r's ZeRO shard: [r n / dp, (r + 1) n / dp) of the padded buffer (ZeroOptimizer::shard_range)
+  const std::int64_t shard = ps.padded_numel() / dp, begin = dp_rank * shard;
+  std::vector<int> mine;
+  for (int i = 0; i < int(ps.size()); ++i)
+    if (ps.offset(i) >= begin && (ps.offset(i) < begin + shard || dp_rank == dp - 1) &&
+        (ps.specs()[i].split != Split::Replicated || ps.tp_rank() == 0))
+      mine.push_back(i);
+  return mine;
+}
+
+FlatRange checkpoint_range(const ParamSet& ps, int dp, int dp_rank) {
+  const std::vector<int> mine = checkpoint_tensors(ps, dp, dp_rank);
+  if (mine.empty()) return {};
+  const int last = mine.back();
+  return {ps.offset(mine.front()), ps.offset(last) + ps.specs()[last].local(ps.tp()).numel()};
+}
+
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const DiTConfig& cfg, const ParamSet& ps, ParallelContext& ctx,
-                            const StageState& state, int keep) {
+                            const StateView& state, int keep) {
   Comm& world = *ctx.world;
   const bool lead = world.rank() == 0;
   const fs::path rootp(root), final_dir = rootp / step_name(meta.step),
@@ -428,7 +454,8 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, const ParamSet& ps,
-                               ParallelContext& ctx, StageState& state) {
+                               ParallelContext& ctx, StageState& state, std::optional<FlatRange> range) {
+  const FlatRange want = range.value_or(FlatRange{0, ps.padded_numel()});
   CheckpointMeta meta;
   agree(*ctx.world, [&] {
     DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
@@ -443,9 +470,12 @@ CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, co
               ": the checkpoint's model differs from this run's (checkpoint vs run): ", diff);
     ckpt::ShardReader reader(dir, index);
     const std::vector<PlannedRead> plan = plan_reads(index, reader, ps);
-    for (int k = 0; k < 4; ++k) kind_of(state, k).assign(std::size_t(ps.padded_numel()), 0.f);
-    for (const PlannedRead& r : plan) execute(r, reader, ps, kind_of(state, r.k));
-    const std::string bad = first_nonfinite(state, ps);
+    DIT_CHECK(want.begin >= 0 && want.begin <= want.end && want.end <= ps.padded_numel(), "checkpoint: elements ",
+              want.begin, " to ", want.end, " asked of a stage of ", ps.padded_numel());
+    state.begin = want.begin;
+    for (int k = 0; k < 4; ++k) kind_of(state, k).assign(std::size_t(want.size()), 0.f);
+    for (const PlannedRead& r : plan) execute(r, reader, ps, kind_of(state, r.k), want.begin);
+    const std::string bad = first_nonfinite(state.view(), ps);
     DIT_CHECK(bad.empty(), dir, ": ", bad, " holds NaN or Inf values (dit_mp inspect lists them): expected finite "
               "state; start from an earlier checkpoint");
   });
@@ -501,13 +531,13 @@ std::vector<std::string> complete_checkpoints(const std::string& root) {
 
 CheckpointMeta load_newest_checkpoint(const std::string& root, const DiTConfig& cfg, const ParamSet& ps,
                                       ParallelContext& ctx, StageState& state,
-                                      std::vector<std::string>& skipped) {
+                                      std::vector<std::string>& skipped, std::optional<FlatRange> range) {
   const std::vector<std::string> dirs = complete_checkpoints(root);
   std::string newest_error;
   int origin = 0;
   for (const std::string& dir : dirs) {
     try {
-      return load_checkpoint(dir, cfg, ps, ctx, state);
+      return load_checkpoint(dir, cfg, ps, ctx, state, range);
     } catch (const AgreedError& e) {  // every rank is here: the next candidate is tried together
       skipped.push_back(dir + ": " + e.what());
       if (newest_error.empty()) newest_error = e.what(), origin = e.origin_rank();

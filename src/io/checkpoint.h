@@ -7,9 +7,11 @@
 //   <root>/step_00001000/
 //     shard_tp{t}_pp{p}_dp{d}.h5   model/<name>, ema/<name>, exp_avg/<name>, exp_avg_sq/<name>:
 //                                  the LOCAL tp slice (local shape, float32, chunked, Fletcher32)
-//                                  of the tensors this rank was assigned. Tensor i of a stage's
-//                                  ParamSet is written by dp rank i % dp; tensors replicated over
-//                                  tp only by tp rank 0. Root attrs: format_version, step,
+//                                  of the tensors this rank was assigned: those whose first
+//                                  element lies in its ZeRO shard of the stage's flat buffer
+//                                  (checkpoint_tensors); tensors replicated over tp only by tp
+//                                  rank 0. Which rank wrote what is the index's business: a
+//                                  reader follows its mappings. Root attrs: format_version, step,
 //                                  layout [tp, pp, dp], coord [tp, pp, dp].
 //     index.h5                     model/<name> ... exp_avg_sq/<name>: virtual datasets of the
 //                                  GLOBAL shape mapping blocks of the tensor to the shard datasets
@@ -33,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,11 +47,31 @@ namespace dit {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
-// One (tp, pp) stage's full local state on the host, each in the ParamSet's flat order
-// (padded_numel() long; the padding is written as nothing and loaded as zeros).
-struct StageState {
-  std::vector<float> model, ema, exp_avg, exp_avg_sq;
+// Flat elements [begin, begin + size) of one (tp, pp) stage's local state on the host, each in the
+// ParamSet's flat order: the whole stage (begin 0, padded_numel() long; the padding is written as
+// nothing and loaded as zeros), or the part one rank saves or loads.
+struct StageState;
+// The same, borrowed: each kind's values of flat elements [begin, begin + size) (model, ema,
+// exp_avg, exp_avg_sq: ckpt::kKinds' order), e.g. the optimizer's own host buffers.
+struct StateView {
+  std::int64_t begin = 0, size = 0;
+  const float* kinds[4] = {nullptr, nullptr, nullptr, nullptr};
+  FlatRange range() const { return {begin, begin + size}; }
 };
+struct StageState {
+  std::int64_t begin = 0;
+  std::vector<float> model, ema, exp_avg, exp_avg_sq;
+  FlatRange range() const { return {begin, begin + static_cast<std::int64_t>(model.size())}; }
+  StateView view() const {  // (all four the same length)
+    return {begin, static_cast<std::int64_t>(model.size()), {model.data(), ema.data(), exp_avg.data(), exp_avg_sq.data()}};
+  }
+};
+
+// The tensors of `ps` dp rank `dp_rank` of `dp` writes to its shard file: those whose first
+// element lies in its ZeRO shard of the flat buffer (a tensor replicated over tp from tp rank 0
+// only), so each rank writes about its own shard. And the flat range they span ({0, 0}: none).
+std::vector<int> checkpoint_tensors(const ParamSet& ps, int dp, int dp_rank);
+FlatRange checkpoint_range(const ParamSet& ps, int dp, int dp_rank);
 
 struct CheckpointMeta {
   std::int64_t step = 0;    // steps completed
@@ -68,22 +91,26 @@ struct CheckpointMeta {
 // Collective over ctx.world. Writes <root>/step_<8 digits>/ under a temporary name
 // (<root>/.tmp-step_...), renames it into place, then updates <root>/latest atomically. Keeps
 // the newest `keep` complete checkpoints (keep <= 0: all): older steps are pruned only after the
-// new one is in place; folders of LATER steps (an abandoned run) are never pruned. Every rank of a
-// (tp, pp) group must pass the same full `state` (the caller all-gathers ZeRO shards first).
+// new one is in place; folders of LATER steps (an abandoned run) are never pruned. Each rank's
+// `state` covers at least checkpoint_range of its dp rank (the whole stage does too).
 // Errors are agreed: every rank throws the same message. Returns the step folder.
 std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
                             const DiTConfig& cfg, const ParamSet& ps, ParallelContext& ctx,
-                            const StageState& state, int keep);
+                            const StateView& state, int keep);
+inline std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta, const DiTConfig& cfg,
+                                   const ParamSet& ps, ParallelContext& ctx, const StageState& state, int keep) {
+  return save_checkpoint(root, meta, cfg, ps, ctx, state.view(), keep);
+}
 
 // Collective over ctx.world. `path` is a step folder, or a root (then the newest complete
 // checkpoint, see latest_checkpoint). Validates the format version, the model config against
 // `cfg` (the error lists every difference: "depth 4 vs 6, hidden_size 64 vs 96"), and that every
 // tensor of `ps` exists with its global shape and is fully covered by the index's mappings, before
-// resizing `state` to ps.padded_numel(); then reads this rank's tp slices at ITS layout. A corrupt,
-// truncated or missing shard fails with a message naming the file and the tensor. Errors are
-// agreed over ctx.world.
+// sizing `state` to `range` of the flat buffer (the whole stage by default); then reads that range
+// of this rank's tp slices at ITS layout. A corrupt, truncated or missing shard fails with a
+// message naming the file and the tensor. Errors are agreed over ctx.world.
 CheckpointMeta load_checkpoint(const std::string& path, const DiTConfig& cfg, const ParamSet& ps,
-                               ParallelContext& ctx, StageState& state);
+                               ParallelContext& ctx, StageState& state, std::optional<FlatRange> range = {});
 
 // Not collective: the metadata and the model config of a checkpoint (step folder or root), e.g.
 // to build the model before loading it.
@@ -103,7 +130,7 @@ std::vector<std::string> complete_checkpoints(const std::string& root);
 // meta with step -1 when there is none.
 CheckpointMeta load_newest_checkpoint(const std::string& root, const DiTConfig& cfg, const ParamSet& ps,
                                       ParallelContext& ctx, StageState& state,
-                                      std::vector<std::string>& skipped);
+                                      std::vector<std::string>& skipped, std::optional<FlatRange> range = {});
 
 // For `dit_mp inspect`: step, layout, model, tensors and shapes; reads every shard dataset fully
 // to verify its checksum. Returns a printable report; throws naming the file and tensor on

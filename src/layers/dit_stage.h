@@ -91,11 +91,6 @@ class UnitResidency {
   virtual void gradients_final(int unit) = 0;   // the step's last contribution to its gradients is in
 };
 
-// A range [begin, end) of elements of a ParamSet's flat buffers.
-struct FlatRange {
-  std::int64_t begin = 0, end = 0;
-};
-
 // Gradients flowing out of / into a stage's backward.
 struct StageGrads {
   bool last = false;  // the chunk's last backward of the step: each unit's gradients are final after its own

@@ -13,6 +13,12 @@
 
 namespace dit {
 
+// A range [begin, end) of elements of a ParamSet's flat buffers.
+struct FlatRange {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+
 // How a tensor is split over the tp ranks (Megatron's column/row parallel linear layers).
 enum class Split : std::uint8_t {
   Replicated,  // every rank holds the whole tensor

@@ -422,6 +422,11 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   return r;
 }
 
+void ZeroOptimizer::gather_values() {
+  settle();
+  if (dp_ > 1 && !sharded_values()) ctx_->dp->all_gather(opt_->params(), ps_->flat_values());
+}
+
 void ZeroOptimizer::settle() {
   if (sharded_values()) return;  // level 3's fetches belong to the passes that posted them
   for (std::vector<Request>& f : fetching_) {

@@ -150,6 +150,9 @@ class ZeroOptimizer final : public UnitResidency {
   // Every parameter this rank holds is up to date: the step's gathers still in flight (levels 1, 2
   // with overlap) are waited for.
   void settle();
+  // Levels 1, 2: every rank's shard of the parameters to every rank (after each wrote its own, as a
+  // restore does); level 3 keeps the shard alone. Collective over dp.
+  void gather_values();
   // Where the gradient of flat element 0 waits for step(), every reduction done: a test's fault point.
   Tensor first_gradient();
 

@@ -92,8 +92,9 @@ std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws
   }
   MemoryNeed need;
   need.state = (host ? double(a.params + a.grads + a.master + a.exp_avg + a.exp_avg_sq + a.ema) : 0.0) +
-               double(a.host) +                                      // the offloaded optimizer state
-               16.0 * double(m.num_params()) / (double(l.tp) * l.pp);  // a checkpoint's gathered fp32 copies
+               double(a.host) +  // the offloaded optimizer state
+               checkpoint_host_bytes(double(m.num_params()) / (double(l.tp) * l.pp), l.dp, largest_tensor_params(m, l.tp),
+                                     host || setup.train.offload);  // what a checkpoint save holds
   need.offloaded = double(a.host);
   need.activations = host ? activations : 0.0;
   // The sample grid, and the evaluation's samples when evaluated during training, drawn from the

@@ -165,6 +165,7 @@ LayoutPlan plan_layout(const TrainSetup& run, const PlanDevice& device) {
   p.micro_batch = setup.batch.micro_batch;
   p.microbatches = setup.batch.microbatches;
   p.tokens = model.num_patches();
+  p.largest_tensor = largest_tensor_params(model, layout.tp);
   p.precision = device.precision;
   p.recompute = tc.stage.recompute;
   p.sequence_parallel = tc.stage.sequence_parallel;
@@ -270,8 +271,21 @@ void search_sharding(FitRequest& req, bool cuda_run) {
 double LayoutPlan::peak_host_need() const {
   double need = 0;
   for (const StagePlan& s : stages)
-    need = std::max(need, double(s.mem.host) + 16.0 * optimizer_shard_params(s) * layout.dp);
+    need = std::max(need, double(s.mem.host) + checkpoint_host_bytes(optimizer_shard_params(s) * layout.dp, layout.dp,
+                                                                      largest_tensor, offload));
   return need;
+}
+
+double checkpoint_host_bytes(double stage_params, int dp, double largest_params, bool state_on_host) {
+  const double written = std::min(stage_params, stage_params / dp + largest_params);
+  return 16.0 * written * (dp == 1 && state_on_host ? 1 : 2);
+}
+
+double largest_tensor_params(const DiTConfig& m, int tp) {
+  double largest = 0;
+  for (const ParamSpec& s : DiTStage::declare(m, StageLayout::whole(m)))
+    largest = std::max(largest, double(s.local(tp).numel()));
+  return largest;
 }
 
 std::size_t LayoutPlan::peak_host_bytes() const {
@@ -524,8 +538,8 @@ std::string format_fit(const FitRequest& req, const std::vector<FitRow>& rows, i
      << "messages over NVLink/PCIe within a node and InfiniBand across):\n";
   os << format_fit_rows(rows, 0, top);
   if (req.host_memory_gib > 0)
-    os << "(layouts whose host memory (the offloaded optimizer state, and a checkpoint's fp32 copy of the "
-       << "stage's state) exceeds " << req.host_memory_gib << " GiB per node of "
+    os << "(layouts whose host memory (the offloaded optimizer state, and what a rank holds while it saves a "
+       << "checkpoint) exceeds " << req.host_memory_gib << " GiB per node of "
        << std::min(req.gpus, req.hw.gpus_per_node) << " GPUs are left out)\n";
   const bool beyond_cuda = std::any_of(rows.begin(), rows.end(), [](const FitRow& r) { return r.plan.zero > 1; });
   if (beyond_cuda && req.hw.cores == 0)

@@ -59,12 +59,12 @@ struct LayoutPlan {
   int zero = 1;          // optim.zero: what dp shards
   bool offload = false;  // optim.offload = "cpu"
   bool overlap = true;   // optim.overlap
+  double largest_tensor = 0;  // elements of the model's largest tensor on one tp rank
   std::vector<StagePlan> stages;  // one per pipeline stage (tp and dp ranks of a stage are alike)
   std::size_t peak_bytes() const;  // the largest total over stages
   std::size_t peak_host_bytes() const;  // the largest offloaded state over stages
-  // The most host memory a rank needs, over stages: its offloaded state and, while a checkpoint is
-  // written (or read), the stage's full state gathered in fp32 (master, two moments, EMA: 16 bytes
-  // a parameter), the check `plan --host-memory-gib` and `--fit` make per node.
+  // The most host memory a rank needs, over stages: its offloaded state and what a checkpoint save
+  // holds (checkpoint_host_bytes), the check `plan --host-memory-gib` and `--fit` make per node.
   double peak_host_need() const;
 };
 
@@ -108,6 +108,17 @@ struct TimeEstimate {
   double step_s = 0, compute_s = 0, bubble_s = 0, comm_s = 0;
 };
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency);
+
+// Host bytes one rank holds while it saves a checkpoint of a stage of `stage_params` parameters
+// sharded over `dp` ranks (io/checkpoint.h, Trainer::checkpoint_view): the shard file built in
+// memory, the four fp32 kinds (master, two moments, EMA: 16 bytes a parameter) of the tensors it
+// writes - those starting in its shard: at most the shard and the largest tensor
+// (`largest_params`) running past it, never more than the stage - and, unless dp is 1 and the
+// optimizer state is in host memory already (`state_on_host`: offloaded, or the CPU backend),
+// a copy of those values gathered for it, as much again. (A load reads its shard alone: less.)
+double checkpoint_host_bytes(double stage_params, int dp, double largest_params, bool state_on_host);
+// Elements of the largest tensor of `m` one of `tp` ranks holds.
+double largest_tensor_params(const DiTConfig& m, int tp);
 
 // The parts of a step that depend on optim.zero, .overlap and .offload, shared by estimate_time
 // and the calibrated predictor (predict.h):

@@ -112,6 +112,7 @@ std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const 
     if (planned) check_resumable(*planned, cfg);
   });
   CheckpointMeta meta;
+  const FlatRange range = trainer.restore_range();  // this rank's shard: all restore() reads
   if (weights_file) {
     // Read in fp32 on the host, whatever the training precision, so the fp32 master weights get
     // the file's values rather than their 16-bit rounding (restore() sets params and master).
@@ -119,18 +120,18 @@ std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const 
     CpuBackend host;
     ParamSet fp32(host, ps.specs(), ps.tp(), ps.tp_rank(), ps.padded_numel());
     collective_check([&] { load_weights(path, fp32); });  // every rank reads it: one message
-    state = trainer.state();
-    state.model = host_copy(host, fp32.flat_values());
+    state.begin = range.begin;
+    state.model = host_copy(host, fp32.flat_values().rows(range.begin, range.size()));
     state.ema = state.model;
-    std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);
-    std::fill(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), 0.f);
+    state.exp_avg.assign(state.model.size(), 0.f);
+    state.exp_avg_sq.assign(state.model.size(), 0.f);
   } else if (cfg.run.resume == "auto") {  // the newest checkpoint that verifies
     std::vector<std::string> skipped;
-    meta = load_newest_checkpoint(root, model, stage.params(), ctx, state, skipped);
+    meta = load_newest_checkpoint(root, model, stage.params(), ctx, state, skipped, range);
     for (const std::string& s : skipped)
       if (ctx.world_rank == 0) console.line("skipped checkpoint " + s);
   } else {
-    meta = load_checkpoint(path, model, stage.params(), ctx, state);
+    meta = load_checkpoint(path, model, stage.params(), ctx, state, range);
     if (!resume) {  // weights only
       state.ema = state.model;
       std::fill(state.exp_avg.begin(), state.exp_avg.end(), 0.f);

@@ -336,8 +336,9 @@ void Run::checkpoint() {
   meta.loss_scale_clean_steps = ls.clean_steps;
   meta.skipped_steps = ls.skipped_steps;
   meta.loss_scaling = ls.active;
+  StageState owned;  // what the saved state does not borrow from the optimizer
   const std::string dir = save_checkpoint(checkpoint_root(), meta, setup_.model, trainer_->model().params(), ctx_,
-                                          trainer_->state(), cfg_.train.keep_checkpoints);
+                                          trainer_->checkpoint_view(owned), cfg_.train.keep_checkpoints);
   if (ctx_.world_rank == 0) {
     char took[32];
     std::snprintf(took, sizeof took, "%.2f s", now_s() - t);
