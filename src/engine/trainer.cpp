@@ -105,8 +105,10 @@ StateView Trainer::checkpoint_view(StageState& owned) {
     return owned.view();
   }
   StateView v;
-  v.size = zero_->shard_size();  // the whole stage
-  for (int k = 0; k < 4; ++k) v.kinds[k] = static_cast<const float*>(kinds[k].data);
+  for (int k = 0; k < 4; ++k) {
+    v.kinds[k] = static_cast<const float*>(kinds[k].data);
+    v.sizes[k] = zero_->shard_size();  // the whole stage
+  }
   return v;
 }
 

@@ -151,6 +151,9 @@ void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const P
   DIT_CHECK(ps.tp() == ctx.layout.tp && ps.tp_rank() == ctx.coord.tp, "checkpoint: parameters ",
             "sliced for tp rank ", ps.tp_rank(), " of ", ps.tp(), " on a rank at tp ", ctx.coord.tp,
             " of ", ctx.layout.tp);
+  for (int k = 1; k < 4; ++k)
+    DIT_CHECK(st.sizes[k] == st.sizes[0], "checkpoint: state '", kKinds[k], "' has ", st.sizes[k], " values, '",
+              kKinds[0], "' ", st.sizes[0]);
   const FlatRange need = checkpoint_range(ps, ctx.layout.dp, ctx.coord.dp), have = st.range();
   DIT_CHECK(have.begin <= need.begin && need.end <= have.end && have.begin >= 0 && have.end <= ps.padded_numel(),
             "checkpoint: a state of flat elements ", have.begin, " to ", have.end, "; this rank writes elements ",

@@ -54,16 +54,18 @@ struct StageState;
 // The same, borrowed: each kind's values of flat elements [begin, begin + size) (model, ema,
 // exp_avg, exp_avg_sq: ckpt::kKinds' order), e.g. the optimizer's own host buffers.
 struct StateView {
-  std::int64_t begin = 0, size = 0;
+  std::int64_t begin = 0;
   const float* kinds[4] = {nullptr, nullptr, nullptr, nullptr};
-  FlatRange range() const { return {begin, begin + size}; }
+  std::int64_t sizes[4] = {0, 0, 0, 0};  // each kind's values (a save refuses unequal ones)
+  FlatRange range() const { return {begin, begin + sizes[0]}; }
 };
 struct StageState {
   std::int64_t begin = 0;
   std::vector<float> model, ema, exp_avg, exp_avg_sq;
   FlatRange range() const { return {begin, begin + static_cast<std::int64_t>(model.size())}; }
-  StateView view() const {  // (all four the same length)
-    return {begin, static_cast<std::int64_t>(model.size()), {model.data(), ema.data(), exp_avg.data(), exp_avg_sq.data()}};
+  StateView view() const {
+    const auto n = [](const std::vector<float>& v) { return static_cast<std::int64_t>(v.size()); };
+    return {begin, {model.data(), ema.data(), exp_avg.data(), exp_avg_sq.data()}, {n(model), n(ema), n(exp_avg), n(exp_avg_sq)}};
   }
 };
 

@@ -152,6 +152,10 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
   DIT_CHECK(options.bucket_bytes >= 4, "ZeRO: a bucket of ", options.bucket_bytes, " bytes holds no gradient");
   DIT_CHECK(ps.padded_numel() % dp_ == 0, "ZeRO: a parameter buffer of ", ps.padded_numel(),
             " elements is not padded to a multiple of dp = ", dp_);
+  collective_ = dp_ > 1 && !ctx.dp->sends_to_any_rank();
+  DIT_CHECK(!collective_ || options.level == 1, "optim.zero = ", options.level, ": the data-parallel communicator ",
+            "(NCCL) sends between pipeline neighbours only; levels 2 and 3 reduce and gather between any two ",
+            "ranks: expected optim.zero = 1");
   const std::int64_t shard = ps.padded_numel() / dp_;
   begin_ = shard_range(ps.padded_numel(), dp_, rank_).begin;
   end_ = begin_ + shard;
@@ -378,10 +382,33 @@ void ZeroOptimizer::reduce_all() {
     for (std::size_t u = 0; u < units_.size(); ++u) gradients_final(static_cast<int>(u));  // any not yet reduced
     finish_pending();
     std::fill(final_.begin(), final_.end(), 0);
+  } else if (collective_) {
+    reduce_collective();
   } else if (dp_ > 1) {
     reduce_now({0, ps_->padded_numel()});
   }
   reduced_all_ = true;
+}
+
+void ZeroOptimizer::reduce_collective() {
+  // The flat buffer holds the dp shards in rank order: what a reduce-scatter takes. bf16 on the
+  // wire: a bucket of each shard at a time, gathered into the wire buffer (dp pieces) and summed
+  // into one piece (the staging's first), widened into the fp32 shard.
+  Comm& dp = *ctx_->dp;
+  const std::int64_t shard = end_ - begin_;
+  const Tensor out = shard_grads_.tensor({shard}, ParamSet::kGradDType);
+  if (options_.reduce_dtype == DType::F32) {
+    dp.reduce_scatter_sum(ps_->flat_grads(), out);
+    return;
+  }
+  for (std::int64_t x = 0; x < shard; x += piece_) {
+    const std::int64_t n = std::min(piece_, shard - x);
+    const Tensor wire = wire_.tensor({dp_ * n}, DType::BF16);
+    for (int o = 0; o < dp_; ++o) be_->copy(wire.rows(o * n, n), ps_->flat_grads().rows(o * shard + x, n));
+    const Tensor mine = staging(0, n);
+    dp.reduce_scatter_sum(wire, mine);
+    be_->copy(out.rows(x, n), mine);
+  }
 }
 
 Tensor ZeroOptimizer::first_gradient() {

@@ -187,9 +187,17 @@ class ZeroOptimizer final : public UnitResidency {
   bool sharded_values() const { return options_.level >= 3 && dp_ > 1; }
   bool sharded_grads() const { return options_.level >= 2 && dp_ > 1; }
   // Units are reduced as their gradients become final (levels 2, 3, or overlap), not after the step.
-  bool early_reduce() const { return dp_ > 1 && !units_.empty() && (options_.level >= 2 || options_.overlap); }
+  bool early_reduce() const {
+    return dp_ > 1 && !collective_ && !units_.empty() && (options_.level >= 2 || options_.overlap);
+  }
   // Levels 1, 2 with overlap: the step's all-gather is posted bucket by bucket, for the next forward.
-  bool gathers_behind_forward() const { return dp_ > 1 && !units_.empty() && !sharded_values() && options_.overlap; }
+  bool gathers_behind_forward() const {
+    return dp_ > 1 && !collective_ && !units_.empty() && !sharded_values() && options_.overlap;
+  }
+  // A dp communicator whose sends do not reach every rank (NCCL): level 1 alone, its reduction the
+  // transport's reduce-scatter after the backward (its own summation order) and its all-gather.
+  bool collective_ = false;
+  void reduce_collective();
   // One round of the dp sum of flat gradient elements [r.begin, r.end) into the owners'
   // shard_grads_: the k-th piece of each owner's part, posted; finish() completes it.
   struct Round {

@@ -82,6 +82,9 @@ class Comm {
   // Lets the transport advance pending non-blocking operations (MPI's progress from the training
   // thread between primitives); completes nothing the caller must wait for.
   virtual void progress() {}
+  // Whether isend/irecv of the backend's tensors reach every rank of the communicator (NCCL's
+  // connect pipeline neighbours only: optim/zero.h then keeps to collectives).
+  virtual bool sends_to_any_rank() const { return true; }
 
   CommStats& stats() { return stats_; }
 

@@ -123,6 +123,7 @@ class NcclComm final : public Comm {
   Request isend(const Tensor& x, int peer, int tag) override;
   Request irecv(const Tensor& x, int peer, int tag) override;
   void wait(Request& r) override;
+  bool sends_to_any_rank() const override { return false; }  // device tensors: pipeline neighbours only
 
  private:
   // One direction between this rank and one neighbour: a two-rank communicator and its stream.

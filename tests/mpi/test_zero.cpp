@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
@@ -33,9 +34,38 @@ struct ZeroRun {
   StageState state;
   MemoryAccount memory;
   bool ran = false;
+  int reduce_scatters = 0;  // on a collectives-only dp communicator
 };
 
-ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap, bool offload = false) {
+// A data-parallel communicator as NCCL's is to ZeRO: collectives reach every rank, sends reach none
+// but pipeline neighbours (here none at all: a send fails the test). Counts its reduce-scatters.
+class CollectivesOnly final : public Comm {
+ public:
+  explicit CollectivesOnly(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
+  int size() const override { return inner_->size(); }
+  int rank() const override { return inner_->rank(); }
+  void all_reduce_sum(const Tensor& x) override { inner_->all_reduce_sum(x); }
+  void all_gather(const Tensor& in, const Tensor& out) override { inner_->all_gather(in, out); }
+  void reduce_scatter_sum(const Tensor& in, const Tensor& out) override {
+    ++reduce_scatters;
+    inner_->reduce_scatter_sum(in, out);
+  }
+  void broadcast(const Tensor& x, int root) override { inner_->broadcast(x, root); }
+  void barrier() override { inner_->barrier(); }
+  double all_reduce_max(double v) override { return inner_->all_reduce_max(v); }
+  void all_reduce_sum(double* v, int n) override { inner_->all_reduce_sum(v, n); }
+  Request isend(const Tensor&, int peer, int) override { DIT_FAIL("a send to dp rank ", peer, " without sends"); }
+  Request irecv(const Tensor&, int peer, int) override { DIT_FAIL("a receive from dp rank ", peer, " without sends"); }
+  void wait(Request& r) override { inner_->wait(r); }
+  bool sends_to_any_rank() const override { return false; }
+  int reduce_scatters = 0;
+
+ private:
+  std::unique_ptr<Comm> inner_;
+};
+
+ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap, bool offload = false,
+                 bool collectives_only = false) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   auto world = MpiComm::world();
@@ -46,6 +76,12 @@ ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap, 
   SyntheticDataset data({2, 8, 8}, 5, 64, 9);
   ParallelContext ctx = make_mpi_context(c.layout, std::move(sub));
   if (c.precision != DType::F32) attach_backend_comms(ctx, *be);
+  CollectivesOnly* only = nullptr;
+  if (collectives_only) {
+    auto wrapped = std::make_unique<CollectivesOnly>(std::move(ctx.dp));
+    only = wrapped.get();
+    ctx.dp = std::move(wrapped);
+  }
   TrainConfig tc;
   tc.global_batch = 8;
   tc.micro_batch = 1;  // 8 / dp microbatches per step: the gradients accumulate
@@ -71,6 +107,7 @@ ZeroRun run_zero(const ZeroCase& c, int level, double bucket_mib, bool overlap, 
   r.state = trainer.state();
   r.memory = trainer.memory();
   r.ran = true;
+  if (only) r.reduce_scatters = only->reduce_scatters;
   return r;
 }
 
@@ -225,6 +262,55 @@ TEST(ZeroOffload, StateLivesInHostMemory) {
   if (rank == 0)
     std::printf("[ zero offload ] shard of %zu parameters: %zu host bytes, %zu device bytes\n", shard, m.host,
                 m.total());
+}
+
+}  // namespace dit
+
+namespace dit {
+
+// Where the dp communicator's sends reach pipeline neighbours only (NCCL), level 1 keeps to the
+// transport's reduce-scatter and all-gather (overlap asked for or not): at dp 2, where a sum of
+// two has one order, the same bits as the rank-ordered sum; at dp 4 the transport's order, within
+// 1e-5 (fp32) and 2e-2 (bf16 on the wire, summed there) of the losses and of the first Adam moment
+// (relative L2: the reduced gradients). Levels 2 and 3 are refused
+// naming optim.zero.
+TEST(ZeroCollectives, LevelOneOnACommunicatorWithoutSends) {
+  int size = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (size < 4) GTEST_SKIP() << "needs 4 ranks";
+  const ZeroCase cases[] = {ZeroCase{{1, 1, 2}}, ZeroCase{{1, 1, 4}},
+                            ZeroCase{{1, 1, 4}, ScheduleKind::OneFOneB, 1, DType::BF16}};
+  for (const ZeroCase& c : cases) {
+    const ZeroRun ref = run_zero(c, 1, 25, true);
+    const ZeroRun got = run_zero(c, 1, c.precision == DType::F32 ? 25 : 1.0 / 1024, true, false, true);
+    if (!ref.ran) continue;
+    EXPECT_GE(got.reduce_scatters, kSteps) << case_name(c);
+    const double tol = c.layout.dp == 2 ? 0 : c.precision == DType::F32 ? 1e-5 : 2e-2;
+    for (int i = 0; i < kSteps; ++i)
+      EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]), tol * std::abs(ref.losses[i])) << case_name(c) << " step " << i;
+    if (c.layout.dp == 2) EXPECT_TRUE(same_bits(got.state.model, ref.state.model)) << case_name(c);
+    // The reduced gradients themselves, through the first Adam moment: relative L2 error.
+    double diff = 0, norm = 0;
+    for (std::size_t k = 0; k < ref.state.exp_avg.size(); ++k) {
+      diff += std::pow(double(got.state.exp_avg[k]) - ref.state.exp_avg[k], 2);
+      norm += std::pow(double(ref.state.exp_avg[k]), 2);
+    }
+    EXPECT_LE(std::sqrt(diff / norm), tol) << case_name(c) << ": exp_avg";
+    if (rank == 0)
+      std::printf("[ zero collectives %s ] losses %.6f .. %.6f (rank-ordered %.6f .. %.6f), %d reduce-scatters\n",
+                  case_name(c).c_str(), got.losses.front(), got.losses.back(), ref.losses.front(), ref.losses.back(),
+                  got.reduce_scatters);
+  }
+  for (int level : {2, 3}) {
+    std::string error;
+    try {
+      run_zero(ZeroCase{{1, 1, 2}}, level, 25, true, false, true);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (rank < 2) EXPECT_NE(error.find("optim.zero = " + std::to_string(level)), std::string::npos) << error;
+  }
 }
 
 }  // namespace dit

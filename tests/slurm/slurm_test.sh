@@ -117,7 +117,7 @@ echo "1. sbatch: job $a completed in $((SECONDS - t0)) s; metrics, checkpoint, w
 # 2. Preemption by scancel --signal=USR1 --batch, requeue, resume, finish.
 t0=$SECONDS
 b=$(submit preempted)
-wait_rows runs/preempted 10 60
+wait_rows runs/preempted 2 60  # early: a loaded machine may take seconds to deliver the signal
 scancel --signal=USR1 --batch "$b"
 requeued "$b" 60
 wait_state "$b" COMPLETED 120
