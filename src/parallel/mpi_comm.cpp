@@ -96,8 +96,9 @@ std::vector<int> parse_ranks(const std::string& list) {
 
 // Asks `ranks` (world ranks) and whoever their answers name; returns a clause naming the ranks
 // that did not answer and what the others wait for, or "" when nothing could be learnt.
-// `lowest_waiting` gets the lowest world rank that answered (alive, in a polled wait), or -1.
-std::string inquire(const std::vector<int>& ranks, int& lowest_waiting) {
+// `lowest` gets the lowest world rank asked (answering: alive, in a polled wait; or silent: stopped,
+// still computing, or already reporting), or -1.
+std::string inquire(const std::vector<int>& ranks, int& lowest) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   std::set<int> asked;
@@ -133,7 +134,7 @@ std::string inquire(const std::vector<int>& ranks, int& lowest_waiting) {
   std::set<int> silent;
   for (int r : asked)
     if (!answers.count(r)) silent.insert(r);
-  lowest_waiting = answers.empty() ? -1 : answers.begin()->first;
+  lowest = asked.empty() ? -1 : *asked.begin();
   // Who waits on a silent rank directly (the last link of the chain), else a few of the waiters.
   std::string waiting;
   int listed = 0;
@@ -151,14 +152,16 @@ std::string inquire(const std::vector<int>& ranks, int& lowest_waiting) {
   return out;
 }
 
-// One message per failure: a timed-out rank above the lowest rank it knows to be waiting too
-// leaves the report to that rank (main prints it and aborts the job), answering inquiries
-// meanwhile; if the job is still there after the grace (that rank stopped as well), it reports.
+// One message per failure: a timed-out rank above a lower rank it asked leaves the report to that
+// rank (main prints it and aborts the job), answering inquiries meanwhile - whether the lower rank
+// answered (it waits too), or not (it may be reporting already, with the abort on its way, or
+// still computing towards its own timeout); if the job is still there after the grace (that rank
+// stopped), it reports.
 constexpr double kReportGraceSeconds = 5;
-void leave_report_to(int lowest_waiting) {
+void leave_report_to(int lowest) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  if (lowest_waiting < 0 || lowest_waiting > me) return;
+  if (lowest < 0 || lowest > me) return;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kReportGraceSeconds) {
     serve_inquiries();
@@ -285,9 +288,9 @@ void MpiComm::timed_out(const Wait& w, double waited) const {
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   for (int r = 0; r < std::min(world, 4); ++r) ask.push_back(r);
-  int lowest_waiting = -1;
-  const std::string found = inquire(ask, lowest_waiting);
-  leave_report_to(lowest_waiting);
+  int lowest = -1;
+  const std::string found = inquire(ask, lowest);
+  leave_report_to(lowest);
   if (w.peer >= 0) {
     const int peer = world_ranks_[static_cast<std::size_t>(w.peer)];
     DIT_FAIL("communication timeout: waited ", limit, " for ", describe(w), " during ", watch_->where(), "; ",
