@@ -1,5 +1,6 @@
 // Full (global, PyTorch-shaped) tensors assembled from the slices every rank of a layout holds:
-// for tests, verification and exports. Every rank gets every tensor.
+// for tests, verification and exports (every rank gets every tensor, or one rank alone), and the
+// parts of ZeRO-sharded state a rank needs.
 #pragma once
 
 #include <functional>

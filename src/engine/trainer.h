@@ -96,11 +96,10 @@ class Trainer {
   // This stage's full state on the host (fp32 master weights, Adam moments, EMA; the ZeRO
   // shards all-gathered over dp), in the ParamSet's flat order.
   StageState state();
-  // The part of it this rank writes to a checkpoint (io/checkpoint.h checkpoint_range), from the
-  // dp ranks' shards (collective over dp): about a shard, not the stage.
-  StageState checkpoint_state();
-  // The same to save now: the optimizer's own buffers, borrowed, where they are that part and in
-  // host memory (dp 1 on the CPU backend or offloaded), else checkpoint_state() kept in `owned`.
+  // The part of it this rank writes to a checkpoint (io/checkpoint.h checkpoint_range), collective
+  // over dp: the optimizer's own buffers, borrowed, where they are that part and in host memory
+  // (dp 1 on the CPU backend or offloaded), else gathered from the dp ranks' shards into `owned`
+  // (about a shard, not the stage).
   StateView checkpoint_view(StageState& owned);
   // The flat elements restore() reads: this rank's ZeRO shard.
   FlatRange restore_range() const { return {zero_->shard_begin(), zero_->shard_begin() + zero_->shard_size()}; }
@@ -128,6 +127,7 @@ class Trainer {
   MemoryAccount memory() const;
 
  private:
+  StageState checkpoint_state();  // checkpoint_view's gathered part (collective over dp)
   // What both ends of the pipeline need of a microbatch, on the backend (in its arena).
   struct DeviceBatch {
     Tensor x0, noise, t;  // (N, C, H, W) fp32, the same, (N) int32 rows of `coefs`

@@ -160,8 +160,6 @@ class ZeroOptimizer final : public UnitResidency {
   static FlatRange shard_range(std::int64_t padded, int dp, int rank) {
     return {rank * (padded / dp), (rank + 1) * (padded / dp)};
   }
-  // The flat parameter elements that stay on this rank: its shard under level 3, else all.
-  FlatRange resident_values() const { return sharded_values() ? FlatRange{begin_, end_} : FlatRange{0, ps_->padded_numel()}; }
   int level() const { return options_.level; }
   Optimizer& shard() { return *opt_; }
   const Optimizer& shard() const { return *opt_; }
