@@ -73,8 +73,8 @@ void run_plan(const PlanFlags& f, const RunConfig& cfg) {
   if (f.host_memory_gib > 0) {
     const int per_node = std::min(p.layout.world(), hw ? hw->gpus_per_node : p.layout.world());
     const double need = p.peak_host_need() * per_node;
-    std::printf("host memory: %s for %d ranks of a node (offloaded state %s a rank, a checkpoint save's fp32 "
-                "state and shard file %s), of %g GiB: %s\n",
+    std::printf("host memory: %s for %d ranks of a node (offloaded state %s a rank, what a checkpoint save "
+                "gathers and buffers %s), of %g GiB: %s\n",
                 format_bytes(need).c_str(), per_node, format_bytes(double(p.peak_host_bytes())).c_str(),
                 format_bytes(p.peak_host_need() - double(p.peak_host_bytes())).c_str(),
                 f.host_memory_gib, need <= f.host_memory_gib * double(1u << 30) ? "fits" : "does NOT fit");

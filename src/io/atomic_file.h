@@ -7,13 +7,14 @@
 //   target's folder): until it is complete and fsynced it has no name, so a process killed midway
 //   leaves nothing; the kernel frees it. It is then linked under a temporary name and renamed over
 //   the target. Where the file system refuses O_TMPFILE (NFS, some parallel file systems) a named
-//   temporary is used instead. The HDF5 files of weights, samples, the classifier and checkpoints
-//   are built in memory (h5::build_in_memory, HDF5's core driver) and written through it, so HDF5
-//   never meets a full disk (HDF5 1.10 does not recover from a failed flush: the process crashed at
+//   temporary is used instead. The HDF5 files of weights, samples, the classifier and checkpoint
+//   indexes are built in memory (h5::build_in_memory, HDF5's core driver) and written through it, so
+//   HDF5 never meets a full disk (HDF5 1.10 does not recover from a failed flush: the process crashed at
 //   exit); PNGs are encoded in memory likewise. The cost is the file's size in memory while it is
 //   written.
-// - write_atomically (a library fills a file given its path; used for dataset files, which can be
-//   far larger than memory, with their disk space reserved first: h5::DiskFile::create_reserved)
+// - write_atomically (a library fills a file given its path; used for dataset files and checkpoint
+//   shards, which can be far larger than memory, with their disk space reserved first:
+//   h5::DiskFile::create_reserved)
 //   fills a named temporary "<target>.tmp-<host>-<pid>" in the same folder, fsyncs and renames it.
 //   A process killed during the fill leaves that temporary, and the next write of the same target
 //   (by any process on the same host) removes it once its writer pid is gone; the named-temporary

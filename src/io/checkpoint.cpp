@@ -180,21 +180,25 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
   const std::vector<int> mine = checkpoint_tensors(ps, l.dp, c.dp);
   if (mine.empty()) return;
   const std::string path = (dir / shard_name(c)).string();
-  // Built in memory, then written whole (io/atomic_file.h): HDF5 never meets a full disk.
-  const std::string bytes = h5::build_in_memory(path, {h5::Format::V110}, [&](hid_t f) {
-    h5::write_attr_ints(f, "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, path);
-    h5::write_attr_ints(f, "step", {meta.step}, h5::AttrShape::Scalar, path);
-    h5::write_attr_ints(f, "layout", {l.tp, l.pp, l.dp}, h5::AttrShape::List, path);
-    h5::write_attr_ints(f, "coord", {c.tp, c.pp, c.dp}, h5::AttrShape::List, path);
+  std::uint64_t bound = 64 << 10;  // the superblock, root group, attributes and four groups
+  for (int i : mine) bound += 4 * h5::tensor_file_bound(ps.specs()[i].local(l.tp));
+  // Written straight into disk space reserved first (io/h5.h DiskFile): a full disk fails before
+  // HDF5 holds the file, and the file is never a second copy of the state in memory.
+  write_atomically(path, "checkpoint shard", [&](const std::string& tmp) {
+    h5::DiskFile f = h5::DiskFile::create_reserved(tmp, bound, {h5::Format::V110});
+    h5::write_attr_ints(f.get(), "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, tmp);
+    h5::write_attr_ints(f.get(), "step", {meta.step}, h5::AttrShape::Scalar, tmp);
+    h5::write_attr_ints(f.get(), "layout", {l.tp, l.pp, l.dp}, h5::AttrShape::List, tmp);
+    h5::write_attr_ints(f.get(), "coord", {c.tp, c.pp, c.dp}, h5::AttrShape::List, tmp);
     for (int k = 0; k < 4; ++k) {
-      h5::Handle g = h5::create_group(f, kKinds[k], path);
+      h5::Handle g = h5::create_group(f.get(), kKinds[k], tmp);
       for (int i : mine) {
         const ParamSpec& s = ps.specs()[i];
-        h5::write_tensor(g.get(), s.name, s.local(l.tp), st.kinds[k] + (ps.offset(i) - st.begin), path);
+        h5::write_tensor(g.get(), s.name, s.local(l.tp), st.kinds[k] + (ps.offset(i) - st.begin), tmp);
       }
     }
+    f.close();
   });
-  write_file_atomic(path, bytes, "checkpoint shard");
 }
 
 // Which shard file holds tp rank t's slice of each (kind, tensor): read back from the shards, so

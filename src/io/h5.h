@@ -123,6 +123,11 @@ void write_attr_string(hid_t obj, const std::string& name, const std::string& v,
 // A float32 dataset, chunked (at most ~1M elements a chunk) with the Fletcher32 filter.
 void write_tensor(hid_t group, const std::string& name, const Shape& shape, const float* data,
                   const std::string& where);
+// The most bytes write_tensor adds to a file for a tensor of `shape`: its values, a checksum per
+// chunk, and its object header, chunk index and link, generously (for DiskFile::create_reserved).
+std::uint64_t tensor_file_bound(const Shape& shape);
+// A write's working memory in HDF5 beyond the caller's data: a chunk being checksummed.
+constexpr std::uint64_t kTensorWriteBuffer = std::uint64_t(4) << 20;
 
 // The HDF5 file format: the library's default, 1.8 or newer (dense attribute storage), or 1.10 only
 // (checksummed metadata and chunk indexes).

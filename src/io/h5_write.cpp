@@ -12,7 +12,17 @@
 namespace dit::h5 {
 
 namespace {
-constexpr hsize_t kChunkElements = 1 << 20;  // 4 MiB chunks: one checksum each
+constexpr hsize_t kChunkElements = 1 << 20;  // 4 MiB chunks: one checksum each (kTensorWriteBuffer)
+static_assert(kChunkElements * sizeof(float) == kTensorWriteBuffer);
+
+// Rows of a chunk of a tensor of `rows` rows of `row` elements: at most kChunkElements a chunk (at
+// least one row), the rows spread evenly over the fewest chunks. HDF5 stores an edge chunk whole,
+// so 2100 rows in chunks of 1024 would take 3072 rows of space; in chunks of 700, 2100.
+hsize_t chunk_rows(hsize_t rows, hsize_t row) {
+  const hsize_t most = std::clamp<hsize_t>(kChunkElements / row, 1, rows);
+  const hsize_t chunks = (rows + most - 1) / most;
+  return (rows + chunks - 1) / chunks;
+}
 
 herr_t collect_error(unsigned, const H5E_error2_t* e, void* data) {
   auto* v = static_cast<std::vector<std::string>*>(data);
@@ -160,7 +170,7 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
     dims[i] = chunk[i] = static_cast<hsize_t>(shape.dims[i]);
     if (i > 0) row *= dims[i];
   }
-  chunk[0] = std::clamp<hsize_t>(kChunkElements / row, 1, dims[0]);
+  chunk[0] = chunk_rows(dims[0], row);
   const Handle dcpl = creation_plist(H5P_DATASET_CREATE, where);
   DIT_H5_CHECK(H5Pset_chunk(dcpl.get(), shape.rank, chunk), where, " ", name);
   DIT_H5_CHECK(H5Pset_fletcher32(dcpl.get()), where, " ", name);
@@ -170,6 +180,15 @@ void write_tensor(hid_t group, const std::string& name, const Shape& shape, cons
   DIT_CHECK(bool(d), where, ": cannot create dataset '", name, "' (", error_text(), ")");
   DIT_CHECK(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, where,
             ": cannot write '", name, "' (", error_text(), ")");
+}
+
+std::uint64_t tensor_file_bound(const Shape& shape) {
+  const std::uint64_t rows = std::uint64_t(shape.dims[0]), row = std::uint64_t(shape.numel()) / rows;
+  const std::uint64_t per_chunk = chunk_rows(rows, row), chunks = (rows + per_chunk - 1) / per_chunk;
+  // Each chunk whole (the edge one too), its Fletcher32 checksum and an index entry (address, size,
+  // filter mask); the dataset: an object header (dataspace, type, layout, filter pipeline, fill
+  // value) and its link in the group, well under 4 KiB.
+  return chunks * (4 * per_chunk * row + 4 + 32) + 4096;
 }
 
 void set_format(hid_t fapl, Format format, const std::string& where) {

@@ -18,6 +18,7 @@
 #include "io/dataset.h"
 #include "parallel/virtual_comm.h"
 #include "io/atomic_file.h"
+#include "io/h5.h"
 
 namespace dit {
 
@@ -278,7 +279,7 @@ double LayoutPlan::peak_host_need() const {
 
 double checkpoint_host_bytes(double stage_params, int dp, double largest_params, bool state_on_host) {
   const double written = std::min(stage_params, stage_params / dp + largest_params);
-  return 16.0 * written * (dp == 1 && state_on_host ? 1 : 2);
+  return (dp == 1 && state_on_host ? 0.0 : 16.0 * written) + double(h5::kTensorWriteBuffer);
 }
 
 double largest_tensor_params(const DiTConfig& m, int tp) {

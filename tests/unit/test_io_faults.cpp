@@ -13,6 +13,7 @@
 #include <map>
 
 #include "eval/classifier.h"
+#include "io/h5.h"
 #include "io/png.h"
 #include "io/prepare.h"
 #include "io/sample_file.h"
@@ -159,6 +160,39 @@ TEST(WriteFaults, FailedWritesLeaveNothingForHdf5ToCrashOnAtExit) {
     EXPECT_TRUE(WIFEXITED(status)) << "the process died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << "3: the write did not fail";
   }
+}
+
+// A checkpoint shard is written into disk space reserved first (h5::DiskFile), sized by
+// h5::tensor_file_bound: the bound must cover what HDF5 really puts in the file for tensors of
+// one chunk, of many chunks, of a row larger than a chunk, and for groups of hundreds of links
+// (dense link storage), or a nearly full disk would meet HDF5 mid-write after all.
+TEST(WriteFaults, ReservedTensorFileHoldsWhatHdf5Writes) {
+  Scratch root("tensor_bound");
+  const std::vector<std::pair<Shape, int>> cases = {  // shape, how many of it in each group
+      {Shape{3}, 300}, {Shape{384}, 100}, {Shape{1152, 384}, 3}, {Shape{2100, 1024}, 1}, {Shape{1, 1500000}, 1},
+      {Shape{4, 5, 6, 7}, 20}};
+  std::uint64_t bound = 64 << 10, values = 0;
+  for (const auto& [shape, n] : cases) {
+    bound += 4 * std::uint64_t(n) * h5::tensor_file_bound(shape);
+    values += 4 * std::uint64_t(n) * 4 * std::uint64_t(shape.numel());
+  }
+  const std::string path = root / "shard.h5";
+  {
+    h5::DiskFile f = h5::DiskFile::create_reserved(path, bound, {h5::Format::V110});
+    std::vector<float> data(1500000 * 2);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = float(i % 977) * 0.5f;
+    for (const char* group : {"model", "ema", "exp_avg", "exp_avg_sq"}) {
+      h5::Handle g = h5::create_group(f.get(), group, path);
+      int k = 0;
+      for (const auto& [shape, n] : cases)
+        for (int i = 0; i < n; ++i) h5::write_tensor(g.get(), "t" + std::to_string(k++), shape, data.data(), path);
+    }
+    f.close();
+  }
+  const std::uint64_t size = fs::file_size(path);
+  EXPECT_GE(size, values) << "the file lost values";
+  EXPECT_LE(size, bound) << "HDF5 wrote past the space reserved for it";
+  EXPECT_LE(bound, size + size / 8 + (1 << 20)) << "a reserve far above the file: a full disk refused needlessly";
 }
 
 // A folder where the file should go is refused before anything is written: no "<folder>.tmp".
