@@ -102,16 +102,39 @@ UnitGather::UnitGather(Backend& be, const Tensor& flat, Comm& dp, std::vector<Fl
   kept_ = {dp.rank() * (n / dp.size()), (dp.rank() + 1) * (n / dp.size())};
   pages_.hold(kept_);  // the shard stays (ZeRO-3: the optimizer updates it in place)
   pages_.drop_unheld();
-  held_.add(bytes_of(flat, kept_));
+  held_.assign(static_cast<std::size_t>(dp.size()), Held{});
+  for (Held& h : held_) h.add(bytes_of(flat, kept_));
 }
 
 std::vector<Request> UnitGather::post(int unit) const {
   return post_range_gather(*dp_, flat_, units_[unit], kept_.end - kept_.begin, tag_);
 }
 
+std::size_t UnitGather::added_bytes(int unit, int rank) const {
+  const FlatRange u = units_[unit];
+  const std::int64_t shard = kept_.end - kept_.begin;
+  const FlatRange shared{std::max(u.begin, rank * shard), std::min(u.end, (rank + 1) * shard)};
+  return bytes_of(flat_, u) - (shared.begin < shared.end ? bytes_of(flat_, shared) : 0);
+}
+
+void UnitGather::count(int unit, bool held) {
+  for (int q = 0; q < static_cast<int>(held_.size()); ++q) {
+    if (held)
+      held_[q].add(added_bytes(unit, q));
+    else
+      held_[q].sub(added_bytes(unit, q));
+  }
+}
+
 void UnitGather::hold(int unit) {
   pages_.hold(units_[unit]);
-  held_.add(bytes_of(flat_, units_[unit]));
+  count(unit, true);
+}
+
+std::size_t UnitGather::peak_bytes() const {
+  std::size_t peak = 0;
+  for (const Held& h : held_) peak = std::max(peak, h.peak);
+  return peak;
 }
 
 void UnitGather::enter(int unit, Pass, int next) {
@@ -134,7 +157,7 @@ void UnitGather::enter(int unit, Pass, int next) {
 void UnitGather::leave(int unit, Pass) {
   if (--users_.at(unit) == 0) {
     pages_.drop(units_[unit]);
-    held_.sub(bytes_of(flat_, units_[unit]));
+    count(unit, false);
   }
   dp_->progress();
 }

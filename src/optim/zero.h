@@ -72,8 +72,7 @@ class PageHolds {
   std::vector<int> count_;
 };
 
-// Bytes held now and at most: the accounting of ZeRO-2/3 (a gathered unit counts whole, as a
-// gather buffer of its own would hold it, whatever it shares with the rank's shard).
+// Bytes held now and at most: the accounting of ZeRO-2/3.
 struct Held {
   std::size_t now = 0, peak = 0;
   void add(std::size_t b) { peak = std::max(peak, now += b); }
@@ -102,11 +101,15 @@ class UnitGather final : public UnitResidency {
   // Hands back every page no unit in use holds (after the buffer was written whole, e.g. loaded).
   void hand_back() { pages_.drop_unheld(); }
   FlatRange kept() const { return kept_; }
-  // The most bytes held at once: the shard and each gathered unit, counted whole.
-  std::size_t peak_bytes() const { return held_.peak; }
+  // The most bytes held at once: the shard and what each gathered unit adds to it (a unit is
+  // gathered in place, so its part in the shard is the shard's memory). The most of any dp rank:
+  // units and shards align differently on each, and every rank reports the same, as plan does.
+  std::size_t peak_bytes() const;
 
  private:
   std::vector<Request> post(int unit) const;
+  std::size_t added_bytes(int unit, int rank) const;  // a unit's bytes outside dp rank `rank`'s shard
+  void count(int unit, bool held);                    // a hold or a drop, in every dp rank's count
   void hold(int unit);
   Comm* dp_ = nullptr;
   Tensor flat_;
@@ -117,7 +120,7 @@ class UnitGather final : public UnitResidency {
   std::vector<int> users_;                      // passes using a unit's values now (and a fetch)
   std::vector<std::vector<Request>> fetching_;  // prefetch: a unit's values on their way
   PageHolds pages_;
-  Held held_;
+  std::vector<Held> held_;  // per dp rank, as if this rank were it (the passes are the same on all)
 };
 
 class ZeroOptimizer final : public UnitResidency {
@@ -174,8 +177,8 @@ class ZeroOptimizer final : public UnitResidency {
     return static_cast<std::size_t>(end_ - begin_) * 4 * (separate ? 4 : 3);
   }
   bool offloaded() const { return options_.offload; }
-  // The most bytes of the flat parameter buffer this rank held at once (level 3: its shard and
-  // the gathered units, each counted whole; otherwise all of it).
+  // The most bytes of the flat parameter buffer this rank held at once (level 3: the shard and
+  // the gathered units beyond it, UnitGather::peak_bytes; otherwise all of it).
   std::size_t param_bytes() const;
   // The same of the gradients: the units' held at once (levels 2, 3) or all of the flat buffer,
   // the reduced shard and the reduction's staging buffers.

@@ -120,11 +120,12 @@ a3 = json.load(open(f"{d}/{name}_z3/accounting.json"))
 plan = json.load(open(f"{d}/{name}_z3/plan.json"))
 for r1, r3 in zip(a1, a3):
     assert r1["rank"] == r3["rank"] and int(r3["teacher_bytes"]) > 0, (r1, r3)
-    # At dp 4 the shard is a quarter: with the units gathered at once (each counted whole, as a
-    # buffer of its own would hold them) the teacher holds less than whole. With 2 or 3 units a
-    # stage at dp 2 it need not.
+    # The teacher's shard and the units gathered at once beyond it: at dp 4 (one unit at a time,
+    # no prefetch) well under whole; at dp 2 with 2 or 3 units a stage, the one running and the one
+    # fetched ahead may be all of it, never more.
     if name == "dp4":
         assert int(r3["teacher_bytes"]) < 0.7 * int(r1["teacher_bytes"]), (name, r1["rank"], r1["teacher_bytes"], r3["teacher_bytes"])
+    assert int(r3["teacher_bytes"]) <= int(r1["teacher_bytes"]), (name, r1["rank"], r1["teacher_bytes"], r3["teacher_bytes"])
     for k in ("teacher_bytes", "total_bytes", "param_bytes"):
         assert int(r3[k]) == int(plan["stages"][r3["pp"]][k]), (name, r3["rank"], k, r3[k], plan["stages"][r3["pp"]][k])
 print(f"{name}: zero 3 = zero 1 bit for bit with the teacher sharded; teacher bytes of rank 0 "
