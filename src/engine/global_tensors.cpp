@@ -52,19 +52,22 @@ std::vector<float> gather_range(Backend& be, const ZeroOptimizer& zero, const Te
   const auto host = [](const float* p, std::int64_t count) {
     return Tensor{const_cast<float*>(p), DType::F32, {count}, Device::Host};
   };
-  const std::vector<float> own = host_copy(be, shard);
+  // The shard read where it is when in host memory (the CPU backend, offload), else copied there.
+  std::vector<float> copied;
+  const bool on_host = shard.device == Device::Host && shard.dtype == DType::F32;
+  if (!on_host) copied = host_copy(be, shard);
+  const float* own = on_host ? shard.f32() : copied.data();
   std::vector<float> out(static_cast<std::size_t>(want.size()));
   std::vector<Request> requests;
   for (int q = 0; q < n; ++q) {
     const FlatRange in = meet(ZeroOptimizer::shard_range(padded, n, q), want);  // what q sends me
     if (q == me) {
-      std::copy(own.begin() + (in.begin - mine.begin), own.begin() + (in.end - mine.begin),
-                out.begin() + (in.begin - want.begin));
+      std::copy(own + (in.begin - mine.begin), own + (in.end - mine.begin), out.begin() + (in.begin - want.begin));
       continue;
     }
     if (in.size() > 0) requests.push_back(dp.irecv(host(out.data() + (in.begin - want.begin), in.size()), q, kTag));
     const FlatRange sent = meet(mine, want_of(q));
-    if (sent.size() > 0) requests.push_back(dp.isend(host(own.data() + (sent.begin - mine.begin), sent.size()), q, kTag));
+    if (sent.size() > 0) requests.push_back(dp.isend(host(own + (sent.begin - mine.begin), sent.size()), q, kTag));
   }
   for (Request& r : requests) dp.wait(r);
   return out;

@@ -30,7 +30,8 @@ std::vector<float> gather_shards(Backend& be, const ZeroOptimizer& zero, const T
 
 // Flat elements want_of(r) of a ZeRO-sharded state to each dp rank r (collective over ctx.dp; every
 // rank passes the same rule): the parts of its own shard each other rank asks for are sent to it,
-// the rest of its own range received. Holds that range and a host copy of the shard, not the stage.
+// the rest of its own range received. Holds that range and, unless the shard is in host memory
+// already, a host copy of it: not the stage.
 std::vector<float> gather_range(Backend& be, const ZeroOptimizer& zero, const Tensor& shard, ParallelContext& ctx,
                                 const std::function<FlatRange(int)>& want_of);
 

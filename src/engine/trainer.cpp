@@ -97,18 +97,35 @@ StateView Trainer::checkpoint_view(StageState& owned) {
   zero_->settle();
   const Optimizer& o = zero_->shard();
   const Tensor kinds[4] = {o.master(), o.ema(), o.exp_avg(), o.exp_avg_sq()};  // ckpt::kKinds' order
-  const bool borrowed = ctx_->layout.dp == 1 && std::all_of(std::begin(kinds), std::end(kinds), [](const Tensor& t) {
-                          return t.device == Device::Host && t.dtype == DType::F32;
-                        });
-  if (!borrowed) {
+  const bool on_host = std::all_of(std::begin(kinds), std::end(kinds), [](const Tensor& t) {
+    return t.device == Device::Host && t.dtype == DType::F32;
+  });
+  if (!on_host) {
     owned = checkpoint_state();
     return owned.view();
   }
+  // The shard from the optimizer's own buffers; past it, the values of the tensors that start in it
+  // and run on (at most the largest tensor's), gathered from the next ranks (collective over dp).
   StateView v;
+  v.begin = zero_->shard_begin();
   for (int k = 0; k < 4; ++k) {
     v.kinds[k] = static_cast<const float*>(kinds[k].data);
-    v.sizes[k] = zero_->shard_size();  // the whole stage
+    v.sizes[k] = zero_->shard_size();
   }
+  const ParamSet& ps = model_->params();
+  const int dp = ctx_->layout.dp;
+  if (dp == 1) return v;
+  const auto tail_of = [&](int r) {
+    const std::int64_t end = ZeroOptimizer::shard_range(ps.padded_numel(), dp, r).end;
+    return FlatRange{end, std::max(end, checkpoint_range(ps, dp, r).end)};
+  };
+  owned = StageState{};
+  owned.begin = tail_of(ctx_->coord.dp).begin;
+  owned.model = gather_range(*be_, *zero_, o.master(), *ctx_, tail_of);
+  owned.ema = gather_range(*be_, *zero_, o.ema(), *ctx_, tail_of);
+  owned.exp_avg = gather_range(*be_, *zero_, o.exp_avg(), *ctx_, tail_of);
+  owned.exp_avg_sq = gather_range(*be_, *zero_, o.exp_avg_sq(), *ctx_, tail_of);
+  if (!owned.model.empty()) v.tail = &owned;
   return v;
 }
 

@@ -97,9 +97,10 @@ class Trainer {
   // shards all-gathered over dp), in the ParamSet's flat order.
   StageState state();
   // The part of it this rank writes to a checkpoint (io/checkpoint.h checkpoint_range), collective
-  // over dp: the optimizer's own buffers, borrowed, where they are that part and in host memory
-  // (dp 1 on the CPU backend or offloaded), else gathered from the dp ranks' shards into `owned`
-  // (about a shard, not the stage).
+  // over dp: with the state in host memory (the CPU backend, or offloaded) the optimizer's own
+  // buffers, borrowed, and in `owned` the values past the shard of the tensors that start in it
+  // (gathered from the next ranks: at most the largest tensor); else all of it gathered from the
+  // dp ranks' shards into `owned` (about a shard, not the stage).
   StateView checkpoint_view(StageState& owned);
   // The flat elements restore() reads: this rank's ZeRO shard.
   FlatRange restore_range() const { return {zero_->shard_begin(), zero_->shard_begin() + zero_->shard_size()}; }

@@ -67,12 +67,13 @@ std::vector<float>& kind_of(StageState& s, int k) {
 // slice it holds, or "".
 std::string first_nonfinite(const StateView& st, const ParamSet& ps) {
   const FlatRange r = st.range();
+  std::vector<float> scratch;
   for (int k = 0; k < 4; ++k)
     for (int i = 0; i < int(ps.size()); ++i) {
       const std::int64_t a = std::max(r.begin, ps.offset(i));
       const std::int64_t b = std::min(r.end, ps.offset(i) + ps.specs()[i].local(ps.tp()).numel());
       if (a >= b) continue;
-      const float* v = st.kinds[k] + (a - r.begin);
+      const float* v = st.values(k, a, b, scratch);
       if (!std::all_of(v, v + (b - a), [](float x) { return std::isfinite(x); }))
         return std::string(kKinds[k]) + "/" + ps.specs()[i].name;
     }
@@ -154,6 +155,13 @@ void check_save_inputs(const CheckpointMeta& meta, const DiTConfig& cfg, const P
   for (int k = 1; k < 4; ++k)
     DIT_CHECK(st.sizes[k] == st.sizes[0], "checkpoint: state '", kKinds[k], "' has ", st.sizes[k], " values, '",
               kKinds[0], "' ", st.sizes[0]);
+  if (st.tail != nullptr) {
+    for (int k = 1; k < 4; ++k)
+      DIT_CHECK(kind_of(*st.tail, k).size() == st.tail->model.size(), "checkpoint: the state's tail of '", kKinds[k],
+                "' has ", kind_of(*st.tail, k).size(), " values, '", kKinds[0], "' ", st.tail->model.size());
+    DIT_CHECK(st.tail->begin == st.begin + st.sizes[0], "checkpoint: the state's tail starts at flat element ",
+              st.tail->begin, ", not where its values end (", st.begin + st.sizes[0], ")");
+  }
   const FlatRange need = checkpoint_range(ps, ctx.layout.dp, ctx.coord.dp), have = st.range();
   DIT_CHECK(have.begin <= need.begin && need.end <= have.end && have.begin >= 0 && have.end <= ps.padded_numel(),
             "checkpoint: a state of flat elements ", have.begin, " to ", have.end, "; this rank writes elements ",
@@ -184,6 +192,7 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
   for (int i : mine) bound += 4 * h5::tensor_file_bound(ps.specs()[i].local(l.tp));
   // Written straight into disk space reserved first (io/h5.h DiskFile): a full disk fails before
   // HDF5 holds the file, and the file is never a second copy of the state in memory.
+  std::vector<float> scratch;  // a tensor on both sides of the state's tail, put together
   write_atomically(path, "checkpoint shard", [&](const std::string& tmp) {
     h5::DiskFile f = h5::DiskFile::create_reserved(tmp, bound, {h5::Format::V110});
     h5::write_attr_ints(f.get(), "format_version", {kCheckpointFormatVersion}, h5::AttrShape::Scalar, tmp);
@@ -194,7 +203,8 @@ void write_shard(const fs::path& dir, const CheckpointMeta& meta, const ParamSet
       h5::Handle g = h5::create_group(f.get(), kKinds[k], tmp);
       for (int i : mine) {
         const ParamSpec& s = ps.specs()[i];
-        h5::write_tensor(g.get(), s.name, s.local(l.tp), st.kinds[k] + (ps.offset(i) - st.begin), tmp);
+        const std::int64_t n = s.local(l.tp).numel();
+        h5::write_tensor(g.get(), s.name, s.local(l.tp), st.values(k, ps.offset(i), ps.offset(i) + n, scratch), tmp);
       }
     }
     f.close();
@@ -405,6 +415,20 @@ void fault_point_after_shard(int rank, std::int64_t step) {
 }
 
 }  // namespace
+
+FlatRange StateView::range() const {
+  return {begin, begin + sizes[0] + (tail ? static_cast<std::int64_t>(tail->model.size()) : 0)};
+}
+
+const float* StateView::values(int k, std::int64_t a, std::int64_t b, std::vector<float>& scratch) const {
+  const std::int64_t split = begin + sizes[0];
+  if (b <= split) return kinds[k] + (a - begin);
+  const std::vector<float>& t = kind_of(*tail, k);
+  if (a >= split) return t.data() + (a - split);
+  scratch.assign(kinds[k] + (a - begin), kinds[k] + sizes[k]);
+  scratch.insert(scratch.end(), t.begin(), t.begin() + (b - split));
+  return scratch.data();
+}
 
 std::vector<int> checkpoint_tensors(const ParamSet& ps, int dp, int dp_rank) {
   // dp rank r's ZeRO shard: [r n / dp, (r + 1) n / dp) of the padded buffer (ZeroOptimizer::shard_range)

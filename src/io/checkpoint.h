@@ -52,12 +52,17 @@ inline constexpr int kCheckpointFormatVersion = 1;
 // nothing and loaded as zeros), or the part one rank saves or loads.
 struct StageState;
 // The same, borrowed: each kind's values of flat elements [begin, begin + size) (model, ema,
-// exp_avg, exp_avg_sq: ckpt::kKinds' order), e.g. the optimizer's own host buffers.
+// exp_avg, exp_avg_sq: ckpt::kKinds' order), e.g. the optimizer's own host buffers; and `tail`,
+// the values that follow them (those of a tensor running past a borrowed shard, gathered), or none.
 struct StateView {
   std::int64_t begin = 0;
   const float* kinds[4] = {nullptr, nullptr, nullptr, nullptr};
   std::int64_t sizes[4] = {0, 0, 0, 0};  // each kind's values (a save refuses unequal ones)
-  FlatRange range() const { return {begin, begin + sizes[0]}; }
+  const StageState* tail = nullptr;      // starts at begin + sizes[0]
+  FlatRange range() const;
+  // Kind k's values of flat elements [a, b) inside range(): a pointer into the view, or, for
+  // elements on both sides of the tail's start, into `scratch`, where they are copied.
+  const float* values(int k, std::int64_t a, std::int64_t b, std::vector<float>& scratch) const;
 };
 struct StageState {
   std::int64_t begin = 0;

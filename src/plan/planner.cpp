@@ -278,8 +278,10 @@ double LayoutPlan::peak_host_need() const {
 }
 
 double checkpoint_host_bytes(double stage_params, int dp, double largest_params, bool state_on_host) {
-  const double written = std::min(stage_params, stage_params / dp + largest_params);
-  return (dp == 1 && state_on_host ? 0.0 : 16.0 * written) + double(h5::kTensorWriteBuffer);
+  const double buffer = double(h5::kTensorWriteBuffer);
+  if (state_on_host)  // borrowed: the values past the shard (four kinds) and one tensor put together
+    return (dp > 1 ? 20.0 * std::min(stage_params, largest_params) : 0.0) + buffer;
+  return 16.0 * std::min(stage_params, stage_params / dp + largest_params) + buffer;
 }
 
 double largest_tensor_params(const DiTConfig& m, int tp) {

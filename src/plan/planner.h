@@ -110,13 +110,15 @@ struct TimeEstimate {
 TimeEstimate estimate_time(const LayoutPlan& p, const Hardware& hw, double efficiency);
 
 // Host bytes one rank holds while it saves a checkpoint of a stage of `stage_params` parameters
-// sharded over `dp` ranks (io/checkpoint.h, Trainer::checkpoint_view): the four fp32 kinds
-// (master, two moments, EMA: 16 bytes a parameter) of the tensors it writes - those starting in
-// its shard: at most the shard and the largest tensor (`largest_params`) running past it, never
-// more than the stage - gathered for the save, unless dp is 1 and the optimizer state is in host
-// memory already (`state_on_host`: offloaded, or the CPU backend), where the file is written from
-// the optimizer's own buffers; and HDF5's buffer for the chunk it checksums. The file goes
-// straight to disk. (A load reads its shard alone: less.)
+// sharded over `dp` ranks (io/checkpoint.h, Trainer::checkpoint_view). With the optimizer state in
+// host memory (`state_on_host`: offloaded, or the CPU backend) the shard is written from the
+// optimizer's own buffers, and at dp > 1 the values past it of the tensors that start in it are
+// gathered (four fp32 kinds: master, two moments, EMA; at most the largest tensor,
+// `largest_params`) and one tensor running across is put together (4 bytes a parameter). Else the
+// four kinds of the tensors it writes - those starting in its shard: at most the shard and the
+// largest tensor running past it, never more than the stage - are gathered (16 bytes a
+// parameter). Both: HDF5's buffer for the chunk it checksums; the file goes straight to disk. (A
+// load reads its shard alone: less.)
 double checkpoint_host_bytes(double stage_params, int dp, double largest_params, bool state_on_host);
 // Elements of the largest tensor of `m` one of `tp` ranks holds.
 double largest_tensor_params(const DiTConfig& m, int tp);
