@@ -64,8 +64,11 @@ void Optimizer::step(const AdamWConfig& cfg, double lr, std::int64_t t, const Te
   const Tensor p = params(), m = exp_avg(), v = exp_avg_sq(), e = ema();
   for (std::int64_t at = 0; at < n; at += piece_) {
     const std::int64_t len = std::min(piece_, n - at);
-    const Tensor g = host_grads_.tensor({len}, DType::F32), out = host_params_.tensor({len}, be_->compute_dtype());
-    be_->copy(g, grads.rows(at, len));
+    // Gradients already in host memory (ZeRO-Offload's reduced shard, or the CPU backend's) are read there.
+    const bool down = grads.device != Device::Host;
+    const Tensor g = down ? host_grads_.tensor({len}, DType::F32) : grads.rows(at, len);
+    const Tensor out = host_params_.tensor({len}, be_->compute_dtype());
+    if (down) be_->copy(g, grads.rows(at, len));
     host_->adamw_ema_step(master_.rows(at, len), g, m.rows(at, len), v.rows(at, len), e.rows(at, len), out, h,
                           static_cast<float>(ema_decay));
     be_->copy(p.rows(at, len), out);

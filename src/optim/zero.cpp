@@ -182,36 +182,54 @@ ZeroOptimizer::ZeroOptimizer(Backend& be, ParamSet& ps, ParallelContext& ctx, Ze
   const std::int64_t shard = ps.padded_numel() / dp_;
   begin_ = shard_range(ps.padded_numel(), dp_, rank_).begin;
   end_ = begin_ + shard;
-  DIT_CHECK(shard <= 0x7fffffff, "ZeRO: a shard of ", shard, " elements exceeds the int32 ranges of "
-            "the norm; use more data-parallel ranks or pipeline stages");
   piece_ = std::max<std::int64_t>(1, std::min<std::int64_t>(shard, static_cast<std::int64_t>(options.bucket_bytes / 4)));
-  if (dp_ > 1) {
-    shard_grads_ = Buffer(be, static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType));
-    recv_ = Buffer(be, static_cast<std::size_t>((dp_ - 1) * piece_) * dtype_size(wire));
-    if (wire == DType::BF16) {
-      wire_ = Buffer(be, static_cast<std::size_t>(dp_ * piece_) * dtype_size(DType::BF16));
-      widen_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(DType::F32));
-    }
-  }
   if (options.offload)  // planned on the planning backend: the host's memory is planned too, never allocated
     host_ = be.device() == Device::Virtual ? std::make_unique<VirtualBackend>(be.compute_dtype())
                                            : make_backend("cpu", be.compute_dtype());
+  // Offloaded, the reduced gradients of the shard live in host memory too (ZeRO-Offload): each
+  // piece is summed on the backend (or by the transport's reduce-scatter) and goes down as it is
+  // reduced.
+  grads_on_host_ = options.offload && dp_ > 1;
+  if (dp_ > 1) {
+    const std::size_t shard_bytes = static_cast<std::size_t>(shard) * dtype_size(ParamSet::kGradDType);
+    shard_grads_ = grads_on_host_ ? Buffer(*host_, shard_bytes) : Buffer(be, shard_bytes);
+    if (grads_on_host_ && !collective_)  // sum_piece's sum, on its way down
+      sum_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(ParamSet::kGradDType));
+    recv_ = Buffer(be, static_cast<std::size_t>((dp_ - 1) * piece_) * dtype_size(wire));
+    // bf16 on the wire, or a transport's reduce-scatter a piece at a time into a shard in host
+    // memory: dp pieces gathered for it; bf16 widened to fp32 on the backend.
+    if (wire == DType::BF16 || (collective_ && grads_on_host_))
+      wire_ = Buffer(be, static_cast<std::size_t>(dp_ * piece_) * dtype_size(wire));
+    if (wire == DType::BF16) widen_ = Buffer(be, static_cast<std::size_t>(piece_) * dtype_size(DType::F32));
+  }
   opt_ = std::make_unique<Optimizer>(be, ps, begin_, end_, host_.get(), piece_);
-  // Tensors replicated over tp have identical grads on every tp rank: count them once.
+  // Tensors replicated over tp have identical grads on every tp rank: count them once. The norm's
+  // kernel takes int32 offsets: the shard is summed in parts of options.norm_part elements, each
+  // tensor's range split at their borders and kept relative to its part (one part below 2^30).
+  DIT_CHECK(options.norm_part >= 1 && options.norm_part <= 0x7fffffff, "ZeRO: norm parts of ", options.norm_part,
+            " elements: expected 1 to 2^31 - 1");
   std::vector<std::int32_t> ranges;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const ParamSpec& s = ps.specs()[i];
     if (s.split == Split::Replicated && ctx.tp->rank() != 0) continue;
-    const std::int64_t a = std::max(begin_, ps.offset(static_cast<int>(i)));
-    const std::int64_t b = std::min(end_, ps.offset(static_cast<int>(i)) + s.local(ps.tp()).numel());
-    if (a >= b) continue;
-    ranges.push_back(static_cast<std::int32_t>(a - begin_));
-    ranges.push_back(static_cast<std::int32_t>(b - begin_));
+    const std::int64_t a = std::max(begin_, ps.offset(static_cast<int>(i))) - begin_;
+    const std::int64_t b = std::min(end_, ps.offset(static_cast<int>(i)) + s.local(ps.tp()).numel()) - begin_;
+    for (std::int64_t x = a; x < b;) {
+      const std::int64_t part = x / options.norm_part, at = part * options.norm_part;
+      const std::int64_t y = std::min(b, at + options.norm_part);
+      if (norm_parts_.empty() || norm_parts_.back().begin != at)
+        norm_parts_.push_back({at, std::min(shard, at + options.norm_part), static_cast<std::int64_t>(ranges.size() / 2), 0});
+      ranges.push_back(static_cast<std::int32_t>(x - at));
+      ranges.push_back(static_cast<std::int32_t>(y - at));
+      ++norm_parts_.back().ranges;
+      x = y;
+    }
   }
   counted_ranges_ = static_cast<std::int64_t>(ranges.size() / 2);
   if (counted_ranges_ > 0) {
-    counted_ = Buffer(be, ranges.size() * sizeof(std::int32_t));
-    be.copy(counted_.tensor({counted_ranges_, 2}, DType::I32),
+    Backend& gb = grads_backend();
+    counted_ = Buffer(gb, ranges.size() * sizeof(std::int32_t));
+    gb.copy(counted_.tensor({counted_ranges_, 2}, DType::I32),
             Tensor{ranges.data(), DType::I32, {counted_ranges_, 2}, Device::Host});
   }
   DIT_CHECK(options.level == 1 || !units_.empty(), "ZeRO-", options.level, ": the stage's units are needed");
@@ -245,7 +263,8 @@ std::size_t ZeroOptimizer::param_bytes() const {
 
 std::size_t ZeroOptimizer::grad_bytes() const {
   const std::size_t flat = sharded_grads() ? grads_bytes_.peak : ps_->flat_grads().bytes();
-  return flat + shard_grads_.bytes() + recv_.bytes() + wire_.bytes() + widen_.bytes();
+  return flat + (grads_on_host_ ? 0 : shard_grads_.bytes()) + sum_.bytes() + recv_.bytes() + wire_.bytes() +
+         widen_.bytes();
 }
 
 Tensor ZeroOptimizer::staging(int slot, std::int64_t n) const {
@@ -337,7 +356,9 @@ void ZeroOptimizer::progress() {
 
 void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
   Backend& be = *be_;
-  const Tensor out = shard_grads_.tensor({end_ - begin_}, ParamSet::kGradDType).rows(x - begin_, n);
+  const Tensor shard = shard_grads_.tensor({end_ - begin_}, ParamSet::kGradDType).rows(x - begin_, n);
+  // Offloaded, the shard is in host memory: the sum is made on the backend, then goes down.
+  const Tensor out = grads_on_host_ ? sum_.tensor({n}, ParamSet::kGradDType) : shard;
   const Tensor own = ps_->flat_grads().rows(x, n);
   if (options_.reduce_dtype == DType::F32) {
     for (int q = 0; q < dp_; ++q) {
@@ -347,21 +368,22 @@ void ZeroOptimizer::sum_piece(std::int64_t x, std::int64_t n) {
       else
         be.axpy(1.f, c, out);
     }
-    return;
-  }
-  // bf16 on the wire: every rank's piece, ours included, rounded to bf16 and widened into the fp32 sum.
-  const Tensor own16 = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(rank_ * piece_) * 2);
-  be.copy(own16, own);
-  const Tensor wide = widen_.tensor({n}, DType::F32);
-  for (int q = 0; q < dp_; ++q) {
-    const Tensor c = q == rank_ ? own16 : staging(q < rank_ ? q : q - 1, n);
-    if (q == 0) {
-      be.copy(out, c);
-    } else {
-      be.copy(wide, c);
-      be.axpy(1.f, wide, out);
+  } else {
+    // bf16 on the wire: every rank's piece, ours included, rounded to bf16 and widened into the fp32 sum.
+    const Tensor own16 = wire_.tensor({n}, DType::BF16, static_cast<std::size_t>(rank_ * piece_) * 2);
+    be.copy(own16, own);
+    const Tensor wide = widen_.tensor({n}, DType::F32);
+    for (int q = 0; q < dp_; ++q) {
+      const Tensor c = q == rank_ ? own16 : staging(q < rank_ ? q : q - 1, n);
+      if (q == 0) {
+        be.copy(out, c);
+      } else {
+        be.copy(wide, c);
+        be.axpy(1.f, wide, out);
+      }
     }
   }
+  if (grads_on_host_) be.copy(shard, out);
 }
 
 void ZeroOptimizer::enter(int unit, Pass pass, int next) {
@@ -414,22 +436,29 @@ void ZeroOptimizer::reduce_all() {
 }
 
 void ZeroOptimizer::reduce_collective() {
-  // The flat buffer holds the dp shards in rank order: what a reduce-scatter takes. bf16 on the
-  // wire: a bucket of each shard at a time, gathered into the wire buffer (dp pieces) and summed
-  // into one piece (the staging's first), widened into the fp32 shard.
+  // The flat buffer holds the dp shards in rank order: what a reduce-scatter takes, at once into a
+  // shard on the backend in fp32. Else (bf16 on the wire, or the shard in host memory) a piece of
+  // each shard at a time, gathered into the wire buffer (dp pieces) and reduced into one piece (the
+  // staging's first), which goes into the shard: widened to fp32 on the backend, then down.
   Comm& dp = *ctx_->dp;
   const std::int64_t shard = end_ - begin_;
+  const DType wire_dtype = options_.reduce_dtype;
   const Tensor out = shard_grads_.tensor({shard}, ParamSet::kGradDType);
-  if (options_.reduce_dtype == DType::F32) {
+  if (wire_dtype == DType::F32 && !grads_on_host_) {
     dp.reduce_scatter_sum(ps_->flat_grads(), out);
     return;
   }
   for (std::int64_t x = 0; x < shard; x += piece_) {
     const std::int64_t n = std::min(piece_, shard - x);
-    const Tensor wire = wire_.tensor({dp_ * n}, DType::BF16);
+    const Tensor wire = wire_.tensor({dp_ * n}, wire_dtype);
     for (int o = 0; o < dp_; ++o) be_->copy(wire.rows(o * n, n), ps_->flat_grads().rows(o * shard + x, n));
-    const Tensor mine = staging(0, n);
+    Tensor mine = staging(0, n);
     dp.reduce_scatter_sum(wire, mine);
+    if (wire_dtype != DType::F32 && grads_on_host_) {
+      const Tensor wide = widen_.tensor({n}, DType::F32);
+      be_->copy(wide, mine);
+      mine = wide;
+    }
     be_->copy(out.rows(x, n), mine);
   }
 }
@@ -438,7 +467,6 @@ Tensor ZeroOptimizer::first_gradient() {
   if (!early_reduce()) return ps_->flat_grads().rows(0, 1);
   reduce_all();
   return shard_grads_.tensor({1}, ParamSet::kGradDType);
-  return ps_->flat_grads().rows(0, 1);
 }
 
 ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
@@ -452,8 +480,10 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   reduced_all_ = false;
   if (dp_ > 1) grads = shard_grads_.tensor({n}, ParamSet::kGradDType);
   const double unscale = 1.0 / (static_cast<double>(dp_) * loss_scale);
-  double sumsq =
-      counted_ranges_ > 0 ? be.sum_squares_ranges(grads, counted_.tensor({counted_ranges_, 2}, DType::I32)) : 0.0;
+  double sumsq = 0;
+  const Tensor counted = counted_ranges_ > 0 ? counted_.tensor({counted_ranges_, 2}, DType::I32) : Tensor{};
+  for (const NormPart& p : norm_parts_)
+    sumsq += grads_backend().sum_squares_ranges(grads.rows(p.begin, p.end - p.begin), counted.rows(p.first, p.ranges));
   ctx_->world->all_reduce_sum(&sumsq, 1);
   Result r;
   r.grad_norm = std::sqrt(sumsq) * unscale;

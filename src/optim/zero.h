@@ -45,9 +45,12 @@ struct ZeroOptions {
   // Communication behind compute: each bucket's gradients are reduced while the backward goes on
   // (level 1 too), and level 3 fetches the next unit's parameters while the current one runs.
   bool overlap = true;
-  // The optimizer state (fp32 master, Adam moments, EMA) in host memory and AdamW on the host, a
-  // bucket of gradients at a time (optim.offload = "cpu").
+  // The optimizer state (fp32 master, Adam moments, EMA) and the reduced gradients of the shard in
+  // host memory, AdamW on the host, a bucket of gradients at a time (optim.offload = "cpu").
   bool offload = false;
+  // Elements of the shard the gradient norm's kernel sums at once (its offsets are int32): a shard
+  // of more is summed in parts. Tests set it small.
+  std::int64_t norm_part = std::int64_t{1} << 30;
 };
 
 // The pages of one flat buffer that someone holds, counted: a page nobody holds any more is handed
@@ -169,8 +172,11 @@ class ZeroOptimizer final : public UnitResidency {
   std::int64_t shard_begin() const { return begin_; }
   std::int64_t shard_size() const { return end_ - begin_; }
   // Bytes of optimizer state this rank holds in host memory (offloaded: the master, Adam moments,
-  // EMA and the staging of a bucket; otherwise none).
-  std::size_t host_bytes() const { return options_.offload ? opt_->bytes() : 0; }
+  // EMA, the staging of a bucket and, at dp > 1 without a transport's reduce-scatter, the reduced
+  // gradients of the shard; otherwise none).
+  std::size_t host_bytes() const {
+    return options_.offload ? opt_->bytes() + (grads_on_host_ ? shard_grads_.bytes() : 0) : 0;
+  }
   // Bytes of optimizer state this rank holds, wherever (master if separate, exp_avg, exp_avg_sq, EMA).
   std::size_t state_bytes() const {
     const bool separate = options_.offload || be_->compute_dtype() != DType::F32;
@@ -181,7 +187,7 @@ class ZeroOptimizer final : public UnitResidency {
   // the gathered units beyond it, UnitGather::peak_bytes; otherwise all of it).
   std::size_t param_bytes() const;
   // The same of the gradients: the units' held at once (levels 2, 3) or all of the flat buffer,
-  // the reduced shard and the reduction's staging buffers.
+  // the reduced shard (unless offloaded) and the reduction's staging buffers.
   std::size_t grad_bytes() const;
 
  private:
@@ -228,13 +234,22 @@ class ZeroOptimizer final : public UnitResidency {
   int dp_, rank_;
   std::int64_t begin_, end_;
   std::int64_t piece_ = 0;  // elements per gradient message
-  Buffer shard_grads_;      // dp > 1: the reduced gradients of the shard
+  // offload: the backend of the host's memory and AdamW (declared before the buffers it holds)
+  std::unique_ptr<Backend> host_;
+  Buffer shard_grads_;      // dp > 1: the reduced gradients of the shard (in host memory if grads_on_host_)
+  bool grads_on_host_ = false;
+  Buffer sum_;              // grads_on_host_: one piece summed on the backend on its way down
+  Backend& grads_backend() const { return grads_on_host_ ? *host_ : *be_; }  // where shard_grads_ is
   Buffer recv_;             // dp > 1: (dp - 1) pieces as they arrive, in the wire dtype
   Buffer wire_, widen_;     // bf16 reduction: dp pieces in bf16 (sent, and our own), one in fp32
-  std::unique_ptr<Backend> host_;  // offload: the backend of the host's memory and AdamW
   std::unique_ptr<Optimizer> opt_;
-  Buffer counted_;  // (R, 2) int32 shard-relative [begin, end) ranges in the norm
+  Buffer counted_;  // (R, 2) int32 [begin, end) ranges in the norm, relative to their part
   std::int64_t counted_ranges_ = 0;
+  struct NormPart {
+    std::int64_t begin, end;     // shard elements the part covers
+    std::int64_t first, ranges;  // its rows of counted_
+  };
+  std::vector<NormPart> norm_parts_;
   std::vector<FlatRange> units_;
   // Consecutive units whose gradients together fit a bucket (a larger unit alone): reduced in one
   // go once all their gradients are final, and their updated parameters gathered in one go (levels

@@ -9,8 +9,11 @@ namespace dit {
 
 class VirtualComm final : public Comm {
  public:
-  VirtualComm(int size, int rank) : size_(size), rank_(rank) {}
+  // `sends_to_any_rank`: false plans a transport whose sends reach pipeline neighbours only (NCCL's).
+  VirtualComm(int size, int rank, bool sends_to_any_rank = true)
+      : size_(size), rank_(rank), sends_(sends_to_any_rank) {}
   int size() const override { return size_; }
+  bool sends_to_any_rank() const override { return sends_; }
   int rank() const override { return rank_; }
   void all_reduce_sum(const Tensor& x) override {
     if (size_ > 1) CallTimer t(stats_, ring_all_reduce_bytes(x.bytes(), size_));
@@ -36,6 +39,7 @@ class VirtualComm final : public Comm {
 
  private:
   int size_, rank_;
+  bool sends_;
 };
 
 }  // namespace dit

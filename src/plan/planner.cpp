@@ -49,7 +49,7 @@ const Hardware& find_hardware(const std::string& name) {
   DIT_FAIL("unknown hardware '", name, "': expected one of ", names);
 }
 
-ParallelContext planning_context(const Layout& l, int stage) {
+ParallelContext planning_context(const Layout& l, int stage, bool dp_sends) {
   ParallelContext ctx;
   ctx.layout = l;
   ctx.coord = {0, stage, 0};
@@ -57,7 +57,7 @@ ParallelContext planning_context(const Layout& l, int stage) {
   ctx.world = std::make_unique<VirtualComm>(l.world(), ctx.world_rank);
   ctx.tp = std::make_unique<VirtualComm>(l.tp, 0);
   ctx.pp = std::make_unique<VirtualComm>(l.pp, stage);
-  ctx.dp = std::make_unique<VirtualComm>(l.dp, 0);
+  ctx.dp = std::make_unique<VirtualComm>(l.dp, 0, dp_sends);
   return ctx;
 }
 
@@ -97,13 +97,13 @@ class BlankDataset final : public Dataset {
 
 // One rank of stage `s` (tp rank 0, dp rank 0: the others of the stage hold the same).
 StagePlan plan_stage(const TrainSetup& setup, DType dtype, VirtualBackend::Attention attention, int s,
-                     const Dataset& data) {
+                     const Dataset& data, bool dp_sends) {
   const Layout& l = setup.layout;
   const DiTConfig& model = setup.model;
   const TrainConfig& tc = setup.train;
   const std::vector<StageLayout> chunks = setup.stage_chunks(s);
   VirtualBackend be(dtype, attention);
-  ParallelContext ctx = planning_context(l, s);
+  ParallelContext ctx = planning_context(l, s, dp_sends);
   Trainer trainer(be, ctx, setup, data);
   const StepStats st = trainer.step();
   StagePlan p;
@@ -115,6 +115,7 @@ StagePlan plan_stage(const TrainSetup& setup, DType dtype, VirtualBackend::Atten
     has_final |= c.has_final;
   }
   p.mem = trainer.memory();
+  p.shard_params = trainer.optimizer().shard_size();
   p.tp_bytes = st.acct.tp_bytes;
   p.pp_bytes = st.acct.pp_bytes;
   p.dp_bytes = st.acct.dp_bytes;
@@ -172,12 +173,17 @@ LayoutPlan plan_layout(const TrainSetup& run, const PlanDevice& device) {
   p.sequence_parallel = tc.stage.sequence_parallel;
   p.zero = tc.zero;
   p.offload = tc.offload;
-  p.overlap = tc.overlap;
+  // The CUDA backend's data-parallel communicator is NCCL's, whose sends reach pipeline neighbours
+  // only: level 1 reduces and gathers with its collectives, after the backward and the optimizer
+  // (ZeroOptimizer). Levels 2 and 3, which it refuses today, are planned as a transport with sends
+  // would run them: what their state would take.
+  const bool dp_sends = !(device.backend == BackendKind::Cuda && tc.zero == 1);
+  p.overlap = tc.overlap && dp_sends;
   p.virtual_stages = tc.virtual_stages;
   p.schedule = tc.schedule;
   const double undercount = plan_undercount_from_env();
   for (int s = 0; s < layout.pp; ++s) {
-    p.stages.push_back(plan_stage(setup, device.precision, attention, s, data));
+    p.stages.push_back(plan_stage(setup, device.precision, attention, s, data, dp_sends));
     MemoryAccount& m = p.stages.back().mem;
     m.activations = static_cast<std::size_t>(double(m.activations) * (1 - undercount));
   }
@@ -198,10 +204,7 @@ constexpr double kPcieGBps = 25, kHostGBps = 50;
 double compute_bytes(const LayoutPlan& p) { return p.precision == DType::F32 ? 4.0 : 2.0; }
 }  // namespace
 
-double optimizer_shard_params(const StagePlan& s) {
-  // fp32 moments on the device, or (offloaded) master, two moments and EMA on the host
-  return s.mem.exp_avg ? double(s.mem.exp_avg) / 4 : double(s.mem.host) / 16;
-}
+double optimizer_shard_params(const StagePlan& s) { return double(s.shard_params); }
 
 double dp_exposed_s(const LayoutPlan& p, double dp_s, double compute_s) {
   if (!p.overlap) return dp_s;

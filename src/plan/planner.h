@@ -45,6 +45,7 @@ struct StagePlan {
   std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;  // one step, ring bytes (comm.h)
   std::uint64_t tp_calls = 0, pp_calls = 0, dp_calls = 0;
   double flops = 0;  // one step of this rank, recomputation included
+  std::int64_t shard_params = 0;  // the parameters whose optimizer state this rank holds (its ZeRO shard)
 };
 
 struct LayoutPlan {
@@ -70,7 +71,8 @@ struct LayoutPlan {
 
 // One rank of pipeline stage `stage` of `l` (tp and dp rank 0: the others of the stage hold the
 // same), with virtual communicators that move nothing and count what they would move.
-ParallelContext planning_context(const Layout& l, int stage);
+// `dp_sends`: whether the data-parallel communicator's sends reach every rank (MPI's; false: NCCL's).
+ParallelContext planning_context(const Layout& l, int stage, bool dp_sends = true);
 // The attention a run on `backend` takes, as the planning backend counts it: the CPU's fused
 // kernel unless DIT_ATTENTION=composed; on a GPU the composed attention's workspace (its path
 // where cuDNN cannot serve).

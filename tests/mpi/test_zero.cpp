@@ -141,12 +141,14 @@ TEST_P(ZeroLevels, BitIdenticalAcrossLevels) {
   const ZeroRun one = run_zero(c, 1, 25, false);
   const ZeroRun runs[] = {run_zero(c, 1, 1.0 / 1024, true), run_zero(c, 2, 1.0 / 1024, false),
                           run_zero(c, 2, 0.15, true), run_zero(c, 3, 25, false), run_zero(c, 3, 1.0 / 1024, true),
-                          run_zero(c, 1, 1.0 / 1024, true, true), run_zero(c, 3, 25, true, true)};
+                          run_zero(c, 1, 1.0 / 1024, true, true), run_zero(c, 2, 0.15, true, true),
+                          run_zero(c, 3, 25, true, true)};
   if (!one.ran) return;
   EXPECT_NE(one.losses.front(), one.losses.back());
-  const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)", "zero 2 (0.15 MiB, overlap)", "zero 3",
-                         "zero 3 (1 KiB, overlap)", "zero 1 offloaded (1 KiB)", "zero 3 offloaded"};
-  for (int k = 0; k < 7; ++k) {
+  const char* names[] = {"zero 1 (1 KiB, overlap)", "zero 2 (1 KiB)",   "zero 2 (0.15 MiB, overlap)",
+                         "zero 3",                  "zero 3 (1 KiB, overlap)", "zero 1 offloaded (1 KiB)",
+                         "zero 2 offloaded (0.15 MiB, overlap)", "zero 3 offloaded"};
+  for (int k = 0; k < 8; ++k) {
     const ZeroRun& r = runs[k];
     for (int i = 0; i < kSteps; ++i) {
       EXPECT_EQ(r.losses[i], one.losses[i]) << names[k] << " step " << i;
@@ -244,6 +246,14 @@ TEST(ZeroOffload, StateLivesInHostMemory) {
   tc.micro_batch = 2;
   tc.offload = true;
   tc.bucket_mib = 1.0 / 1024;  // pieces of 256 gradients between the backends
+  MemoryAccount kept;  // the same run with the state on the device
+  {
+    TrainConfig on_device = tc;
+    on_device.offload = false;
+    Trainer t(be, ctx, tiny_dit(2, 2, 4, 5), on_device, data);
+    t.step();
+    kept = t.memory();
+  }
   Trainer trainer(be, ctx, tiny_dit(2, 2, 4, 5), tc, data);
   trainer.step();
   const Optimizer& o = trainer.optimizer().shard();
@@ -258,7 +268,10 @@ TEST(ZeroOffload, StateLivesInHostMemory) {
   const MemoryAccount m = trainer.memory();
   const std::size_t shard = static_cast<std::size_t>(trainer.optimizer().shard_size());
   EXPECT_EQ(m.master + m.exp_avg + m.exp_avg_sq + m.ema, 0u);
-  EXPECT_EQ(m.host, shard * 4 * 4 + 256 * 4 + 256 * 4);  // the state and one piece of staging each way
+  // The state, the reduced gradients of the shard (ZeRO-Offload) and one piece of staging each way;
+  // on the device the reduced shard gives way to one piece summed on its way down.
+  EXPECT_EQ(m.host, shard * 4 * 4 + shard * 4 + 256 * 4 + 256 * 4);
+  EXPECT_EQ(m.grads, kept.grads - shard * 4 + 256 * 4);
   if (rank == 0)
     std::printf("[ zero offload ] shard of %zu parameters: %zu host bytes, %zu device bytes\n", shard, m.host,
                 m.total());
@@ -268,12 +281,49 @@ TEST(ZeroOffload, StateLivesInHostMemory) {
 
 namespace dit {
 
+// The gradient norm's kernel takes int32 offsets, so a shard is summed in parts (ZeroOptions::
+// norm_part, 2^30 elements; a shard of DiT-8B/2 at dp 2 is 4.26 billion): parts of 7 and 1000
+// elements, tensors split across their borders, give the norm of one part within double rounding,
+// and the padding past the last tensor (filled here) stays out of it.
+TEST(ZeroNorm, ShardSummedInPartsAsWhole) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto world = MpiComm::world();
+  ParallelContext ctx = make_mpi_context({1, 1, 1}, MpiComm::split(*world, rank, 0));
+  CpuBackend be;
+  const DiTConfig m = tiny_dit(2, 2, 4, 5);
+  const auto norm = [&](std::int64_t part) {
+    ParamSet ps(be, DiTStage::declare(m, StageLayout::whole(m)), 1, 0, 1000);  // padding past the last tensor
+    EXPECT_GT(ps.padded_numel(), ps.numel());
+    float* g = ps.flat_grads().f32();
+    for (std::int64_t i = 0; i < ps.padded_numel(); ++i) g[i] = std::sin(0.37f * float(i)) * (i % 5 == 0 ? 3.f : 1.f);
+    ZeroOptions o;
+    o.norm_part = part;
+    ZeroOptimizer zero(be, ps, ctx, o);
+    return zero.step(AdamWConfig{}, 1e-3, 1, 0.0, 0.99).grad_norm;
+  };
+  const double whole = norm(std::int64_t{1} << 30);
+  double direct = 0;  // the norm of the tensors' gradients, summed here
+  {
+    ParamSet ps(be, DiTStage::declare(m, StageLayout::whole(m)), 1, 0, 1);
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      for (std::int64_t k = 0; k < ps.specs()[i].local(1).numel(); ++k) {
+        const std::int64_t at = ps.offset(static_cast<int>(i)) + k;
+        const double v = std::sin(0.37f * float(at)) * (at % 5 == 0 ? 3.f : 1.f);
+        direct += v * v;
+      }
+  }
+  EXPECT_NEAR(whole, std::sqrt(direct), 1e-9 * std::sqrt(direct));
+  for (std::int64_t part : {7, 1000})
+    EXPECT_NEAR(norm(part), whole, 1e-12 * whole) << "parts of " << part << " elements";
+}
+
 // Where the dp communicator's sends reach pipeline neighbours only (NCCL), level 1 keeps to the
 // transport's reduce-scatter and all-gather (overlap asked for or not): at dp 2, where a sum of
 // two has one order, the same bits as the rank-ordered sum; at dp 4 the transport's order, within
 // 1e-5 (fp32) and 2e-2 (bf16 on the wire, summed there) of the losses and of the first Adam moment
-// (relative L2: the reduced gradients). Levels 2 and 3 are refused
-// naming optim.zero.
+// (relative L2: the reduced gradients). Offloaded, the shard in host memory, it is reduce-scattered
+// a piece at a time (the same bounds). Levels 2 and 3 are refused naming optim.zero.
 TEST(ZeroCollectives, LevelOneOnACommunicatorWithoutSends) {
   int size = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -281,27 +331,30 @@ TEST(ZeroCollectives, LevelOneOnACommunicatorWithoutSends) {
   if (size < 4) GTEST_SKIP() << "needs 4 ranks";
   const ZeroCase cases[] = {ZeroCase{{1, 1, 2}}, ZeroCase{{1, 1, 4}},
                             ZeroCase{{1, 1, 4}, ScheduleKind::OneFOneB, 1, DType::BF16}};
-  for (const ZeroCase& c : cases) {
-    const ZeroRun ref = run_zero(c, 1, 25, true);
-    const ZeroRun got = run_zero(c, 1, c.precision == DType::F32 ? 25 : 1.0 / 1024, true, false, true);
-    if (!ref.ran) continue;
-    EXPECT_GE(got.reduce_scatters, kSteps) << case_name(c);
-    const double tol = c.layout.dp == 2 ? 0 : c.precision == DType::F32 ? 1e-5 : 2e-2;
-    for (int i = 0; i < kSteps; ++i)
-      EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]), tol * std::abs(ref.losses[i])) << case_name(c) << " step " << i;
-    if (c.layout.dp == 2) EXPECT_TRUE(same_bits(got.state.model, ref.state.model)) << case_name(c);
-    // The reduced gradients themselves, through the first Adam moment: relative L2 error.
-    double diff = 0, norm = 0;
-    for (std::size_t k = 0; k < ref.state.exp_avg.size(); ++k) {
-      diff += std::pow(double(got.state.exp_avg[k]) - ref.state.exp_avg[k], 2);
-      norm += std::pow(double(ref.state.exp_avg[k]), 2);
+  for (const ZeroCase& c : cases)
+    for (const bool offload : {false, true}) {
+      const ZeroRun ref = run_zero(c, 1, 25, true);
+      // Offloaded, the reduced shard is in host memory: reduce-scattered a piece (1 KiB) at a time.
+      const double bucket = c.precision == DType::F32 && !offload ? 25 : 1.0 / 1024;
+      const ZeroRun got = run_zero(c, 1, bucket, true, offload, true);
+      if (!ref.ran) continue;
+      EXPECT_GE(got.reduce_scatters, offload ? 2 * kSteps : kSteps) << case_name(c);
+      const double tol = c.layout.dp == 2 ? 0 : c.precision == DType::F32 ? 1e-5 : 2e-2;
+      for (int i = 0; i < kSteps; ++i)
+        EXPECT_LE(std::abs(got.losses[i] - ref.losses[i]), tol * std::abs(ref.losses[i])) << case_name(c) << " step " << i;
+      if (c.layout.dp == 2) EXPECT_TRUE(same_bits(got.state.model, ref.state.model)) << case_name(c);
+      // The reduced gradients themselves, through the first Adam moment: relative L2 error.
+      double diff = 0, norm = 0;
+      for (std::size_t k = 0; k < ref.state.exp_avg.size(); ++k) {
+        diff += std::pow(double(got.state.exp_avg[k]) - ref.state.exp_avg[k], 2);
+        norm += std::pow(double(ref.state.exp_avg[k]), 2);
+      }
+      EXPECT_LE(std::sqrt(diff / norm), tol) << case_name(c) << ": exp_avg";
+      if (rank == 0)
+        std::printf("[ zero collectives %s%s ] losses %.6f .. %.6f (rank-ordered %.6f .. %.6f), %d reduce-scatters\n",
+                    case_name(c).c_str(), offload ? " offloaded" : "", got.losses.front(), got.losses.back(),
+                    ref.losses.front(), ref.losses.back(), got.reduce_scatters);
     }
-    EXPECT_LE(std::sqrt(diff / norm), tol) << case_name(c) << ": exp_avg";
-    if (rank == 0)
-      std::printf("[ zero collectives %s ] losses %.6f .. %.6f (rank-ordered %.6f .. %.6f), %d reduce-scatters\n",
-                  case_name(c).c_str(), got.losses.front(), got.losses.back(), ref.losses.front(), ref.losses.back(),
-                  got.reduce_scatters);
-  }
   for (int level : {2, 3}) {
     std::string error;
     try {

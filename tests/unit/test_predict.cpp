@@ -91,6 +91,7 @@ TEST(Predict, ZeroOverlapReleaseAndOffload) {
   LayoutPlan p = plan(1, 4, 1, 1, 30);  // 30 s of compute a step
   p.stages[0].dp_bytes = 20;
   p.stages[0].mem.exp_avg = 4 * 100;  // a shard of 100 parameters
+  p.stages[0].shard_params = 100;
   auto dp_at = [&](int zero, bool overlap, const PredictParams& hw) {
     p.zero = zero, p.overlap = overlap;
     return predict_step(p, hw, 8, ScheduleKind::OneFOneB).dp_s;
@@ -121,8 +122,8 @@ TEST(Predict, ZeroOverlapReleaseAndOffload) {
 
   p.offload = true;
   p.stages[0].mem.exp_avg = 0;
-  p.stages[0].mem.host = 16 * 100;  // master, moments and EMA of 100 parameters
-  const double pcie = 100 * (4 + 4) / 25e9, host = 1600 * 2 / 50e9;
+  p.stages[0].mem.host = 16 * 100 + 4 * 100;  // master, moments and EMA of 100 parameters, their gradients
+  const double pcie = 100 * (4 + 4) / 25e9, host = 2000 * 2 / 50e9;
   EXPECT_NEAR(at(1).offload_s, pcie + host, 1e-15);
   EXPECT_NEAR(at(1).optimizer_s, at(2).optimizer_s, 1e-15);
   PredictParams cpu = h;
