@@ -147,7 +147,7 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   const std::unique_ptr<Backend>& be = rank.backend;
   ParallelContext& ctx = rank.ctx;
   const auto stages = partition_stages(src.model, src.layout.pp);
-  DiTStage stage(*be, src.model, stages[ctx.coord.pp], *ctx.tp, src.layout.dp);
+  DiTStage stage(*be, src.model, stages[ctx.coord.pp], *ctx.tp, src.layout.dp, StageOptions::forward_only());
   collective_check([&] { load_weights(src.weights, stage.params()); });  // every rank reads it: one message
   // Batches of at most opt.batch images; each draws the noise one call for all would (first_index).
   const std::vector<int> labels = grid_labels(s.classes, src.model.num_classes, s.per_class);

@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace dit {
 
@@ -73,6 +76,33 @@ double meminfo_bytes(const std::string& key) {
   return 0;
 }
 
+// The memory cgroups this process is in, its own first and then each one above it: pairs of
+// (limit file, usage file). /proc/self/cgroup gives the path ("0::/a/b" on cgroup v2, "N:memory:/a/b"
+// on v1), which a job scheduler (SLURM's --mem) or a container sets; in a container with its own
+// cgroup namespace the path is "/", the mount's root.
+std::vector<std::pair<std::string, std::string>> memory_cgroups() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::ifstream f("/proc/self/cgroup");
+  for (std::string line; std::getline(f, line);) {
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    std::string path = line.substr(b + 1);
+    const bool v2 = controllers == ",,", v1 = controllers.find(",memory,") != std::string::npos;
+    if (!v2 && !v1) continue;
+    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
+    for (;;) {
+      const std::string dir = root + (path == "/" ? "" : path);
+      out.emplace_back(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"),
+                       dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+      if (path.empty() || path == "/") break;
+      const auto up = path.rfind('/');
+      path = up == 0 || up == std::string::npos ? "/" : path.substr(0, up);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 HostMemory host_memory() {
@@ -81,17 +111,13 @@ HostMemory host_memory() {
   m.limit = meminfo_bytes("MemTotal");
   m.free = meminfo_bytes("MemAvailable");
   if (m.limit <= 0) m.limit = machine_memory_bytes();
-  const struct {
-    const char *limit, *usage;
-  } cgroups[] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-                 {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
-  for (const auto& c : cgroups) {
-    const double limit = read_number(c.limit);
-    if (limit <= 0 || (m.limit > 0 && limit >= m.limit)) continue;  // no limit, or none below the machine's
+  // The tightest cgroup limit below the machine's, from this process's own cgroup up.
+  for (const auto& [limit_file, usage_file] : memory_cgroups()) {
+    const double limit = read_number(limit_file.c_str());
+    if (limit <= 0 || (m.limit > 0 && limit >= m.limit)) continue;  // no limit, or none below the tightest yet
     m.limit = limit;
-    m.free = std::min(m.free > 0 ? m.free : limit, std::max(0.0, limit - read_number(c.usage)));
+    m.free = std::min(m.free > 0 ? m.free : limit, std::max(0.0, limit - read_number(usage_file.c_str())));
     m.source = "cgroup";
-    break;
   }
   return m;
 }

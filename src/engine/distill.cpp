@@ -156,11 +156,8 @@ TeacherStage::TeacherStage(Backend& be, const DiTConfig& teacher, std::vector<St
                            const DiTStage& student, const DistillSettings& settings, Comm* shard_over,
                            bool prefetch)
     : be_(&be), tp_(&tp), student_(&student), settings_(settings), acts_(be) {
-  StageOptions opt;
-  opt.recompute = Recompute::Full;  // forward only: a block keeps its output and nothing else
+  StageOptions opt = StageOptions::forward_only(student.options().placement);
   opt.sequence_parallel = student.options().sequence_parallel;
-  opt.placement = student.options().placement;
-  opt.gradients = Gradients::None;
   const bool sharded = shard_over != nullptr && shard_over->size() > 1;
   model_ = std::make_unique<DiTStage>(be, teacher, std::move(chunks), tp, sharded ? shard_over->size() : 1, opt);
   if (!sharded) return;

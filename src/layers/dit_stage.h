@@ -33,6 +33,16 @@ struct StageOptions {
   // Which model chunks a rank's chunks are (pipeline_schedule.h): ZB-V's V, or interleaved.
   ChunkPlacement placement = ChunkPlacement::Interleaved;
   Gradients gradients = Gradients::Kept;  // None: forward only (no gradient buffers)
+  // A stage that only runs forward (sampling, a distillation teacher): no gradient buffers, and each
+  // block keeps its output alone, its insides in scratch (full recomputation's forward: the same
+  // values, none of the memory a backward would read).
+  static StageOptions forward_only(ChunkPlacement placement = ChunkPlacement::Interleaved) {
+    StageOptions o;
+    o.recompute = Recompute::Full;
+    o.placement = placement;
+    o.gradients = Gradients::None;
+    return o;
+  }
   // The block's Recompute mode for its index within the stage.
   Recompute mode_of(int i) const {
     return recompute == Recompute::Full && recompute_blocks > 0 && i >= recompute_blocks

@@ -2,6 +2,8 @@
 #include "plan/memory_fit.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "core/resources.h"
 #include "core/error.h"
@@ -112,7 +114,7 @@ SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const Sam
   for (int s = 0; s < l.pp; ++s) {
     VirtualBackend be(size.precision, planned_attention(size.backend));
     ParallelContext ctx = planning_context(l, s);
-    const DiTStage stage(be, m, chunks[std::size_t(s)], *ctx.tp, l.dp);
+    const DiTStage stage(be, m, chunks[std::size_t(s)], *ctx.tp, l.dp, StageOptions::forward_only());
     const double weights = double(be.allocated_bytes());
     const SamplerBytes b =
         sampler_bytes(be, ctx, stage, sample_request(size.sample, {}, size.diffusion_steps), size.batch, size.total);
@@ -122,28 +124,39 @@ SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const Sam
   return need;
 }
 
+namespace {
+// What the ranks of a node may use: the machine's memory, or this process's memory cgroup's limit
+// where tighter (a SLURM job's --mem, a container's limit), and how to say so after "x N ranks".
+std::pair<double, std::string> node_memory() {
+  const HostMemory h = host_memory();
+  const double limit = h.limit > 0 ? h.limit : machine_memory_bytes();
+  const bool cgroup = std::string(h.source) == "cgroup";
+  return {limit, (cgroup ? " ranks in this memory cgroup (a job's or container's limit), which allows "
+                         : " ranks on this machine, which has ") + format_bytes(limit)};
+}
+}  // namespace
+
 void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int ranks_per_node,
                          const std::string& settings) {
-  const double machine = machine_memory_bytes();
-  if (machine <= 0 || need.total() * ranks_per_node <= machine) return;
+  const auto [limit, where] = node_memory();
+  if (limit <= 0 || need.total() * ranks_per_node <= limit) return;
   DIT_FAIL("sampling ", size.total, " images, ", size.batch, " at once, needs at least ", format_bytes(need.total()),
            " per rank (weights ", format_bytes(need.weights), ", the forward pass ", format_bytes(need.pass),
-           ", the sampler's host buffers and samples ", format_bytes(need.host), ") x ", ranks_per_node,
-           " ranks on this machine, which has ", format_bytes(machine), "; lower ", settings,
-           " or use more machines");
+           ", the sampler's host buffers and samples ", format_bytes(need.host), ") x ", ranks_per_node, where,
+           "; lower ", settings, " or use more machines");
 }
 
 void check_memory_fits(const MemoryNeed& need, int ranks_per_node, const std::string& settings) {
-  const double machine = machine_memory_bytes();
-  if (machine <= 0 || need.total() * ranks_per_node <= machine) return;
+  const auto [limit, where] = node_memory();
+  if (limit <= 0 || need.total() * ranks_per_node <= limit) return;
   const std::string offloaded =
       need.offloaded > 0 ? " (" + format_bytes(need.offloaded) + " of it the optimizer state optim.offload = \"cpu\" "
                                                                    "keeps in host memory)"
                          : "";
   DIT_FAIL("the run needs at least ", format_bytes(need.total()), " per rank (parameters and optimizer state ",
            format_bytes(need.state), offloaded, ", training activations ", format_bytes(need.activations),
-           ", sampling ", format_bytes(need.sampling), ") x ", ranks_per_node, " ranks on this machine, which has ",
-           format_bytes(machine), "; lower ", settings, " or use more machines");
+           ", sampling ", format_bytes(need.sampling), ") x ", ranks_per_node, where, "; lower ", settings,
+           " or use more machines");
 }
 
 }  // namespace dit

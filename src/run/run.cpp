@@ -42,8 +42,8 @@ bool due(int every, std::int64_t done, std::int64_t steps) { return every > 0 &&
 // The EMA weights of this rank's stage, in a stage of their own for sampling.
 std::unique_ptr<DiTStage> ema_stage(Backend& be, ParallelContext& ctx, Trainer& trainer) {
   DiTStage& model = trainer.model();
-  StageOptions options;  // the training stage's chunks in its places (ZB-V's V), all tokens
-  options.placement = model.options().placement;
+  // The training stage's chunks in its places (ZB-V's V), all tokens, forward only.
+  const StageOptions options = StageOptions::forward_only(model.options().placement);
   auto ema = std::make_unique<DiTStage>(be, model.config(), model.layouts(), *ctx.tp, ctx.layout.dp, options);
   std::vector<float> flat = gather_shards(be, trainer.optimizer(), trainer.optimizer().shard().ema(), ctx);
   be.copy(ema->params().flat_values(), Tensor{flat.data(), DType::F32, {std::int64_t(flat.size())}, Device::Host});

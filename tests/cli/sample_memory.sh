@@ -11,7 +11,7 @@ prepare_fashion_test
 # 10 classes x 100000 images at once: terabytes of activations for the doubled (guided) batch.
 BIG=(--run "$SCRATCH/run" --per-class 100000 --batch 1000000 --steps 2)
 B="[0-9.]+ [KMGT]iB"
-NEED="sampling 1000000 images, 1000000 at once, needs at least $B per rank \\(weights $B, the forward pass $B, the sampler's host buffers and samples $B\\) x [12] ranks on this machine, which has $B; lower --batch"
+NEED="sampling 1000000 images, 1000000 at once, needs at least $B per rank \\(weights $B, the forward pass $B, the sampler's host buffers and samples $B\\) x [12] ranks (on this machine, which has|in this memory cgroup \\(a job's or container's limit\\), which allows) $B; lower --batch"
 refused() {  # refused RANKS ARGS...: dit_mp ARGS on RANKS ranks fails within 15 s, one line naming NEED
   local ranks=$1 t0=$SECONDS rc=0
   shift
@@ -26,6 +26,35 @@ refused 1 sample "${BIG[@]}" --out "$SCRATCH/big.png"
 refused 2 sample "${BIG[@]}" --out "$SCRATCH/big.png"
 refused 1 evaluate "${BIG[@]}" --json "$SCRATCH/eval.json"
 [[ ! -e "$SCRATCH/big.png" && ! -e "$SCRATCH/big.h5" && ! -e "$SCRATCH/eval.json" ]] || fail "a refused request wrote"
+# A memory cgroup's limit below the machine's (a SLURM job's --mem) is the one checked: 3000 images
+# at once (about 1.5 GiB here) in a 300 MiB cgroup are refused at start, naming the cgroup, instead
+# of being killed by the kernel midway.
+CG=/sys/fs/cgroup/memory
+if [[ -w $CG && -e $CG/memory.limit_in_bytes ]]; then  # cgroup v1
+  G=$CG/dit_sample_memory_$$
+  mkdir "$G" && echo $((300 << 20)) > "$G/memory.limit_in_bytes"
+  rc=0
+  bash -c "echo \$\$ > '$G/cgroup.procs'; exec '$DIT_MP' sample --run '$SCRATCH/run' --classes 3 --per-class 3000 \
+    --batch 3000 --steps 2 --out '$SCRATCH/cg.png'" > "$SCRATCH/cg.txt" 2>&1 || rc=$?
+  rmdir "$G" 2>/dev/null || true
+  [[ $rc -eq 1 ]] || fail "in a 300 MiB cgroup: rc $rc (137: killed by the kernel, not refused): $(cat "$SCRATCH/cg.txt")"
+  grep -Eq "x 1 ranks in this memory cgroup \(a job's or container's limit\), which allows 300.0 MiB; lower --batch" \
+    "$SCRATCH/cg.txt" || fail "the cgroup refusal lacks its limit: $(cat "$SCRATCH/cg.txt")"
+  [[ ! -e "$SCRATCH/cg.png" ]] || fail "a refused request wrote"
+  echo "ok: refused in a 300 MiB memory cgroup"
+elif [[ -w /sys/fs/cgroup/cgroup.subtree_control ]] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then  # v2
+  G=/sys/fs/cgroup/dit_sample_memory_$$
+  mkdir "$G" && echo $((300 << 20)) > "$G/memory.max"
+  rc=0
+  bash -c "echo \$\$ > '$G/cgroup.procs'; exec '$DIT_MP' sample --run '$SCRATCH/run' --classes 3 --per-class 3000 \
+    --batch 3000 --steps 2 --out '$SCRATCH/cg.png'" > "$SCRATCH/cg.txt" 2>&1 || rc=$?
+  rmdir "$G" 2>/dev/null || true
+  [[ $rc -eq 1 ]] || fail "in a 300 MiB cgroup: rc $rc (137: killed by the kernel, not refused): $(cat "$SCRATCH/cg.txt")"
+  grep -q "in this memory cgroup" "$SCRATCH/cg.txt" || fail "the cgroup refusal lacks its limit: $(cat "$SCRATCH/cg.txt")"
+  echo "ok: refused in a 300 MiB memory cgroup (v2)"
+else
+  echo "skipped the memory cgroup case: no writable cgroup v1 memory controller or cgroup v2 here"
+fi
 # One that fits runs, in batches.
 "$DIT_MP" sample --run "$SCRATCH/run" --per-class 2 --batch 8 --steps 2 --out "$SCRATCH/ok.png" > "$SCRATCH/ok.txt" 2>&1 ||
   { cat "$SCRATCH/ok.txt"; fail "a sampling request that fits was refused"; }
