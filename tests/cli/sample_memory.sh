@@ -29,31 +29,24 @@ refused 1 evaluate "${BIG[@]}" --json "$SCRATCH/eval.json"
 # A memory cgroup's limit below the machine's (a SLURM job's --mem) is the one checked: 3000 images
 # at once (about 1.5 GiB here) in a 300 MiB cgroup are refused at start, naming the cgroup, instead
 # of being killed by the kernel midway.
-CG=/sys/fs/cgroup/memory
-if [[ -w $CG && -e $CG/memory.limit_in_bytes ]]; then  # cgroup v1
-  G=$CG/dit_sample_memory_$$
-  mkdir "$G" && echo $((300 << 20)) > "$G/memory.limit_in_bytes"
-  rc=0
-  bash -c "echo \$\$ > '$G/cgroup.procs'; exec '$DIT_MP' sample --run '$SCRATCH/run' --classes 3 --per-class 3000 \
+cgroup_case() {  # cgroup_case DIR LIMIT_FILE VERSION: sample in a new cgroup DIR limited to 300 MiB
+  local rc=0
+  mkdir "$1" && echo $((300 << 20)) > "$1/$2"
+  bash -c "echo \$\$ > '$1/cgroup.procs'; exec '$DIT_MP' sample --run '$SCRATCH/run' --classes 3 --per-class 3000 \
     --batch 3000 --steps 2 --out '$SCRATCH/cg.png'" > "$SCRATCH/cg.txt" 2>&1 || rc=$?
-  rmdir "$G" 2>/dev/null || true
+  rmdir "$1" 2>/dev/null || true
   [[ $rc -eq 1 ]] || fail "in a 300 MiB cgroup: rc $rc (137: killed by the kernel, not refused): $(cat "$SCRATCH/cg.txt")"
   grep -Eq "x 1 ranks in this memory cgroup \(a job's or container's limit\), which allows 300.0 MiB; lower --batch" \
     "$SCRATCH/cg.txt" || fail "the cgroup refusal lacks its limit: $(cat "$SCRATCH/cg.txt")"
   [[ ! -e "$SCRATCH/cg.png" ]] || fail "a refused request wrote"
-  echo "ok: refused in a 300 MiB memory cgroup"
-elif [[ -w /sys/fs/cgroup/cgroup.subtree_control ]] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then  # v2
-  G=/sys/fs/cgroup/dit_sample_memory_$$
-  mkdir "$G" && echo $((300 << 20)) > "$G/memory.max"
-  rc=0
-  bash -c "echo \$\$ > '$G/cgroup.procs'; exec '$DIT_MP' sample --run '$SCRATCH/run' --classes 3 --per-class 3000 \
-    --batch 3000 --steps 2 --out '$SCRATCH/cg.png'" > "$SCRATCH/cg.txt" 2>&1 || rc=$?
-  rmdir "$G" 2>/dev/null || true
-  [[ $rc -eq 1 ]] || fail "in a 300 MiB cgroup: rc $rc (137: killed by the kernel, not refused): $(cat "$SCRATCH/cg.txt")"
-  grep -q "in this memory cgroup" "$SCRATCH/cg.txt" || fail "the cgroup refusal lacks its limit: $(cat "$SCRATCH/cg.txt")"
-  echo "ok: refused in a 300 MiB memory cgroup (v2)"
+  echo "ok: refused in a 300 MiB memory cgroup ($3)"
+}
+if [[ -w /sys/fs/cgroup/memory && -e /sys/fs/cgroup/memory/memory.limit_in_bytes ]]; then
+  cgroup_case /sys/fs/cgroup/memory/dit_sample_memory_$$ memory.limit_in_bytes "cgroup v1"
+elif [[ -w /sys/fs/cgroup/cgroup.subtree_control ]] && grep -qw memory /sys/fs/cgroup/cgroup.subtree_control; then
+  cgroup_case /sys/fs/cgroup/dit_sample_memory_$$ memory.max "cgroup v2"
 else
-  echo "skipped the memory cgroup case: no writable cgroup v1 memory controller or cgroup v2 here"
+  echo "skipped the memory cgroup case: no writable cgroup v1 memory controller or cgroup v2 memory here"
 fi
 # One that fits runs, in batches.
 "$DIT_MP" sample --run "$SCRATCH/run" --per-class 2 --batch 8 --steps 2 --out "$SCRATCH/ok.png" > "$SCRATCH/ok.txt" 2>&1 ||
