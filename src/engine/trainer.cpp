@@ -78,11 +78,7 @@ StageState Trainer::state() {
   return s;
 }
 
-StageState Trainer::checkpoint_state() {
-  zero_->settle();
-  const ParamSet& ps = model_->params();
-  const int dp = ctx_->layout.dp;
-  const auto want_of = [&](int r) { return checkpoint_range(ps, dp, r); };
+StageState Trainer::gather_state(const std::function<FlatRange(int)>& want_of) {
   const Optimizer& o = zero_->shard();
   StageState s;
   s.begin = want_of(ctx_->coord.dp).begin;
@@ -100,8 +96,10 @@ StateView Trainer::checkpoint_view(StageState& owned) {
   const bool on_host = std::all_of(std::begin(kinds), std::end(kinds), [](const Tensor& t) {
     return t.device == Device::Host && t.dtype == DType::F32;
   });
-  if (!on_host) {
-    owned = checkpoint_state();
+  const ParamSet& ps = model_->params();
+  const int dp = ctx_->layout.dp;
+  if (!on_host) {  // all of the rank's tensors, gathered
+    owned = gather_state([&](int r) { return checkpoint_range(ps, dp, r); });
     return owned.view();
   }
   // The shard from the optimizer's own buffers; past it, the values of the tensors that start in it
@@ -112,19 +110,11 @@ StateView Trainer::checkpoint_view(StageState& owned) {
     v.kinds[k] = static_cast<const float*>(kinds[k].data);
     v.sizes[k] = zero_->shard_size();
   }
-  const ParamSet& ps = model_->params();
-  const int dp = ctx_->layout.dp;
   if (dp == 1) return v;
-  const auto tail_of = [&](int r) {
+  owned = gather_state([&](int r) {
     const std::int64_t end = ZeroOptimizer::shard_range(ps.padded_numel(), dp, r).end;
     return FlatRange{end, std::max(end, checkpoint_range(ps, dp, r).end)};
-  };
-  owned = StageState{};
-  owned.begin = tail_of(ctx_->coord.dp).begin;
-  owned.model = gather_range(*be_, *zero_, o.master(), *ctx_, tail_of);
-  owned.ema = gather_range(*be_, *zero_, o.ema(), *ctx_, tail_of);
-  owned.exp_avg = gather_range(*be_, *zero_, o.exp_avg(), *ctx_, tail_of);
-  owned.exp_avg_sq = gather_range(*be_, *zero_, o.exp_avg_sq(), *ctx_, tail_of);
+  });
   if (!owned.model.empty()) v.tail = &owned;
   return v;
 }

@@ -128,7 +128,9 @@ class Trainer {
   MemoryAccount memory() const;
 
  private:
-  StageState checkpoint_state();  // checkpoint_view's gathered part (collective over dp)
+  // The four kinds' flat elements want_of(r) to each dp rank r (collective over dp; engine/global_tensors.h
+  // gather_range): checkpoint_view's gathered part.
+  StageState gather_state(const std::function<FlatRange(int)>& want_of);
   // What both ends of the pipeline need of a microbatch, on the backend (in its arena).
   struct DeviceBatch {
     Tensor x0, noise, t;  // (N, C, H, W) fp32, the same, (N) int32 rows of `coefs`
