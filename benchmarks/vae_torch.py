@@ -53,7 +53,13 @@ KL_F8 = dict(in_channels=3, out_channels=3, latent_channels=4,
 def load_diffusers(src):
     """diffusers imported as make_vae_golden does. Its last line asserts that PyTorch has no
     F.scaled_dot_product_attention (its float64 golden needs the classic processor); with
-    PyTorch 2.x the modules are imported by then, and the SDPA processor is the baseline wanted."""
+    PyTorch 2.x the modules are imported by then, and the SDPA processor is the baseline wanted.
+    transformers and peft are hidden: the VAE needs neither, and diffusers' loaders import them
+    whenever they are installed, which on the GPU host failed inside transformers itself ("'strict'
+    object is not callable", its huggingface_hub too new for it; peft imports transformers) and
+    took the baseline down with it."""
+    for name in ("transformers", "peft"):
+        sys.modules.setdefault(name, None)  # importlib.util.find_spec then says: not installed
     if not hasattr(F, "scaled_dot_product_attention"):
         return make_vae_golden.load_diffusers(src)
     try:

@@ -244,7 +244,7 @@ fi
 gtest_counts() {
   RAN=$(grep -m1 -oE '[0-9]+ tests? from [0-9]+ test suites? ran' "$LOG" | awk '{print $1}')
   SKIPPED=$(grep -m1 -oE '\[  SKIPPED \] [0-9]+' "$LOG" | awk '{print $NF}')
-  FAILED=$(grep -m1 -oE '\[  FAILED  \] [0-9]+ tests?,' "$LOG" | awk '{print $3}')
+  FAILED=$(grep -m1 -oE '\[  FAILED  \] [0-9]+ tests?,' "$LOG" | awk '{print $4}')
   FIRST=$(grep -m1 -oE '^\[  FAILED  \] [A-Za-z0-9_/.]+' "$LOG" | awk '{print $NF}')
   NOT_SERVED=$(grep -c '^not served by' "$LOG")
   NOT_SERVED_WHY=$(grep -m1 '^not served by' "$LOG" | cut -c1-160)

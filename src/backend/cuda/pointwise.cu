@@ -3,6 +3,7 @@
 // float dtype are loaded to fp32, computed, and stored back rounded to nearest.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/optim_math.cuh"
 
 namespace dit {
 
@@ -76,7 +77,7 @@ struct AdamW {
   float* m;
   float* v;
   math::AdamWParams h;
-  __device__ void operator()(i64 i) const { math::adamw_update(p[i], to_f32(g[i]), m[i], v[i], h); }
+  __device__ void operator()(i64 i) const { cuda::adamw_update_rn(p[i], to_f32(g[i]), m[i], v[i], h); }
 };
 
 template <typename P>
@@ -84,7 +85,7 @@ struct Ema {
   float* ema;
   const P* p;
   float decay;
-  __device__ void operator()(i64 i) const { ema[i] = math::ema_update(ema[i], to_f32(p[i]), decay); }
+  __device__ void operator()(i64 i) const { ema[i] = cuda::ema_update_rn(ema[i], to_f32(p[i]), decay); }
 };
 
 // An activation's forward and backward over whole tensors (gelu_tanh, silu): one set of checks and

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/optim_math.cuh"
 #include "core/philox.h"
 
 namespace dit {
@@ -119,9 +120,9 @@ struct AdamWEma {
   float decay;
   __device__ void operator()(i64 i) const {
     float p = master[i], mi = m[i], vi = v[i];
-    math::adamw_update(p, to_f32(grad[i]), mi, vi, h);
+    cuda::adamw_update_rn(p, to_f32(grad[i]), mi, vi, h);
     master[i] = p, m[i] = mi, v[i] = vi;
-    ema[i] = math::ema_update(ema[i], p, decay);
+    ema[i] = cuda::ema_update_rn(ema[i], p, decay);
     if (param) param[i] = from_f32<P>(p);
   }
 };
