@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/conv_scratch.h"
 #include "backend/composed_attention.h"
 
 namespace dit {
@@ -87,11 +88,10 @@ class VirtualBackend final : public Backend {
   // The composed attention's workspace, or the im2col patches of the largest convolution (the CUDA
   // backend's scratch), whichever is larger.
   std::size_t workspace_bytes() const override { return std::max(composed_.workspace_bytes(), conv_scratch_); }
-  void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor&, const ConvGeometry& g, const Tensor& y,
-                  Accumulate) override {
+  void conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g, const Tensor& y,
+                  Accumulate acc) override {
     const ConvShape s = conv_shape(x, w, g, y);
-    conv_scratch_ = std::max(conv_scratch_, static_cast<std::size_t>(s.c * s.kh * s.kw * s.oh * s.ow) *
-                                                dtype_size(x.dtype));
+    conv_scratch_ = std::max(conv_scratch_, conv_scratch(s, x.dtype, bias.data != nullptr, acc).total());
   }
   void group_norm_fwd(const Tensor&, int, const Tensor&, const Tensor&, float, bool, const Tensor&) override {}
   void upsample_nearest2x(const Tensor&, const Tensor&) override {}
