@@ -167,7 +167,8 @@ SampledImages sample_from_weights(const SampleOptions& requested) {
   out.labels = labels;
   for (std::int64_t first = 0; first < total; first += opt.batch) {
     SampleRequest req = sample_request(
-        s, {labels.begin() + first, labels.begin() + std::min(total, first + opt.batch)}, src.diffusion_steps);
+        s, {labels.begin() + first, labels.begin() + std::min(total, first + opt.batch)}, src.diffusion_steps,
+        samples_latents(src.model, !opt.vae.empty()));
     req.first_index = first;
     req.after_step = [&] { progress.advance(); };
     const std::vector<float> part =
@@ -230,6 +231,10 @@ std::function<std::vector<SampleOptions::Setting>()> add_sampler_options(CLI::Ap
       {"--cfg-scale", "cfg_scale", "Classifier-free guidance scale, 1: none" + run, ""},
       {"--cfg-t-min", "cfg_t_min", "Guide only at noise levels >= this (0: clean; t/T for ddpm, 1 - t for flow)" + run, ""},
       {"--cfg-t-max", "cfg_t_max", "Guide only at noise levels <= this (1: noise; t/T for ddpm, 1 - t for flow)" + run, ""},
+      {"--clip-denoised", "clip_denoised",
+       "ddpm/ddim: clamp each step's predicted x0 to [-1, 1]: auto (pixels yes; latents, i.e. with --vae or a "
+       "model of other than 1 or 3 channels, no, as the official DiT samples them), true or false" + run,
+       ""},
   });
   for (Flag& f : *flags) f.option = cmd->add_option(f.flag, f.value, f.help);
   (*flags)[0].option->capture_default_str();

@@ -23,8 +23,8 @@ std::function<int()> add_verify_command(CLI::App& app) {
       "verify", "Check the model against a golden file of float64 numbers from the official DiT, at any layout");
   cmd->add_option("--golden", v.golden, "Golden HDF5 file")->required();
   cmd->add_option("--groups", f->groups,
-                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample,prune,distill (default: all the file "
-                  "holds)");
+                  "Comma-separated: forward,schedule,loss,timesteps,adamw,ema,sample,prune,distill,sample_loop (default: all the "
+                  "file holds)");
   cmd->add_option("--backend", v.backend, "Compute backend: cpu or cuda")->capture_default_str();
   cmd->add_option("--precision", v.precision, "fp32 (tolerance 1e-4) or bf16/fp16 storage (tolerance 2e-2)")
       ->capture_default_str();

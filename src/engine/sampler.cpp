@@ -77,7 +77,17 @@ std::vector<bool> guided_calls(const SampleRequest& req) {
 }
 }  // namespace
 
-SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, int diffusion_steps) {
+diffusion::ClipDenoised clip_rule(ClipSetting setting, bool latents) {
+  using diffusion::ClipDenoised;
+  if (setting == ClipSetting::Auto) return latents ? ClipDenoised::kNo : ClipDenoised::kYes;
+  return setting == ClipSetting::Yes ? ClipDenoised::kYes : ClipDenoised::kNo;
+}
+
+bool samples_latents(const DiTConfig& model, bool vae_named) {
+  return vae_named || (model.in_channels != 1 && model.in_channels != 3);
+}
+
+SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, int diffusion_steps, bool latents) {
   SampleRequest req;
   req.labels = std::move(labels);
   req.num_steps = s.num_steps;
@@ -89,6 +99,7 @@ SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, in
   req.cfg_t_max = s.cfg_t_max;
   req.diffusion_steps = diffusion_steps;
   req.seed = s.seed;
+  req.clip = clip_rule(s.clip_denoised, latents);
   return req;
 }
 
@@ -123,6 +134,12 @@ class SamplingRun {
   // Normal numbers of stream (seed, Sampler, key, sample) for this replica's samples: key 0 is the
   // initial noise, key k + 1 the noise of step k.
   std::vector<double> noise(std::uint64_t key) const {
+    if (req_.given_noise) {
+      std::vector<double> z = req_.given_noise(key, lo_, n_);
+      DIT_CHECK(std::int64_t(z.size()) == n_ * per_, "the given noise of key ", key, " holds ", z.size(),
+                " numbers, expected ", n_ * per_);
+      return z;
+    }
     std::vector<double> z(static_cast<std::size_t>(n_ * per_));
     for (std::int64_t i = 0; i < n_; ++i) {
       Philox rng(req_.seed, RngPurpose::Sampler, key, static_cast<std::uint64_t>(req_.first_index + lo_ + i));
@@ -195,8 +212,8 @@ void ddpm_loop(SamplingRun& run, const SampleRequest& req, bool learn_sigma, std
       const std::vector<std::int64_t> t(static_cast<std::size_t>(run.n()), step);
       const std::vector<double> z = run.noise(static_cast<std::uint64_t>(step + 1));
       x = req.sampler == diffusion::SamplerKind::Ddim
-              ? diffusion::ddim_sample(sched, run.shape(), o, x, t, z, 0.0, diffusion::ClipDenoised::kYes).sample
-              : diffusion::p_sample(sched, run.shape(), o, x, t, z, diffusion::ClipDenoised::kYes).sample;
+              ? diffusion::ddim_sample(sched, run.shape(), o, x, t, z, 0.0, req.clip).sample
+              : diffusion::p_sample(sched, run.shape(), o, x, t, z, req.clip).sample;
     }
     run.share(x);
     if (req.after_step) req.after_step();

@@ -14,6 +14,7 @@
 
 #include "backend/virtual/virtual_backend.h"
 #include "diffusion/objective.h"
+#include "diffusion/sampling.h"
 #include "io/config.h"
 #include "layers/dit_stage.h"
 #include "parallel/grid.h"
@@ -36,11 +37,27 @@ struct SampleRequest {
   std::uint64_t seed = 0;
   std::int64_t first_index = 0;  // the first sample's index in the noise streams: batches of one
                                  // request (labels[k] is sample first_index + k) draw what one call would
+  // DDPM / DDIM: whether each step clamps its predicted x0 to [-1, 1] (clip_rule below).
+  diffusion::ClipDenoised clip = diffusion::ClipDenoised::kYes;
+  // The normal numbers of `key` for samples [first, first + n) of the request, (n, C, H, W) in
+  // order; empty: the stream (seed, Sampler, key, first_index + sample). `verify` gives the
+  // reference's own draws here.
+  std::function<std::vector<double>(std::uint64_t key, std::int64_t first, std::int64_t n)> given_noise;
   std::function<void()> after_step;  // called once per sampler step (e.g. a progress line); may be empty
 };
 
-// The request for `labels` with the sampler settings of `s` (its steps, sampler, guidance, seed).
-SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, int diffusion_steps);
+// sample.clip_denoised for data of one kind: `auto` clamps pixels (their range is [-1, 1]) and not
+// latents (the official DiT samples latents with clip_denoised=False); true / false as given.
+diffusion::ClipDenoised clip_rule(ClipSetting setting, bool latents);
+
+// Whether a model samples VAE latents when its data is not at hand (`sample --weights`, or a run
+// recorded before sample.clip_denoised was): a VAE is named, or its channels are not an image's
+// (1 or 3).
+bool samples_latents(const DiTConfig& model, bool vae_named);
+
+// The request for `labels` with the sampler settings of `s` (its steps, sampler, guidance, seed,
+// clipping for data that is `latents` or pixels).
+SampleRequest sample_request(const SampleSection& s, std::vector<int> labels, int diffusion_steps, bool latents);
 
 // Returns the samples (N, C, H, W) on every rank. `stage` holds the weights to sample from
 // (e.g. the EMA), for this rank's slice of the layout.

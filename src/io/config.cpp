@@ -79,7 +79,8 @@ std::vector<Section> sections(RunConfig& c) {
        {{"num_steps", &s.num_steps}, {"sampler", choice(&s.sampler, diffusion::kSamplerNames)},
         {"last_step_size", &s.last_step_size}, {"cfg_scale", &s.cfg_scale},
         {"per_class", &s.per_class}, {"classes", &s.classes}, {"cfg_official", &s.cfg_official},
-        {"cfg_t_min", &s.cfg_t_min}, {"cfg_t_max", &s.cfg_t_max}, {"seed", &s.seed}}},
+        {"cfg_t_min", &s.cfg_t_min}, {"cfg_t_max", &s.cfg_t_max}, {"seed", &s.seed},
+        {"clip_denoised", choice(&s.clip_denoised, kClipSettingNames)}}},
       {"eval",
        {{"classifier", &c.eval.classifier}, {"reference", &c.eval.reference},
         {"per_class", &c.eval.per_class}, {"num_steps", &c.eval.num_steps}}},
@@ -272,6 +273,8 @@ void assign_typed(T* dst, const toml::value& v, const std::string& key, const st
 
 void assign(const FieldRef& ref, const toml::value& v, const std::string& key, const std::string& origin) {
   if (const Choice* c = std::get_if<Choice>(&ref)) {
+    // A choice named "true"/"false" (sample.clip_denoised) also takes the TOML boolean.
+    if (v.is_boolean() && c->set(v.as_boolean() ? "true" : "false")) return;
     if (!v.is_string()) DIT_FAIL(origin, ": ", key, ": expected one of ", c->allowed, ", got ", describe(v));
     if (!c->set(v.as_string().str))
       DIT_FAIL(origin, ": ", key, " = ", quote_string(v.as_string().str), ": expected one of ", c->allowed);

@@ -118,6 +118,14 @@ struct DataSection {
   bool operator==(const DataSection&) const = default;
 };
 
+// Whether the DDPM/DDIM samplers clamp each step's predicted x0 to [-1, 1] (sample.clip_denoised):
+// auto is yes for pixels, whose range that is, and no for VAE latents, which the official DiT samples
+// with clip_denoised=False (a latent's scaled values reach past 1). A run resolves auto from its data
+// when it starts and records the answer in its config.toml. Flow samplers never clip.
+enum class ClipSetting : std::uint8_t { Auto, Yes, No };
+inline constexpr Named<ClipSetting> kClipSettingNames[] = {
+    {ClipSetting::Auto, "auto"}, {ClipSetting::Yes, "true"}, {ClipSetting::No, "false"}};
+
 struct SampleSection {
   int num_steps = 50;          // sampler steps
   diffusion::SamplerKind sampler = diffusion::SamplerKind::Ddim;  // ddim | ddpm (ddpm); euler | heun | euler_maruyama (flow)
@@ -129,6 +137,7 @@ struct SampleSection {
   // Guidance only at noise levels t / diffusion.steps in [cfg_t_min, cfg_t_max] (engine/sampler.h).
   double cfg_t_min = 0.0, cfg_t_max = 1.0;
   std::uint64_t seed = 0;
+  ClipSetting clip_denoised = ClipSetting::Auto;
   bool operator==(const SampleSection&) const = default;
 };
 

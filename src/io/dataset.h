@@ -22,6 +22,8 @@ class Dataset {
   // Writes sample `index` (shape().numel() floats) and returns its label.
   virtual int get(std::int64_t index, float* out) const = 0;
   virtual std::string describe() const = 0;
+  // Whether the samples are VAE latents (else images in [-1, 1]).
+  virtual bool latents() const { return false; }
 };
 
 // A procedural dataset for tests and smoke runs: class k draws a fixed random pattern of its own

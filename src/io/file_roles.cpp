@@ -98,7 +98,8 @@ FileKind hdf5_kind(const std::string& path) {
     if (f.exists("/samples") && f.exists("/labels")) return FileKind::RawSamples;
     if (f.exists("/images")) return FileKind::Dataset;
     if (f.exists("/config")) {
-      for (const char* g : {"forward", "loss", "schedule", "sample", "adamw", "ema", "prune", "distill", "timesteps"})
+      for (const char* g : {"forward", "loss", "schedule", "sample", "adamw", "ema", "prune", "distill", "timesteps",
+                            "sample_loop"})
         if (f.exists(std::string("/") + g)) return FileKind::Golden;
       if (f.exists("/weights")) return FileKind::Weights;
     }

@@ -45,6 +45,7 @@ class H5Dataset final : public Dataset {
   int label(std::int64_t index) const;  // without reading the sample
   const std::string& path() const { return file_.path(); }
   const std::string& kind() const { return kind_; }  // "images" or "latents"
+  bool latents() const override { return latents_; }
   const std::string& source() const { return source_; }
   double latent_scale() const { return scale_; }  // the factor applied to latents (1 for images)
   double latent_shift() const { return shift_; }  // subtracted from latents before the scale (0 for images)

@@ -117,7 +117,7 @@ SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const Sam
     const DiTStage stage(be, m, chunks[std::size_t(s)], *ctx.tp, l.dp, StageOptions::forward_only());
     const double weights = double(be.allocated_bytes());
     const SamplerBytes b =
-        sampler_bytes(be, ctx, stage, sample_request(size.sample, {}, size.diffusion_steps), size.batch, size.total);
+        sampler_bytes(be, ctx, stage, sample_request(size.sample, {}, size.diffusion_steps, false), size.batch, size.total);
     const SamplingNeed here{host ? weights : 0, host ? double(b.backend) : 0, double(b.host)};
     if (here.total() > need.total()) need = here;
   }

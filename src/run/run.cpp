@@ -79,6 +79,9 @@ void Run::open_data() {
     DIT_CHECK(s.channels == model.in_channels && s.height == model.input_size && s.width == model.input_size,
               cfg_.data.path, " holds ", s.channels, "x", s.height, "x", s.width, " samples but the model takes ",
               model.in_channels, "x", model.input_size, "x", model.input_size, " (model.in_channels, model.input_size)");
+    // sample.clip_denoised = auto becomes what this data needs, recorded in config.toml.
+    if (cfg_.sample.clip_denoised == ClipSetting::Auto)
+      cfg_.sample.clip_denoised = data_->latents() ? ClipSetting::No : ClipSetting::Yes;
     DIT_CHECK(data_->num_classes() <= model.num_classes, cfg_.data.path, " has ", data_->num_classes(),
               " classes but model.num_classes = ", model.num_classes);
     DIT_CHECK(cfg_.data.vae_config.empty() || !cfg_.data.vae.empty(), "data.vae_config = ", cfg_.data.vae_config,
@@ -312,10 +315,10 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
     const auto w = gather_global(trainer_->model(), ctx_, gather_shards(*be_, zero, shard, ctx_), 0);
     if (ctx_.world_rank == 0) save_weights(file(name), setup_.model, w, cfg_.diffusion.steps, cfg_.diffusion.objective);
   }
-  sample_grid("samples.png");
+  const std::string samples = sample_grid("samples.png");
   if (cfg_.train.eval_every > 0) evaluate(setup_.train.steps);
   if (ctx_.world_rank == 0) {
-    console_.line("done in " + format_duration(now_s() - t0_) + "; samples: " + file("samples.png"));
+    console_.line("done in " + format_duration(now_s() - t0_) + "; samples: " + samples);
     const std::string plots = write_run_plots(cfg_.run.dir);
     if (!plots.empty()) console_.line(plots);
   }
@@ -352,7 +355,7 @@ std::pair<std::vector<float>, std::vector<int>> Run::draw_ema(const std::vector<
   WatchPhase watch(ctx_.watch.get(), "sampling", CommWatch::kSlowPhaseFactor);
   auto ema = ema_stage(*be_, ctx_, *trainer_);
   SampleRequest req = sample_request(cfg_.sample, grid_labels(classes, setup_.model.num_classes, per_class),
-                                     cfg_.diffusion.steps);
+                                     cfg_.diffusion.steps, data_->latents());
   req.num_steps = num_steps;
   Progress progress("sampling " + std::to_string(req.labels.size()) + " images: step", num_steps,
                     ctx_.world_rank == 0);
@@ -362,7 +365,7 @@ std::pair<std::vector<float>, std::vector<int>> Run::draw_ema(const std::vector<
   return {std::move(samples), req.labels};
 }
 
-void Run::sample_grid(const std::string& name) {
+std::string Run::sample_grid(const std::string& name) {
   const auto [samples, labels] =
       draw_ema(cfg_.sample.classes, cfg_.sample.per_class, cfg_.sample.num_steps, "sample.per_class");
   std::string wrote;
@@ -382,6 +385,7 @@ void Run::sample_grid(const std::string& name) {
     });
   }
   if (ctx_.world_rank == 0) console_.line("wrote " + wrote);
+  return wrote;
 }
 
 // Cheap settings ([eval]): every class; rank 0 judges the samples. The classifier and the

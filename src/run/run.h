@@ -52,7 +52,7 @@ class Run {
   // that sized them in an out-of-memory message.
   std::pair<std::vector<float>, std::vector<int>> draw_ema(const std::vector<int>& classes, int per_class,
                                                            int num_steps, const std::string& what);
-  void sample_grid(const std::string& name);
+  std::string sample_grid(const std::string& name);  // returns what it wrote
   void evaluate(std::int64_t step);
   std::string checkpoint_root() const;
   std::string file(const std::string& name) const;

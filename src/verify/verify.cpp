@@ -16,6 +16,7 @@
 #include "engine/dit_pipeline.h"
 #include "engine/global_tensors.h"
 #include "engine/prune.h"
+#include "engine/sampler.h"
 #include "backend/backend.h"
 #include "diffusion/losses.h"
 #include "diffusion/sampling.h"
@@ -193,6 +194,58 @@ void verify_sample(Backend& be, ParallelContext& ctx, const GoldenFile& g, const
            g.read("/sample/cfg/out", image_shape(cfg, n2, cfg.out_channels())));
 }
 
+// Whole DDPM and DDIM loops through the sampler the commands use (engine/sampler.h), guided as the
+// official sample.py, from the reference's noise (/sample_loop/noise[key]: key 0 the start, key
+// i + 1 the step at respaced timestep i): once with the clipping this model's data gets by default
+// (a latent-shaped golden model: none, as the official DiT samples latents) against the
+// clip_denoised=False loops, once with sample.clip_denoised = true against the clipped ones.
+void verify_sample_loop(Backend& be, ParallelContext& ctx, const GoldenFile& g, const VerifyOptions& opt,
+                        Report& rep) {
+  const DiTConfig& cfg = g.config();
+  const std::string respacing = g.h5().attr_string("/sample_loop", "respacing");
+  int steps = 0;
+  try {
+    std::size_t used = 0;
+    steps = std::stoi(respacing, &used);
+    DIT_CHECK(used == respacing.size() && steps >= 1, "");
+  } catch (const std::exception&) {
+    DIT_FAIL(g.path(), ": /sample_loop respacing = \"", respacing, "\": expected a number of steps");
+  }
+  const std::int64_t n = g.h5().shape("/sample_loop/y")[0], per = image_shape(cfg, 1, cfg.in_channels).numel();
+  const Shape out_shape = image_shape(cfg, n, cfg.in_channels);
+  const std::vector<double> noise = g.read("/sample_loop/noise", {steps + 1, n, cfg.in_channels, cfg.input_size,
+                                                                   cfg.input_size});
+  const std::vector<std::int32_t> y = g.read_labels("/sample_loop/y", n);
+  const std::int64_t guided = g.h5().attr_int("/sample_loop", "guided_channels");
+  DIT_CHECK(guided == std::min(3, cfg.in_channels) || guided == cfg.in_channels, g.path(),
+            ": /sample_loop guided_channels = ", guided, ": expected ", std::min(3, cfg.in_channels), " or ",
+            cfg.in_channels);
+  Runner run(be, ctx, g, opt);
+  SampleSection s;
+  s.num_steps = steps;
+  s.cfg_scale = g.h5().attr_double("/sample_loop", "cfg_scale");
+  s.cfg_official = guided != cfg.in_channels;
+  const bool latents = samples_latents(cfg, false);
+  DIT_CHECK(latents, g.path(), ": /sample_loop is for a latent-shaped model (channels other than 1 or 3), as the "
+            "official DiT samples latents; this one has ", cfg.in_channels);
+  for (const auto sampler : {diffusion::SamplerKind::Ddpm, diffusion::SamplerKind::Ddim}) {
+    const std::string name = name_of(diffusion::kSamplerNames, sampler);
+    s.sampler = sampler;
+    for (const ClipSetting clip : {ClipSetting::Auto, ClipSetting::Yes}) {
+      s.clip_denoised = clip;
+      SampleRequest req = sample_request(s, std::vector<int>(y.begin(), y.end()), 1000, latents);
+      req.given_noise = [&](std::uint64_t key, std::int64_t first, std::int64_t k) {
+        const auto at = noise.begin() + static_cast<std::ptrdiff_t>((std::int64_t(key) * n + first) * per);
+        return std::vector<double>(at, at + k * per);
+      };
+      const std::vector<float> got = sample_images(be, ctx, run.model(), req);
+      const std::string want = "/sample_loop/" + name + (clip == ClipSetting::Auto ? "_out" : "_out_clipped");
+      rep.full("sample_loop/" + name + (clip == ClipSetting::Auto ? " (clip_denoised auto)" : " (clip_denoised true)"),
+               to_f64(got), g.read(want, out_shape));
+    }
+  }
+}
+
 // Depth pruning's block scores (engine/prune.h: each block's input/output cosine similarity) on
 // /forward's inputs, with the whole model on world rank 0 alone (pruning runs on one rank).
 void verify_prune(Backend& be, ParallelContext& ctx, const GoldenFile& g, Report& rep) {
@@ -223,8 +276,8 @@ void verify_prune(Backend& be, ParallelContext& ctx, const GoldenFile& g, Report
 }  // namespace
 
 const std::vector<std::string>& verify_group_names() {
-  static const std::vector<std::string> names = {"forward", "schedule", "loss",  "timesteps", "adamw",
-                                                 "ema",     "sample",   "prune", "distill"};
+  static const std::vector<std::string> names = {"forward", "schedule", "loss",  "timesteps",  "adamw",
+                                                 "ema",     "sample",   "prune", "distill", "sample_loop"};
   return names;
 }
 
@@ -240,13 +293,13 @@ std::vector<std::string> groups_to_run(const VerifyOptions& opt, const GoldenFil
 
 void check_verify_inputs(const VerifyOptions& opt, const Layout& layout) {
   GoldenFile golden(opt.golden);
-  DIT_CHECK(!groups_to_run(opt, golden).empty(), "--golden ", opt.golden,
-            " holds none of the groups forward, schedule, loss, timesteps, adamw, ema, sample, prune, distill: "
-            "nothing to compare (a golden file comes from tools/make_golden.py)");
+  std::string all;
+  for (const auto& name : verify_group_names()) all += (all.empty() ? "" : ", ") + name;
+  DIT_CHECK(!groups_to_run(opt, golden).empty(), "--golden ", opt.golden, " holds none of the groups ", all,
+            ": nothing to compare (a golden file comes from tools/make_golden.py)");
   for (const auto& name : groups_to_run(opt, golden)) {
     DIT_CHECK(std::find(verify_group_names().begin(), verify_group_names().end(), name) != verify_group_names().end(),
-              "unknown verify group '", name, "': expected some of forward, schedule, loss, timesteps, adamw, ema, sample, "
-              "prune, distill");
+              "unknown verify group '", name, "': expected some of ", all);
     DIT_CHECK(golden.has_group(name), golden.path(), ": group /", name, " is missing");
     DIT_CHECK(name != "prune" || golden.has_group("forward"), golden.path(),
               ": group /prune is scored on /forward's inputs, and /forward is missing");
@@ -319,6 +372,7 @@ int run_verify(const VerifyOptions& opt, const Layout& layout) {
   if (wants("sample")) (flow ? verify_flow_sample : verify_sample)(*be, ctx, golden, opt, rep);
   if (wants("prune")) verify_prune(*be, ctx, golden, rep);
   if (wants("distill")) verify_distill(*be, ctx, golden, rep);
+  if (wants("sample_loop")) verify_sample_loop(*be, ctx, golden, opt, rep);
 
   char header[512];
   std::snprintf(header, sizeof header,

@@ -256,6 +256,24 @@ run lat_scale "${LAT[@]}" --set data.latent_scale=1.0
 differs lat lat_scale loss data.latent_scale
 run lat_official "${LAT[@]}" --set sample.cfg_official=true
 differs lat lat_official samples sample.cfg_official
+# sample.clip_denoised: auto becomes what the data needs, recorded in config.toml (latents: false,
+# as the official DiT samples them; pixels: true); true on latents clamps x0, other samples.
+grep -qx 'clip_denoised = "false"' "$SCRATCH/lat/config.toml" || fail "a latent run did not record sample.clip_denoised = false"
+grep -qx 'clip_denoised = "true"' "$SCRATCH/base/config.toml" || fail "a pixel run did not record sample.clip_denoised = true"
+run lat_clip "${LAT[@]}" --set sample.clip_denoised=true
+differs lat lat_clip samples sample.clip_denoised
+grep -qx 'clip_denoised = "true"' "$SCRATCH/lat_clip/config.toml" || fail "sample.clip_denoised = true was not recorded"
+# `sample` of a latent model clips as the run did, and --clip-denoised overrides it.
+for c in auto true; do
+  "$DIT_MP" sample --weights "$SCRATCH/lat/ema.h5" --steps 2 --per-class 1 --clip-denoised $c \
+    --out "$SCRATCH/lat_w_$c.h5" > "$SCRATCH/lat_w_$c.log" 2>&1 || { cat "$SCRATCH/lat_w_$c.log"; fail "sample --clip-denoised $c"; }
+done
+cmp -s <(h5dump "$SCRATCH/lat_w_auto.h5" | tail -n +2) <(h5dump "$SCRATCH/lat_w_true.h5" | tail -n +2) && fail "sample --clip-denoised true did not change a latent model's samples"
+echo "ok: sample --clip-denoised overrides the latent default"
+# A latent run without data.vae writes no grid; its last line names what it wrote.
+[[ ! -e "$SCRATCH/lat/samples.png" ]] || fail "a latent run without data.vae wrote samples.png"
+grep -q "; samples: .*lat/samples.h5 (latents" "$SCRATCH/lat.log" || fail "the latent run's last line does not name samples.h5: $(tail -1 "$SCRATCH/lat.log")"
+echo "ok: a latent run's last line names samples.h5"
 # data.vae: the grid is decoded by the VAE (tests/data's tiny one: 8x8 latents, 16x16 pictures),
 # and `sample --run` finds it; data.vae_config names its config.json (the LDM-named copy has none).
 DATA=$(cd "$(dirname "$0")/../data" && pwd)

@@ -118,6 +118,7 @@ RunConfig unusual_config() {
   c.sample.num_steps = 25, c.sample.sampler = diffusion::SamplerKind::Ddpm, c.sample.cfg_scale = 1.5;
   c.sample.per_class = 2, c.sample.classes = {6, 0, 3}, c.sample.cfg_official = true;
   c.sample.cfg_t_min = 0.125, c.sample.cfg_t_max = 0.625, c.sample.seed = 99;
+  c.sample.clip_denoised = ClipSetting::No;
   c.run.dir = "out/unusual", c.run.overwrite = true;
   return c;
 }
@@ -219,6 +220,16 @@ TEST(Config, WrongTypesNameKeyExpectedAndGiven) {
   EXPECT_HAS(msg, "train.seed = -1");
   msg = parse_error("[train]\nlr = inf\n");
   EXPECT_HAS(msg, "train.lr = inf: expected a finite number");
+  msg = parse_error("[sample]\nclip_denoised = 0\n");
+  EXPECT_HAS(msg, "sample.clip_denoised: expected one of auto, true, false, got an integer (0)");
+  msg = parse_error("[sample]\nclip_denoised = \"yes\"\n");
+  EXPECT_HAS(msg, "sample.clip_denoised = \"yes\": expected one of auto, true, false");
+  // sample.clip_denoised takes TOML's booleans and its names alike.
+  EXPECT_EQ(RunConfig::from_toml("[sample]\nclip_denoised = false\n", "b.toml").sample.clip_denoised, ClipSetting::No);
+  EXPECT_EQ(RunConfig::from_toml("[sample]\nclip_denoised = true\n", "b.toml").sample.clip_denoised, ClipSetting::Yes);
+  EXPECT_EQ(RunConfig::from_toml("[sample]\nclip_denoised = \"false\"\n", "b.toml").sample.clip_denoised,
+            ClipSetting::No);
+  EXPECT_EQ(RunConfig{}.sample.clip_denoised, ClipSetting::Auto);
   // Integers are accepted where floats are expected.
   const RunConfig c = RunConfig::from_toml("[train]\nlr = 1\ngrad_clip = 0\n", "ok.toml");
   EXPECT_EQ(c.train.lr, 1.0);
