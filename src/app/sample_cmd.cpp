@@ -38,7 +38,7 @@ void check_sample_files(const SampleOptions& opt) {
     if (std::string(d.option) == "--run") return opt.run_dir;
     if (declares(d, "--out")) return grid ? opt.out : "";
     return opt.out;  // its raw samples
-  });
+  }, RunFolderUse::Kept, opt.overwrite ? ForeignPicture::Replaced : ForeignPicture::Refused);
 }
 
 // What to sample from, resolved and checked on every rank.
@@ -279,6 +279,7 @@ std::function<int()> add_sample_command(CLI::App& app) {
   cmd->add_option("--out", opt->out, "Output PNG (raw samples go to the same name with .h5)")->capture_default_str();
   cmd->add_option("--vae", opt->vae, "A latent model's VAE (safetensors): the grid shows its decoded pictures");
   cmd->add_option("--vae-config", opt->vae_config, "The VAE's config.json (default: beside --vae)");
+  cmd->add_flag("--overwrite", opt->overwrite, "Replace a PNG at --out that dit_mp did not write");
   return [cmd, opt, settings] {
     if (!*cmd) return -1;
     collective_check([&] { opt->settings = settings(); });

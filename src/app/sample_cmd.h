@@ -26,6 +26,7 @@ struct SampleOptions {
   std::vector<Setting> settings;
   int batch = 1000;                 // images sampled at once (split over the data-parallel replicas)
   std::string out = "samples.png";  // the grid; raw samples go to the same name with .h5
+  bool overwrite = false;           // --out may replace a PNG dit_mp did not write (a grid of dit_mp's always)
   // A latent model's VAE (safetensors; its config.json beside it or vae_config): the grid shows the
   // decoded pictures, the raw samples stay latents.
   std::string vae, vae_config;

@@ -48,7 +48,8 @@ void check_train_files(const RunConfig& cfg, const std::string& config) {
           return cfg.run.checkpoint_dir.empty() ? (fs::path(cfg.run.dir) / "ckpt").string() : cfg.run.checkpoint_dir;
         return config;  // --config
       },
-      cfg.run.overwrite ? RunFolderUse::Replaced : RunFolderUse::Kept);
+      cfg.run.overwrite ? RunFolderUse::Replaced : RunFolderUse::Kept,
+      cfg.run.overwrite ? ForeignPicture::Replaced : ForeignPicture::Refused);
 }
 
 // The flags that stand for one config key each: --tp 2 is --set parallel.tp=2.

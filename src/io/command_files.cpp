@@ -88,10 +88,11 @@ bool declares(const FileDecl& d, const char* option, const char* derive) {
 }
 
 void check_command_files(const char* command, const std::function<std::string(const FileDecl&)>& path_of,
-                         RunFolderUse run_folder) {
+                         RunFolderUse run_folder, ForeignPicture pictures) {
   FilePlan plan(command);
   plan.bind(files_of(command), path_of);
   if (run_folder == RunFolderUse::Replaced) plan.replace_whole(FileKind::RunFolder);
+  if (pictures == ForeignPicture::Replaced) plan.overwrite();
   plan.check();
   if (g_files_check_only) throw Error(kFilesPassed);
 }

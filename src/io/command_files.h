@@ -25,11 +25,15 @@ const std::vector<FileDecl>& files_of(const std::string& command);
 
 // Whether the run folder's outputs may replace it whole (--overwrite of a run dit_mp wrote).
 enum class RunFolderUse { Kept, Replaced };
+// Whether --overwrite was given: a PNG output may then replace a picture dit_mp did not write
+// (without it, only a grid dit_mp wrote is replaced).
+enum class ForeignPicture { Refused, Replaced };
 
 // Binds `command`'s declarations with `path_of` (a declaration's path from the command's options,
 // "" for none) and runs the one check; throws one line naming both roles or the file and its kind.
 void check_command_files(const char* command, const std::function<std::string(const FileDecl&)>& path_of,
-                         RunFolderUse run_folder = RunFolderUse::Kept);
+                         RunFolderUse run_folder = RunFolderUse::Kept,
+                         ForeignPicture pictures = ForeignPicture::Refused);
 // Whether `d` is the declaration of `option` (derived by `derive`, "" for the option's own path).
 bool declares(const FileDecl& d, const char* option, const char* derive = "");
 

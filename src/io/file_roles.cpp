@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "io/h5.h"
+#include "io/png.h"
 #include "io/sealed_h5.h"
 
 namespace dit {
@@ -49,10 +50,11 @@ constexpr KindText kKinds[] = {
     {FileKind::Config, "config", "a TOML config"},
     {FileKind::RunConfig, "run_config", "a run's config.toml written by dit_mp"},
     {FileKind::Json, "json", "a JSON file"},
-    {FileKind::Png, "png", "a PNG image"},
+    {FileKind::Png, "png", "a sample grid (PNG)"},
     {FileKind::Zip, "zip", "a zip archive (.npz or .pt)"},
     {FileKind::Safetensors, "safetensors", "a safetensors file (a VAE's weights)"},
     {FileKind::Text, "text", "a text file"},
+    {FileKind::ForeignPng, "foreign_png", "a PNG image that dit_mp did not write"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
     {FileKind::CheckpointOrSafetensors, "checkpoint_or_safetensors", "a checkpoint or a safetensors file"},
 };
@@ -249,7 +251,7 @@ FileKind detect_kind(const std::string& path) {
     return hdf5_kind(path);
   }
   if (hdf5_signature(head)) return hdf5_kind(path);
-  if (head.rfind("\x89PNG", 0) == 0) return FileKind::Png;
+  if (head.rfind("\x89PNG", 0) == 0) return png_written_by_dit_mp(head) ? FileKind::Png : FileKind::ForeignPng;
   if (head.rfind("PK\x03\x04", 0) == 0 || head.rfind("PK\x05\x06", 0) == 0) return FileKind::Zip;
   // safetensors: an 8-byte little-endian header length, then the header's JSON object.
   if (head.size() > 9 && head[8] == '{' && static_cast<unsigned char>(head[7]) == 0 &&
@@ -331,9 +333,13 @@ void FilePlan::check() const {
     const bool empty = actual == FileKind::Text && fs::file_size(u.path, ec) == 0 && !ec;
     if (actual == FileKind::Missing || fits(u.kind, actual) || empty || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
       continue;
+    // A picture of the grid's format: replaced only when asked (the user's photo.png, a class
+    // folder's 0.png).
+    const bool same_format = u.kind == FileKind::Png && actual == FileKind::ForeignPng;
+    if (same_format && u.overwrite) continue;
     DIT_FAIL(command_, ": output ", u.name, " ", u.path, " (", u.what, ") exists and is ", kind_name(actual),
-             ", not ", kind_name(u.kind), " that dit_mp wrote: dit_mp replaces only its own outputs; move it or "
-             "choose another ", u.option);
+             ", not ", kind_name(u.kind), " that dit_mp wrote: dit_mp replaces only its own outputs; move it",
+             same_format ? ", pass --overwrite" : "", " or choose another ", u.option);
   }
 }
 

@@ -20,6 +20,7 @@ enum class FileKind {
   DamagedSeal,                          // a sealed HDF5 file whose seal does not match its bytes
   Checkpoint, CheckpointRoot, RunFolder,  // folders: a step folder, a checkpoint root, a run folder
   Config, RunConfig, Json, Png, Zip, Safetensors, Text,
+  ForeignPng,  // a PNG without write_png's mark (io/png.h): a user's picture, never replaced unasked
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
   CheckpointOrSafetensors,  // expected only: a checkpoint or a safetensors file (inspect)
 };
@@ -56,6 +57,7 @@ struct FileUse {
   FileRole role = FileRole::Input;
   FileKind kind = FileKind::Unknown;
   bool replaced_whole = false;  // an output folder whose contents are replaced (--overwrite)
+  bool overwrite = false;       // --overwrite given: a PNG output may replace a picture dit_mp did not write
 };
 
 class FilePlan {
@@ -68,6 +70,10 @@ class FilePlan {
   // Marks the outputs of `kind` as folders whose contents are replaced: no input may lie inside.
   void replace_whole(FileKind kind) {
     for (FileUse& u : uses_) u.replaced_whole = u.replaced_whole || (u.role == FileRole::Output && u.kind == kind);
+  }
+  // --overwrite: the outputs may replace a file of their format that dit_mp did not write (a PNG).
+  void overwrite() {
+    for (FileUse& u : uses_) u.overwrite = u.overwrite || u.role == FileRole::Output;
   }
   const std::vector<FileUse>& uses() const { return uses_; }
   // The one check: FIFOs and devices refused, every output against every input by identity, two

@@ -13,6 +13,45 @@
 
 namespace dit {
 
+namespace {
+
+// The tEXt chunk's data: the keyword "Software" (one of PNG's registered keywords), a NUL, the text.
+const std::string kPngMark("Software\0dit_mp", 15);
+constexpr std::size_t kIhdrEnd = 8 + 4 + 4 + 13 + 4;  // signature, IHDR's length, type, data and CRC
+
+// PNG's chunk CRC (ISO 3309, the polynomial 0xEDB88320 reflected) over a chunk's type and data.
+std::uint32_t chunk_crc(const std::string& type_and_data) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : type_and_data) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+void put_u32(std::string& s, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) s.push_back(char((v >> shift) & 0xFF));
+}
+
+// The tEXt chunk that marks a PNG as dit_mp's: length, type, data, CRC.
+std::string mark_chunk() {
+  std::string chunk;
+  put_u32(chunk, std::uint32_t(kPngMark.size()));
+  const std::string body = "tEXt" + kPngMark;
+  chunk += body;
+  put_u32(chunk, chunk_crc(body));
+  return chunk;
+}
+
+}  // namespace
+
+bool png_written_by_dit_mp(const std::string& head) {
+  static const std::string sig("\x89PNG\r\n\x1a\n", 8);
+  static const std::string chunk = mark_chunk();
+  return head.size() >= kIhdrEnd + chunk.size() && head.compare(0, sig.size(), sig) == 0 &&
+         head.compare(12, 4, "IHDR") == 0 && head.compare(kIhdrEnd, chunk.size(), chunk) == 0;
+}
+
 void write_png(const std::string& path, int width, int height, int channels,
                const std::uint8_t* pixels) {
   DIT_CHECK(channels == 1 || channels == 3, path, ": cannot write a PNG of ", channels,
@@ -39,6 +78,9 @@ void write_png(const std::string& path, int width, int height, int channels,
   const std::string why = image.message;
   png_image_free(&image);
   DIT_CHECK(ok, "PNG ", path, ": cannot encode (", why, ")");
+  DIT_CHECK(bytes.size() > kIhdrEnd && bytes.compare(12, 4, "IHDR") == 0, "PNG ", path,
+            ": libpng's encoding does not open with IHDR");
+  bytes.insert(kIhdrEnd, mark_chunk());  // any chunk order between IHDR and IDAT is valid for tEXt
   write_file_atomic(path, bytes, "PNG");
 }
 

@@ -1,5 +1,6 @@
 // PNG output for sample grids: write_png (libpng, encoded in memory and written atomically, so a
-// reader never sees half a file) and make_grid, which tiles (N, C, H, W) samples in [-1, 1].
+// reader never sees half a file, and marked as dit_mp's by a tEXt chunk, so that a later command
+// replaces only a grid dit_mp wrote) and make_grid, which tiles (N, C, H, W) samples in [-1, 1].
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,17 @@ struct Grid {
   int width = 0, height = 0, channels = 0;
 };
 
-// Writes an 8-bit grey (channels = 1) or RGB (channels = 3) PNG. Errors name the path.
+// Writes an 8-bit grey (channels = 1) or RGB (channels = 3) PNG whose first chunk after IHDR is
+// the tEXt "Software" = "dit_mp" (kPngMark). Errors name the path.
 void write_png(const std::string& path, int width, int height, int channels,
                const std::uint8_t* pixels);
 inline void write_png(const std::string& path, const Grid& g) {
   write_png(path, g.width, g.height, g.channels, g.pixels.data());
 }
+
+// Whether `head` (a file's first bytes, at least 64 of them) is a PNG that write_png wrote: the PNG
+// signature, IHDR, then dit_mp's tEXt chunk. A PNG of any other program is a user's picture.
+bool png_written_by_dit_mp(const std::string& head);
 
 // Tiles float32 images (N, C, H, W), C = 1 (grey) or 3 (RGB), in row-major order on a
 // rows x cols grid with `padding` pixels of black around and between the tiles (torchvision's

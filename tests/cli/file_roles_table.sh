@@ -121,6 +121,15 @@ def complete(cmd, given):  # a folder option's other declared inputs, when missi
                 place(d["kind"], path)
 
 tries = []  # (what, argv, target, names)
+accepted = []  # tries whose files' check must pass: a grid dit_mp wrote, a user's picture with --overwrite
+
+def user_png(path):  # a 2x2 grey PNG of another program: the signature, IHDR, IDAT, IEND
+    import struct, zlib
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\0" + bytes([40, 200]) for _ in range(2))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 def expect_refused(what, cmd, given, target, names):
     complete(cmd, given)
     tries.append((what, argv(cmd, given), target, names))
@@ -170,6 +179,24 @@ for cmd, ds in decls.items():
         shutil.copy(GOLDEN, target)
         expect_refused(f"{cmd}: a foreign file at output {o['option']} {o['derive']}", cmd,
                        {o["option"]: value_for(o, target)}, target, [shown(o), "exists and is a golden file"])
+        if o["kind"] == "png":  # a grid's place: a user's picture is refused, unless --overwrite (issue 52)
+            name = o["derive"][4:] if o["derive"].startswith("dir:") else "0.png"
+            for case in ("picture", "picture_overwrite", "own_grid"):
+                target = os.path.join(S, case, f"{cmd.replace(' ', '_')}_{i}", name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if case == "own_grid":
+                    shutil.copy(f"{RUN}/samples.png", target)
+                else:
+                    user_png(target)
+                given = {o["option"]: value_for(o, target)}
+                if case == "picture":
+                    expect_refused(f"{cmd}: a user's PNG at output {o['option']} {o['derive']}", cmd, given, target,
+                                   [shown(o), "exists and is a PNG image that dit_mp did not write", "--overwrite"])
+                    continue
+                if case == "picture_overwrite":
+                    given["--overwrite"] = None
+                complete(cmd, given)
+                accepted.append((f"{cmd}: {case} at output {o['option']} {o['derive']}", argv(cmd, given), target, []))
 
 # A process start costs about a second (MPI and the CUDA libraries), so dit_mp's tries run in one
 # process (`dit_mp help check-files`: each command line up to its files' check, the same code), and
@@ -195,6 +222,21 @@ def batch(ts):
 os.makedirs(os.path.join(S, "cwd"), exist_ok=True)
 ours = [t for t in tries if t[1][0] == os.environ["DIT_MP"]]
 failures = batch(ours)
+# Every command that writes a grid declares it, and each grid output was tried.
+grids = {cmd for cmd, ds in decls.items() for d in ds if d["role"] == "output" and d["kind"] == "png"}
+if not {"train", "sample"} <= grids:
+    failures.append(f"the PNG grids of train and sample are not all declared (declared: {sorted(grids)})")
+before = [digest(t[2]) for t in accepted]
+r = subprocess.run([os.environ["DIT_MP"], "help", "check-files"], input="".join("\t".join(t[1][1:]) + "\n" for t in accepted),
+                   capture_output=True, text=True, timeout=120, cwd=os.path.join(S, "cwd"))
+for (what, args, target, _), result, b in zip(accepted, r.stdout.splitlines() + [""] * len(accepted), before):
+    if result != "passed":
+        failures.append(f"{what}: not accepted ({result}): {' '.join(args)}")
+    elif digest(target) != b:
+        failures.append(f"{what}: {target} was changed by the check")
+grid_outputs = sum(d["role"] == "output" and d["kind"] == "png" for ds in decls.values() for d in ds)
+if len(accepted) != 2 * grid_outputs:
+    failures.append(f"{len(accepted)} accepted tries for {grid_outputs} grid outputs")
 firsts = {}
 for t in tries:
     firsts.setdefault(" ".join(t[1][:2]), t)

@@ -18,6 +18,24 @@ assert open(sys.argv[2], "rb").read(8) == b"\x89HDF\r\n\x1a\n", "raw samples are
 print(f"grid {width}x{height}")
 PY
 grep -q "samples *Dataset {12, 1, 32, 32}" <<<"$(h5ls "$SCRATCH/grid.h5")" || fail "raw samples have the wrong shape"
+# A grid carries dit_mp's mark (a tEXt chunk after IHDR), and only such a PNG is replaced: a user's
+# picture at --out (a class folder's 0.png) is refused before anything is written, nothing is put
+# beside it, unless --overwrite is given (issue 52).
+grep -qa "tEXtSoftware.dit_mp" "$SCRATCH/grid.png" || fail "the grid lacks dit_mp's tEXt mark"
+mkdir -p "$SCRATCH/img/cat"
+cp "$(dirname "$0")/../data/image_prep/gray_c.png" "$SCRATCH/img/cat/0.png"
+P=(--run "$SCRATCH/run" --classes 0 --per-class 1 --steps 2)
+out=$("$DIT_MP" sample "${P[@]}" --out "$SCRATCH/img/cat/0.png" 2>&1) && fail "a user's PNG was replaced: $out"
+grep -q -- "--out $SCRATCH/img/cat/0.png (the grid) exists and is a PNG image that dit_mp did not write.*pass --overwrite" \
+  <<<"$out" || fail "a user's PNG at --out: $out"
+[[ $(wc -l <<<"$out") == 1 ]] || fail "more than one line for a user's PNG: $out"
+cmp -s "$(dirname "$0")/../data/image_prep/gray_c.png" "$SCRATCH/img/cat/0.png" || fail "the user's PNG changed"
+[[ ! -e "$SCRATCH/img/cat/0.h5" ]] || fail "raw samples were written into the class folder"
+"$DIT_MP" sample "${P[@]}" --out "$SCRATCH/img/cat/0.png" --overwrite > "$SCRATCH/ow.txt" 2>&1 ||
+  { cat "$SCRATCH/ow.txt"; fail "sample --overwrite over a user's PNG"; }
+grep -qa "tEXtSoftware.dit_mp" "$SCRATCH/img/cat/0.png" || fail "--overwrite did not write the grid"
+"$DIT_MP" sample "${P[@]}" --out "$SCRATCH/grid.png" > "$SCRATCH/again.txt" 2>&1 ||
+  { cat "$SCRATCH/again.txt"; fail "sample over its own grid was refused"; }
 # In batches (5 images at a time: 3 batches, one split unevenly over 2 dp replicas) the samples are
 # the same as in one batch: each sample keeps its own noise stream.
 $MPIRUN -n 2 "$DIT_MP" sample --run "$SCRATCH/run" --classes 0,3,7 --per-class 4 --steps 5 --sampler ddpm \
