@@ -159,9 +159,15 @@ void read_config(VaeFile& f) {
   if (const Json* v = doc.find("use_post_quant_conv"))
     cfg.use_post_quant_conv = json_bool(*v, where, "use_post_quant_conv");
   if (const Json* v = doc.find("force_upcast")) f.force_upcast = json_bool(*v, where, "force_upcast");
-  if (const Json* v = doc.find("scaling_factor")) f.scaling_factor = json_number(*v, where, "scaling_factor");
-  if (const Json* v = doc.find("shift_factor"); v && v->kind == Json::Kind::Number)
-    f.shift_factor = json_number(*v, where, "shift_factor");
+  // The latents' affine map, latent = (mean - shift) * scale: a scale of 0 or below would make every
+  // latent 0 or flip its sign, and becomes the dataset's latent_scale.
+  if (const Json* v = doc.find("scaling_factor")) {
+    f.scaling_factor = json_number(*v, where, "scaling_factor");
+    DIT_CHECK(f.scaling_factor > 0, where, ": scaling_factor must be a number > 0 (latents are multiplied by it), "
+              "got '", v->text, "'");
+  }
+  if (const Json* v = doc.find("shift_factor"); v && !(v->kind == Json::Kind::Other && v->text == "null"))
+    f.shift_factor = json_number(*v, where, "shift_factor");  // null: no shift (diffusers' default)
   cfg.check(where);
   for (const char* key : {"latents_mean", "latents_std"}) {
     const Json* v = doc.find(key);
@@ -173,7 +179,8 @@ void read_config(VaeFile& f) {
   }
   DIT_CHECK(f.latents_mean.empty() == f.latents_std.empty(), where, ": latents_mean and latents_std go together");
   for (double s : f.latents_std)
-    DIT_CHECK(std::isfinite(s) && s > 0, where, ": latents_std holds ", s, "; expected numbers > 0");
+    DIT_CHECK(std::isfinite(s) && s > 0, where, ": latents_std holds ", s, "; expected finite numbers > 0 (latents "
+              "are divided by them)");
 }
 
 // The architecture from the shapes (no config.json): 32 norm groups.

@@ -294,6 +294,52 @@ TEST(vae_file, ConfigThatDisagreesWithTheWeightsIsNamed) {
   EXPECT_NE(error_of([&] { open_vae(c.weights()); }).find("is not valid JSON"), std::string::npos);
 }
 
+// Every number config.json gives the latents' map is checked where it is read, the key named: a
+// scale of 0 or below (it would become the dataset's latent_scale), an infinite or non-numeric shift,
+// means that are not finite, standard deviations that are not > 0 (issue 52).
+TEST(vae_file, ConfigNumbersOutOfRangeAreNamed) {
+  VaeCopy c;
+  const std::string good = read_all(kData + "/vae_tiny_config.json");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string json = good;
+    const std::size_t at = json.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    c.config(json.replace(at, from.size(), to));
+    return error_of([&] { open_vae(c.weights()); });
+  };
+  const std::string scale = "\"scaling_factor\": 0.18215", shift = "\"shift_factor\": null";
+  const std::string mean = "\"latents_mean\": null", stdev = "\"latents_std\": null";
+  struct Case {
+    std::string from, to, expected;
+  };
+  const Case cases[] = {
+      {scale, "\"scaling_factor\": 0", "scaling_factor must be a number > 0 (latents are multiplied by it), got '0'"},
+      {scale, "\"scaling_factor\": -0.5", "scaling_factor must be a number > 0"},
+      {scale, "\"scaling_factor\": 1e999", "scaling_factor must be a finite number, got '1e999'"},
+      {scale, "\"scaling_factor\": \"0.18\"", "scaling_factor must be a finite number"},
+      {shift, "\"shift_factor\": -1e999", "shift_factor must be a finite number, got '-1e999'"},
+      {shift, "\"shift_factor\": \"none\"", "shift_factor must be a finite number, got 'none'"},
+      {mean, "\"latents_mean\": [0, 0, 1e999, 0], \"latents_std\": [1, 1, 1, 1]",
+       "latents_mean must be a finite number, got '1e999'"},
+      {stdev, "\"latents_std\": [1, 0, 1, 1], \"latents_mean\": [0, 0, 0, 0]",
+       "latents_std holds 0; expected finite numbers > 0"},
+      {stdev, "\"latents_std\": [1, -2, 1, 1], \"latents_mean\": [0, 0, 0, 0]", "latents_std holds -2"},
+  };
+  for (const Case& k : cases) {
+    std::string json = good;
+    if (k.from == mean) json.replace(json.find(stdev), stdev.size(), "\"unused\": null");
+    if (k.from == stdev) json.replace(json.find(mean), mean.size(), "\"unused\": null");
+    const std::size_t at = json.find(k.from);
+    ASSERT_NE(at, std::string::npos) << k.from;
+    c.config(json.replace(at, k.from.size(), k.to));
+    const std::string e = error_of([&] { open_vae(c.weights()); });
+    EXPECT_NE(e.find(k.expected), std::string::npos) << k.to << ": " << e;
+    EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  }
+  EXPECT_EQ(with(scale, "\"scaling_factor\": 0.5"), "") << "a positive scale opens";
+  EXPECT_EQ(with(shift, "\"shift_factor\": 0.1"), "") << "a finite shift opens";
+}
+
 // The safetensors reader's refusals as a VAE file meets them: each one line naming the file.
 TEST(vae_file, DamagedSafetensorsAreRefused) {
   VaeCopy c;
