@@ -343,20 +343,23 @@ StepStats Trainer::step() {
   st.loss_scale = scaler_.scale();
   const std::int64_t adam_step = step_ + 1 - scaler_.state().skipped_steps;
   inject_nonfinite_gradient(step_ + 1);
-  // A step whose gradient norm is not finite is skipped at every precision (nothing non-finite
-  // reaches the weights, the moments or the EMA); on finite gradients Skip and Apply are the same.
+  gather_losses(terms, view, st);  // every rank knows whether the loss was finite before the update
+  // A step whose loss or gradient norm is not finite is skipped at every precision (nothing
+  // non-finite reaches the weights, the moments or the EMA), and counted in a row, one rule for
+  // both (the caller stops at train.max_nonfinite_steps); on finite values Skip and Apply are the same.
   const ZeroOptimizer::Result r =
       zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
                   ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
-                  ZeroOptimizer::NonFinite::Skip);
+                  st.nonfinite_rank >= 0 ? ZeroOptimizer::NonFinite::Discard : ZeroOptimizer::NonFinite::Skip);
   st.grad_norm = r.grad_norm;
   st.skipped = !r.applied;
   st.nonfinite_at_scale_one = scaler_.enabled() && st.skipped && st.loss_scale <= 1.0;
   scaler_.update(r.applied);
   st.nonfinite_in_row = scaler_.state().nonfinite_in_row;
+  nonfinite_loss_in_row_ = st.nonfinite_rank >= 0 ? nonfinite_loss_in_row_ + 1 : 0;
+  st.nonfinite_loss_in_row = nonfinite_loss_in_row_;
   if (r.applied)
     for (const auto& p : parts_) p->after_update(adam_step, st.loss_scale);
-  gather_losses(terms, view, st);
 
   StepAccounting& a = st.acct;
   a.tp_bytes = ctx_->tp->stats().bytes - tp0;

@@ -68,10 +68,12 @@ struct StepStats {
   double recipe_weight = 1;
   double grad_norm = 0;              // before clipping
   double lr = 0;
-  int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step, or -1
+  int nonfinite_rank = -1;  // the lowest rank whose loss was NaN or Inf this step (the update skipped), or -1
   double loss_scale = 1;    // the fp16 loss scale this step ran with (1 otherwise)
-  bool skipped = false;     // the gradient norm was not finite (fp16: an overflow): the update was skipped
-  std::int64_t nonfinite_in_row = 0;  // skipped steps in a row, this one included
+  // The loss or the gradient norm was not finite (fp16: an overflow): the update was skipped.
+  bool skipped = false;
+  std::int64_t nonfinite_in_row = 0;       // skipped steps in a row, this one included
+  std::int64_t nonfinite_loss_in_row = 0;  // of them, steps in a row whose loss was not finite
   // fp16: the gradients were not finite even at loss scale 1, so lowering the scale cannot help
   // (a diverged model, not an overflow); the caller should stop.
   bool nonfinite_at_scale_one = false;
@@ -164,6 +166,7 @@ class Trainer {
   std::int64_t step_ = 0;
   std::size_t workspace_peak_ = 0;
   bool stepped_ = false;  // this process has taken a step (the first one is slow)
+  std::int64_t nonfinite_loss_in_row_ = 0;  // not saved: a resume starts at 0, as the loss scaler's count
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
   std::map<int, DeviceBatch> device_cache_;

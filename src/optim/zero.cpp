@@ -487,7 +487,7 @@ ZeroOptimizer::Result ZeroOptimizer::step(const AdamWConfig& cfg, double lr,
   ctx_->world->all_reduce_sum(&sumsq, 1);
   Result r;
   r.grad_norm = std::sqrt(sumsq) * unscale;
-  if (nonfinite == NonFinite::Skip && !std::isfinite(r.grad_norm)) {
+  if (nonfinite == NonFinite::Discard || (nonfinite == NonFinite::Skip && !std::isfinite(r.grad_norm))) {
     r.applied = false;
     return r;
   }

@@ -141,8 +141,9 @@ class ZeroOptimizer final : public UnitResidency {
     bool applied = true;   // false: skipped (non-finite gradients under loss scaling)
   };
   // max_norm <= 0: no clipping. The grads hold d(loss_scale x loss); NonFinite::Skip (fp16 loss
-  // scaling) leaves params, moments and EMA untouched when any gradient is inf or NaN.
-  enum class NonFinite : std::uint8_t { Apply, Skip };
+  // scaling) leaves params, moments and EMA untouched when any gradient is inf or NaN; Discard (the
+  // step's loss was not finite) measures the norm and leaves them untouched whatever it is.
+  enum class NonFinite : std::uint8_t { Apply, Skip, Discard };
   Result step(const AdamWConfig& cfg, double lr, std::int64_t step_number, double max_norm,
               double ema_decay, double loss_scale = 1.0, NonFinite nonfinite = NonFinite::Apply);
 

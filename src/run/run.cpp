@@ -217,15 +217,22 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   const std::int64_t steps = setup_.train.steps;
   window_s_ += st.acct.step_s;
   ++window_steps_;
-  // A step skipped for a non-finite gradient without loss scaling is never routine: always logged.
+  // A step skipped for a non-finite loss, or for a non-finite gradient without loss scaling, is
+  // never routine: always logged, with its count against train.max_nonfinite_steps.
+  const bool loss_skip = st.nonfinite_rank >= 0;
   const bool unscaled_skip = st.skipped && !trainer_->loss_scaler().enabled();
-  const bool log = done % cfg_.train.log_every == 0 || done == steps || st.nonfinite_rank >= 0 ||
-                   st.nonfinite_at_scale_one || unscaled_skip;
-  if (unscaled_skip && ctx_.world_rank == 0) {
-    char text[256];
-    std::snprintf(text, sizeof text, "step %lld: the gradient norm is not finite (the loss is %g): the update is "
-                  "skipped, %lld in a row of at most train.max_nonfinite_steps = %d", static_cast<long long>(done),
-                  st.loss, static_cast<long long>(st.nonfinite_in_row), cfg_.train.max_nonfinite_steps);
+  const bool log = done % cfg_.train.log_every == 0 || done == steps || loss_skip || st.nonfinite_at_scale_one ||
+                   unscaled_skip;
+  if ((loss_skip || unscaled_skip) && ctx_.world_rank == 0) {
+    char what[96];
+    if (loss_skip)
+      std::snprintf(what, sizeof what, "the loss is %g (NaN or Inf from rank %d)", st.loss, st.nonfinite_rank);
+    else
+      std::snprintf(what, sizeof what, "the gradient norm is not finite (the loss is %g)", st.loss);
+    char text[320];
+    std::snprintf(text, sizeof text, "step %lld: %s: the update is skipped, %lld in a row of at most "
+                  "train.max_nonfinite_steps = %d", static_cast<long long>(done), what,
+                  static_cast<long long>(nonfinite_count(st)), cfg_.train.max_nonfinite_steps);
     console_.line(text);
   }
   if (!log) return;
@@ -263,23 +270,36 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   window_steps_ = 0;
 }
 
+// The skipped steps in a row that count against train.max_nonfinite_steps: every skip without loss
+// scaling; under fp16 loss scaling only those of a non-finite loss (an overflow of the gradients is
+// the scaler's routine, and stops the run only at loss scale 1).
+std::int64_t Run::nonfinite_count(const StepStats& st) const {
+  return trainer_->loss_scaler().enabled() ? st.nonfinite_loss_in_row : st.nonfinite_in_row;
+}
+
+// One rule for a non-finite loss and a non-finite gradient norm: the step is skipped (the trainer),
+// and the run stops when train.max_nonfinite_steps of them come in a row.
 int Run::stop_for_divergence(std::int64_t done, const StepStats& st) const {
-  const bool streak = !trainer_->loss_scaler().enabled() && st.nonfinite_in_row >= cfg_.train.max_nonfinite_steps;
-  if (!st.nonfinite_at_scale_one && st.nonfinite_rank < 0 && !streak) return 0;
+  const std::int64_t in_row = nonfinite_count(st);
+  const bool streak = in_row >= cfg_.train.max_nonfinite_steps;
+  if (!st.nonfinite_at_scale_one && !streak) return 0;
   if (ctx_.world_rank == 0) {
     const std::string where = "; metrics are in " + file("metrics.jsonl");
+    const std::string limit = "train.max_nonfinite_steps = " + std::to_string(cfg_.train.max_nonfinite_steps);
+    const std::string kept = "every one was skipped, the weights are those of step " +
+                             std::to_string(done - st.nonfinite_in_row) +
+                             " (try a lower train.lr, train.grad_clip or distill weights)";
     const std::string what =
-        st.nonfinite_at_scale_one
+        st.nonfinite_at_scale_one && !streak
             ? "the gradients are Inf or NaN at step " + std::to_string(done) +
                   " even at fp16 loss scale 1: the model diverged (try bf16, a lower train.lr or train.grad_clip)"
         : st.nonfinite_rank >= 0
             ? "the loss became NaN or Inf at step " + std::to_string(done) + " on rank " +
-                  std::to_string(st.nonfinite_rank)
-            : "the gradient norm was not finite at " + std::to_string(st.nonfinite_in_row) + " steps in a row (to step " +
-                  std::to_string(done) + "; train.max_nonfinite_steps = " +
-                  std::to_string(cfg_.train.max_nonfinite_steps) +
-                  "): every one was skipped, the weights are those of step " +
-                  std::to_string(done - st.nonfinite_in_row) + " (try a lower train.lr, train.grad_clip or distill weights)";
+                  std::to_string(st.nonfinite_rank) + ": " + std::to_string(in_row) + " steps in a row " +
+                  (trainer_->loss_scaler().enabled() ? "had a non-finite loss" : "were not finite") + " (" + limit +
+                  "): " + kept
+            : "the gradient norm was not finite at " + std::to_string(in_row) + " steps in a row (to step " +
+                  std::to_string(done) + "; " + limit + "): " + kept;
     print_error((what + where).c_str());
   }
   return 1;

@@ -45,6 +45,7 @@ class Run {
   void log_step(std::int64_t done, const StepStats& st);
   void write_metrics(const std::function<void()>& write);
   int stop_for_divergence(std::int64_t done, const StepStats& st) const;
+  std::int64_t nonfinite_count(const StepStats& st) const;
   int stop_for_signal(int sig, std::int64_t done, bool saved);
   int finish(const StepStats& last, std::int64_t steps_run);
   void checkpoint();

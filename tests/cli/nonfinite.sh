@@ -50,6 +50,27 @@ if DIT_FAULT_NONFINITE_GRAD=2-2 "$DIT_MP" --tp 1 --pp 1 --steps 4 --run-dir "$SC
 fi
 grep -q "not finite at 1 steps in a row (to step 2" "$SCRATCH/first.log" || fail "train.max_nonfinite_steps is not read"
 
+# A loss that is not finite follows the same rule (issue 52): train.lr = 1e30 blows the weights up
+# at step 1, so every later loss is Inf or NaN; each such step is skipped and logged with its count,
+# the third in a row stops the run, and the weights saved meanwhile are step 1's.
+if "$DIT_MP" --tp 1 --pp 1 --steps 8 --run-dir "$SCRATCH/lr" "${R[@]}" --set train.lr=1e30 \
+     > "$SCRATCH/lr.log" 2> "$SCRATCH/lr.err"; then
+  fail "a run whose loss stays non-finite went on"
+fi
+for n in 1 2; do
+  grep -q "step $((n + 1)): the loss is [-a-z]* (NaN or Inf from rank 0): the update is skipped, $n in a row of at most train.max_nonfinite_steps = 3" \
+    "$SCRATCH/lr.log" || { cat "$SCRATCH/lr.log" "$SCRATCH/lr.err"; fail "the non-finite loss of step $((n + 1)) is not logged as skipped"; }
+done
+grep -q "the loss became NaN or Inf at step 4 on rank 0: 3 steps in a row were not finite (train.max_nonfinite_steps = 3): every one was skipped, the weights are those of step 1" \
+  "$SCRATCH/lr.err" || { cat "$SCRATCH/lr.err"; fail "the stop for a non-finite loss does not say why"; }
+[[ $(wc -l < "$SCRATCH/lr.err") -eq 1 ]] || fail "expected one line on stderr: $(cat "$SCRATCH/lr.err")"
+for f in "$SCRATCH"/lr/ckpt/step_00000001/shard_*.h5; do
+  for kind in model ema exp_avg exp_avg_sq; do
+    h5diff -q "$f" "$SCRATCH/lr/ckpt/step_00000003/$(basename "$f")" "/$kind" > /dev/null ||
+      fail "a step with a non-finite loss changed $kind in $(basename "$f")"
+  done
+done
+
 # A checkpoint holding a NaN (written in by hand, its checksum renewed by HDF5): named by inspect,
 # skipped by --resume auto, refused by --init-from.
 cp -r "$SCRATCH/one" "$SCRATCH/bad"
