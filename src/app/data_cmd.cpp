@@ -179,7 +179,19 @@ std::function<int()> add_inspect_command(CLI::App& app) {
     collective_check([&] {
       if (world_rank() != 0) return;
       check_single_input("inspect", *path);
-      if (detect_kind(*path) == FileKind::Safetensors) {
+      // Routed by what the path is, each kind to its own reader and its reasons: a checkpoint is a
+      // folder (or its index.h5); a foreign or damaged HDF5 file is named as such; any other file
+      // is read as the safetensors file it must then be, whose reader says what is wrong with it
+      // (a header length past the file, a header that is not JSON, ...).
+      const FileKind kind = detect_kind(*path);
+      const bool hdf5 = kind == FileKind::OtherH5 || kind == FileKind::DamagedSeal;
+      const bool index = fs::path(*path).filename() == "index.h5";
+      DIT_CHECK(!hdf5 || index, "inspect: ", *path, " is ", kind_name(kind), ", expected a checkpoint folder (or its ",
+                "index.h5) or a VAE's safetensors file");
+      std::error_code ec;
+      const bool file = kind != FileKind::Missing && kind != FileKind::Special && kind != FileKind::CheckpointIndex &&
+                        !fs::is_directory(*path, ec) && !hdf5;
+      if (file) {
         const VaeFile vae = open_vae(*path);
         std::int64_t params = 0;
         for (const VaeParam& p : vae_parameters(vae.config)) params += p.numel();

@@ -16,6 +16,7 @@
 #include "io/checkpoint_format.h"
 #include "io/h5.h"
 #include "io/png.h"
+#include "io/utf8.h"
 #include "io/sealed_h5.h"
 
 namespace dit {
@@ -55,6 +56,7 @@ constexpr KindText kKinds[] = {
     {FileKind::Safetensors, "safetensors", "a safetensors file (a VAE's weights)"},
     {FileKind::Text, "text", "a text file"},
     {FileKind::ForeignPng, "foreign_png", "a PNG image that dit_mp did not write"},
+    {FileKind::Empty, "empty", "an empty file (0 bytes)"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
     {FileKind::CheckpointOrSafetensors, "checkpoint_or_safetensors", "a checkpoint or a safetensors file"},
 };
@@ -111,8 +113,24 @@ FileKind hdf5_kind(const std::string& path) {
   }
 }
 
+// Whether `head` is UTF-8, a sequence cut at its end (the head of a longer file) aside.
+bool utf8_head(const std::string& head) {
+  std::size_t end = head.size();
+  for (std::size_t back = 0; back < 3 && end > 0 && (static_cast<unsigned char>(head[end - 1]) & 0xC0) == 0x80; ++back)
+    --end;
+  if (end > 0 && static_cast<unsigned char>(head[end - 1]) >= 0xC0) --end;  // a lead byte whose sequence was cut
+  if (head.size() < 4096) end = head.size();  // the whole file: nothing was cut
+  try {
+    check_utf8(head.substr(0, end), "");
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// Text is UTF-8 without NULs (binary bytes, such as a damaged safetensors header's length, are not).
 FileKind text_kind(const std::string& head) {
-  if (head.find('\0') != std::string::npos) return FileKind::Unknown;
+  if (head.find('\0') != std::string::npos || !utf8_head(head)) return FileKind::Unknown;
   if (head.rfind(kRunConfigHeader, 0) == 0) return FileKind::RunConfig;
   const std::size_t first = head.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (head[first] == '{' || head[first] == '[')) {
@@ -155,7 +173,7 @@ bool folder_kind_p(FileKind k) {
 bool fits(FileKind expected, FileKind actual) {
   if (expected == actual) return true;
   switch (expected) {
-    case FileKind::Config: return actual == FileKind::Text || actual == FileKind::RunConfig;
+    case FileKind::Config: return actual == FileKind::Text || actual == FileKind::RunConfig || actual == FileKind::Empty;
     case FileKind::Folder: return folder_kind_p(actual);
     case FileKind::RunFolder: return folder_kind_p(actual);
     case FileKind::CheckpointRoot: return actual == FileKind::Folder || actual == FileKind::Checkpoint;
@@ -239,6 +257,7 @@ FileKind detect_kind(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return FileKind::Missing;
   if (S_ISDIR(st.st_mode)) return folder_kind(path);
   if (!S_ISREG(st.st_mode)) return FileKind::Special;
+  if (st.st_size == 0) return FileKind::Empty;
   const std::string head = head_of(path, 4096);
   if (sealed(head)) {
     // The seal before HDF5 parses a byte (damaged structure can crash it); a large file's seal is
@@ -329,8 +348,7 @@ void FilePlan::check() const {
     }
     // A folder where a file goes is the writer's to name (its message says which file name to give);
     // an empty file holds nothing to lose (a run stopped before its first metrics line).
-    std::error_code ec;
-    const bool empty = actual == FileKind::Text && fs::file_size(u.path, ec) == 0 && !ec;
+    const bool empty = actual == FileKind::Empty;
     if (actual == FileKind::Missing || fits(u.kind, actual) || empty || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
       continue;
     // A picture of the grid's format: replaced only when asked (the user's photo.png, a class

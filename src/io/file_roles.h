@@ -21,6 +21,7 @@ enum class FileKind {
   Checkpoint, CheckpointRoot, RunFolder,  // folders: a step folder, a checkpoint root, a run folder
   Config, RunConfig, Json, Png, Zip, Safetensors, Text,
   ForeignPng,  // a PNG without write_png's mark (io/png.h): a user's picture, never replaced unasked
+  Empty,       // a regular file of 0 bytes
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
   CheckpointOrSafetensors,  // expected only: a checkpoint or a safetensors file (inspect)
 };

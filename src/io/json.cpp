@@ -3,10 +3,12 @@
 #include "io/json.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "core/error.h"
+#include "io/utf8.h"
 
 namespace dit {
 
@@ -124,6 +126,18 @@ class JsonReader {
       const char c = s_[pos_++];
       if (c == '"') return out;
       if (static_cast<unsigned char>(c) < 0x20) fail("a control character inside a string");
+      if (static_cast<unsigned char>(c) >= 0x80) {  // JSON text is UTF-8: a name's bytes are checked
+        const std::size_t n = utf8_length(s_, pos_ - 1);
+        if (n == 0) {
+          --pos_;
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(c));
+          fail(std::string("byte ") + hex + " inside a string is not valid UTF-8");
+        }
+        out.append(s_, pos_ - 1, n);
+        pos_ += n - 1;
+        continue;
+      }
       if (c != '\\') { out += c; continue; }
       if (pos_ >= s_.size()) fail("an escape ends early");
       const char e = s_[pos_++];

@@ -5,7 +5,6 @@
 
 namespace dit {
 
-namespace {
 // The length of the valid UTF-8 sequence at s[i], or 0 (overlong forms, surrogates and code
 // points past U+10FFFF are invalid).
 std::size_t utf8_length(const std::string& s, std::size_t i) {
@@ -20,8 +19,6 @@ std::size_t utf8_length(const std::string& s, std::size_t i) {
   if (n == 4 && ((c == 0xF0 && b(i + 1) < 0x90) || (c == 0xF4 && b(i + 1) >= 0x90))) return 0;
   return n;
 }
-
-}  // namespace
 
 // TOML is UTF-8 text; toml11 3.7 reads past its buffer on some invalid sequences in strings
 // (found by tests/fuzz/fuzz_config), so the bytes are checked before it sees them.

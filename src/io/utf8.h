@@ -10,4 +10,8 @@ namespace dit {
 // sequence (overlong forms, surrogates and code points past U+10FFFF included).
 void check_utf8(const std::string& text, const std::string& origin);
 
+// The length (1 to 4) of the valid UTF-8 sequence at s[i], or 0 where none starts (the JSON
+// reader's check of its strings).
+std::size_t utf8_length(const std::string& s, std::size_t i);
+
 }  // namespace dit

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Files a hostile campaign gave the commands (issue 52), each refused with one line that names the
+# file and its own reason: a damaged safetensors file given to `inspect` gets the safetensors
+# reader's reason (the one `prepare-data --vae` gives), not "no such checkpoint folder"; an empty
+# file is called empty.
+source "$(dirname "$0")/common.sh"
+DATA=${DIT_DATA:-$(cd "$(dirname "$0")/../data" && pwd)}
+
+# One line on stderr, a non-zero exit, and every expected phrase in it; $1 names the case.
+refused() {
+  local what=$1 expect=$2
+  shift 2
+  if "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt"; then fail "$what: was not refused"; fi
+  [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || fail "$what: expected one line on stderr: $(cat "$SCRATCH/err.txt")"
+  grep -qF -- "$expect" "$SCRATCH/err.txt" || fail "$what: expected '$expect' in: $(cat "$SCRATCH/err.txt")"
+  if grep -q "no such checkpoint folder\|is a text file" "$SCRATCH/err.txt"; then
+    fail "$what: the wrong reason: $(cat "$SCRATCH/err.txt")"
+  fi
+}
+
+# Damaged safetensors headers, written as the campaign wrote them.
+/usr/bin/python3 - "$SCRATCH" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def st(name, length, header):
+    open(f"{d}/{name}.safetensors", "wb").write(struct.pack("<Q", length) + header)
+st("len63", 1 << 63, b"{}")                                   # a header length of 2^63
+st("len64", (1 << 64) - 1, b"{}")                             # 2^64 - 1: all 0xFF bytes
+st("notjson", 6, b"hello!")                                   # a header that is not JSON
+st("notutf8", 9, b'{"\xff\xfe":{}}')                          # a key that is not UTF-8
+deep = b'{"a":' + b"[" * 100000 + b"]" * 100000 + b"}"
+st("deep", len(deep), deep)                                   # 100000-deep nesting
+open(f"{d}/four.safetensors", "wb").write(b"\x02\x00\x00\x00")  # 4 bytes
+open(f"{d}/empty.safetensors", "wb").close()                  # 0 bytes
+PY
+declare -A REASON=(
+  [len63]="header length 9223372036854775808 bytes is over the format's"
+  [len64]="header length 18446744073709551615 bytes is over the format's"
+  [notjson]="the header does not start with '{'"
+  [notutf8]="the safetensors header is not valid JSON at byte 2: byte 0xff inside a string is not valid UTF-8"
+  [deep]="the safetensors header is not valid JSON at byte 13: nested deeper than 8 levels"
+  [four]="4 bytes, shorter than a safetensors file's 8-byte header length"
+)
+mkdir -p "$SCRATCH/imgs/cat"
+cp "$DATA/image_prep/gray_c.png" "$SCRATCH/imgs/cat/a.png"
+for name in "${!REASON[@]}"; do
+  f="$SCRATCH/$name.safetensors"
+  refused "inspect $name" "$f: ${REASON[$name]}" "$DIT_MP" inspect "$f"
+  refused "prepare-data --vae $name" "$f: ${REASON[$name]}" \
+    "$DIT_MP" prepare-data images "$SCRATCH/imgs" --vae "$f" --size 16 --out "$SCRATCH/lat_$name.h5"
+done
+refused "inspect of an empty file" "empty.safetensors is an empty file (0 bytes), expected a checkpoint or a safetensors file" \
+  "$DIT_MP" inspect "$SCRATCH/empty.safetensors"
+refused "--vae of an empty file" "empty.safetensors is an empty file (0 bytes), expected a safetensors file" \
+  "$DIT_MP" prepare-data images "$SCRATCH/imgs" --vae "$SCRATCH/empty.safetensors" --size 16 --out "$SCRATCH/e.h5"
+
+echo ok
