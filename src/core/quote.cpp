@@ -22,4 +22,10 @@ std::string quote_string(const std::string& s) {
   return out + "\"";
 }
 
+std::string shown_name(const std::string& s) {
+  for (unsigned char ch : s)
+    if (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\') return quote_string(s);
+  return s.empty() ? quote_string(s) : s;
+}
+
 }  // namespace dit

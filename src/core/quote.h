@@ -11,4 +11,9 @@ namespace dit {
 // `s` in double quotes, escaped as above: config.toml values, metrics and report JSON strings.
 std::string quote_string(const std::string& s);
 
+// A name read from a file (a tensor's, a key's) as a message shows it: as it stands when it holds
+// no control character, quote or backslash, else quote_string's form, so that a NUL cannot cut the
+// message short nor a newline forge a second line.
+std::string shown_name(const std::string& s);
+
 }  // namespace dit

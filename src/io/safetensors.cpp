@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quote.h"
 #include "io/json.h"
 
 namespace dit {
@@ -44,7 +45,7 @@ std::uint64_t as_count(const Json& v, std::uint64_t max, const std::string& what
 }
 
 StTensor parse_tensor(const std::string& file, const std::string& name, const Json& v) {
-  const std::string where = file + ": tensor " + name;
+  const std::string where = file + ": tensor " + shown_name(name);  // a name may hold any character
   DIT_CHECK(v.kind == Json::Kind::Object, where, ": expected an object with dtype, shape and data_offsets");
   const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
   for (std::size_t i = 0; i < v.keys.size(); ++i) {
@@ -138,12 +139,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (name == "__metadata__") {
       DIT_CHECK(v.kind == Json::Kind::Object, path, ": __metadata__ is not an object of strings");
       for (std::size_t j = 0; j < v.keys.size(); ++j) {
-        DIT_CHECK(v.items[j].kind == Json::Kind::String, path, ": __metadata__ \"", v.keys[j], "\" is not a string");
+        DIT_CHECK(v.items[j].kind == Json::Kind::String, path, ": __metadata__ ", shown_name(v.keys[j]),
+                  " is not a string");
         metadata_[v.keys[j]] = v.items[j].text;
       }
       continue;
     }
-    DIT_CHECK(index_.count(name) == 0, path, ": tensor ", name, " appears twice in the header");
+    DIT_CHECK(index_.count(name) == 0, path, ": tensor ", shown_name(name), " appears twice in the header");
     index_[name] = tensors_.size();
     tensors_.push_back(parse_tensor(path, name, v));
   }
@@ -154,9 +156,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::uint64_t at = 0;
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const StTensor& t = tensors_[i];
-    DIT_CHECK(t.end <= data, path, ": tensor ", t.name, " data_offsets [", t.begin, ", ", t.end, "] run past the ",
+    DIT_CHECK(t.end <= data, path, ": tensor ", shown_name(t.name), " data_offsets [", t.begin, ", ", t.end, "] run past the ",
               data, " bytes of data (a truncated file?)");
-    DIT_CHECK(t.begin == at, path, ": tensor ", t.name, " data_offsets [", t.begin, ", ", t.end, "] ",
+    DIT_CHECK(t.begin == at, path, ": tensor ", shown_name(t.name), " data_offsets [", t.begin, ", ", t.end, "] ",
               t.begin < at ? "overlap the tensor before" : "leave a gap after the tensor before", " (which ends at ", at,
               ")");
     at = t.end;
@@ -172,8 +174,8 @@ const StTensor* SafetensorsFile::find(const std::string& name) const {
 
 const StTensor& SafetensorsFile::at(const std::string& name) const {
   const StTensor* t = find(name);
-  DIT_CHECK(t != nullptr, path_, " has no tensor ", name, " (it has ", tensors_.size(), " tensors",
-            tensors_.empty() ? "" : ", e.g. " + tensors_.front().name, ")");
+  DIT_CHECK(t != nullptr, path_, " has no tensor ", shown_name(name), " (it has ", tensors_.size(), " tensors",
+            tensors_.empty() ? "" : ", e.g. " + shown_name(tensors_.front().name), ")");
   return *t;
 }
 
@@ -182,16 +184,16 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std:
   if (!want.empty()) {
     StTensor w;
     w.shape = want;
-    DIT_CHECK(t.shape == want, path_, ": tensor ", name, " has shape ", t.shape_text(), ", expected ", w.shape_text());
+    DIT_CHECK(t.shape == want, path_, ": tensor ", shown_name(name), " has shape ", t.shape_text(), ", expected ", w.shape_text());
   }
   const bool floating = t.dtype == StDtype::F32 || t.dtype == StDtype::F16 || t.dtype == StDtype::BF16 ||
                         t.dtype == StDtype::F64;
-  DIT_CHECK(floating, path_, ": tensor ", name, " is ", st_dtype_name(t.dtype), ", expected F32, F16, BF16 or F64");
+  DIT_CHECK(floating, path_, ": tensor ", shown_name(name), " is ", st_dtype_name(t.dtype), ", expected F32, F16, BF16 or F64");
   std::vector<unsigned char> raw(static_cast<std::size_t>(t.end - t.begin));
   std::ifstream in(path_, std::ios::binary);
   in.seekg(static_cast<std::streamoff>(data_offset_ + t.begin));
   in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
-  DIT_CHECK(in.good() || raw.empty(), path_, ": tensor ", name, " could not be read (the file changed or is truncated)");
+  DIT_CHECK(in.good() || raw.empty(), path_, ": tensor ", shown_name(name), " could not be read (the file changed or is truncated)");
   const std::size_t n = static_cast<std::size_t>(t.numel());
   std::vector<float> out(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -162,6 +162,22 @@ TEST(Safetensors, RefusesOffsetsShapesAndDtypesThatDoNotFit) {
   EXPECT_EQ(refusal([&] { g.read_f32("w", {2}); }), "");
 }
 
+// A tensor name read from the file is escaped in a message (issue 52): a NUL in it ("x\u0000y")
+// does not cut the message short, and a newline does not start a second line.
+TEST(Safetensors, NamesWithControlCharactersAreEscapedInMessages) {
+  Scratch dir("st_names");
+  const std::string nul = write_st(dir, "nul.st", R"({"x\u0000y":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})",
+                                   std::vector<unsigned char>(4, 0));
+  const std::string e = refusal([&] { SafetensorsFile f(nul); });
+  EXPECT_NE(e.find("tensor \"x\\u0000y\": dtype F8_E4M3 is not one dit_mp reads"), std::string::npos) << e;
+  const std::string line = write_st(dir, "nl.st", R"({"a\nb":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                                  R"("a\nb":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                    std::vector<unsigned char>(8, 0));
+  const std::string twice = refusal([&] { SafetensorsFile f(line); });
+  EXPECT_NE(twice.find("tensor \"a\\u000ab\" appears twice"), std::string::npos) << twice;
+  EXPECT_EQ(twice.find('\n'), std::string::npos) << twice;
+}
+
 TEST(Safetensors, RefusesAFolderAndAFifoBeforeReading) {
   Scratch dir("st_kinds");
   EXPECT_NE(refusal([&] { SafetensorsFile f(dir.path.string()); }).find("is not a regular file"), std::string::npos);
