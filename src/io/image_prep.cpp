@@ -191,6 +191,26 @@ RgbImage resample_vertical(const RgbImage& in, int height, Resample filter) {
 
 }  // namespace
 
+std::string image_size_problem(const std::string& bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const std::size_t n = bytes.size();
+  std::int64_t w = 0, h = 0;
+  if (n >= 24 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0 && std::memcmp(b + 12, "IHDR", 4) == 0) {
+    // The sides IHDR declares: stb_image refuses a large PNG in its header probe with a reason of
+    // whichever format it tried last ("unknown image type"), so they are read here.
+    w = std::int64_t(be32(b + 16));
+    h = std::int64_t(be32(b + 20));
+  } else {
+    int iw = 0, ih = 0, comp = 0;
+    if (n > std::size_t(INT32_MAX) || !stbi_info_from_memory(b, int(n), &iw, &ih, &comp)) return "";
+    w = iw;
+    h = ih;
+  }
+  if (w * h <= kMaxPixels) return "";
+  return std::to_string(w) + "x" + std::to_string(h) + " pixels, over PIL's decompression-bomb limit of " +
+         std::to_string(kMaxPixels);
+}
+
 DecodedImage decode_image(const std::string& bytes) {
   DecodedImage d;
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -204,14 +224,11 @@ DecodedImage decode_image(const std::string& bytes) {
   }
   if (!d.ok()) return d;
   DIT_CHECK(n <= std::size_t(INT32_MAX), "an image file of ", n, " bytes (at most 2 GiB)");
+  d.problem = image_size_problem(bytes);
+  if (!d.ok()) return d;
   int w = 0, h = 0, comp = 0;
   if (!stbi_info_from_memory(b, int(n), &w, &h, &comp)) {
     d.problem = std::string("stb_image cannot read it (") + stbi_failure_reason() + ")";
-    return d;
-  }
-  if (std::int64_t(w) * h > kMaxPixels) {
-    d.problem = std::to_string(w) + "x" + std::to_string(h) + " pixels, over PIL's decompression-bomb limit of " +
-                std::to_string(kMaxPixels);
     return d;
   }
   std::unique_ptr<stbi_uc, void (*)(void*)> rgb(stbi_load_from_memory(b, int(n), &w, &h, &comp, 3), stbi_image_free);

@@ -30,6 +30,9 @@ struct DecodedImage {
 // chunks stop before IEND or fail their CRC, other formats, and images over PIL's
 // decompression-bomb limit (178956970 pixels).
 DecodedImage decode_image(const std::string& bytes);
+// Why a PNG or JPEG is too large to decode (its sides, over PIL's decompression-bomb limit), or "":
+// the one reason both ways of preparing pictures give (pixels, and VAE latents).
+std::string image_size_problem(const std::string& bytes);
 // The same for a file; an unreadable file is a problem too.
 DecodedImage decode_image_file(const std::string& path);
 

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -24,6 +25,7 @@
 #include "io/dataset_writer.h"
 #include "io/h5.h"
 #include "io/h5_dataset.h"
+#include "io/image_prep.h"
 
 namespace dit {
 namespace {
@@ -172,9 +174,19 @@ std::vector<std::vector<Tap>> area_weights(int src, int dst) {
 
 // Decodes one image to RGB, centre-crops a square and resizes it to (3, size, size) uint8.
 void load_square(const std::string& path, int size, std::uint8_t* out) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  DIT_CHECK(in, path, ": cannot read image (", std::strerror(errno), ")");
+  const std::string bytes = text.str();
+  const std::string too_large = image_size_problem(bytes);  // the reason the VAE's path gives too
+  DIT_CHECK(too_large.empty(), path, ": cannot read image (", too_large, ")");
+  DIT_CHECK(bytes.size() <= std::size_t(INT32_MAX), path, ": cannot read image (", bytes.size(),
+            " bytes, at most 2 GiB)");
   int w = 0, h = 0, comp = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(stbi_load(path.c_str(), &w, &h, &comp, 3),
-                                                stbi_image_free);
+  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(
+      stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), int(bytes.size()), &w, &h, &comp, 3),
+      stbi_image_free);
   DIT_CHECK(rgb != nullptr, path, ": cannot read image (", stbi_failure_reason(), ")");
   const int side = std::min(w, h), x0 = (w - side) / 2, y0 = (h - side) / 2;
   const auto taps = area_weights(side, size);

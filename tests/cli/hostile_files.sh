@@ -2,7 +2,8 @@
 # Files a hostile campaign gave the commands (issue 52), each refused with one line that names the
 # file and its own reason: a damaged safetensors file given to `inspect` gets the safetensors
 # reader's reason (the one `prepare-data --vae` gives), not "no such checkpoint folder"; an empty
-# file is called empty.
+# file is called empty; a picture too large to decode is refused for the same reason with and
+# without a VAE.
 source "$(dirname "$0")/common.sh"
 DATA=${DIT_DATA:-$(cd "$(dirname "$0")/../data" && pwd)}
 
@@ -13,7 +14,7 @@ refused() {
   if "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt"; then fail "$what: was not refused"; fi
   [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || fail "$what: expected one line on stderr: $(cat "$SCRATCH/err.txt")"
   grep -qF -- "$expect" "$SCRATCH/err.txt" || fail "$what: expected '$expect' in: $(cat "$SCRATCH/err.txt")"
-  if grep -q "no such checkpoint folder\|is a text file" "$SCRATCH/err.txt"; then
+  if grep -q "no such checkpoint folder\|is a text file\|unknown image type" "$SCRATCH/err.txt"; then
     fail "$what: the wrong reason: $(cat "$SCRATCH/err.txt")"
   fi
 }
@@ -53,5 +54,22 @@ refused "inspect of an empty file" "empty.safetensors is an empty file (0 bytes)
   "$DIT_MP" inspect "$SCRATCH/empty.safetensors"
 refused "--vae of an empty file" "empty.safetensors is an empty file (0 bytes), expected a safetensors file" \
   "$DIT_MP" prepare-data images "$SCRATCH/imgs" --vae "$SCRATCH/empty.safetensors" --size 16 --out "$SCRATCH/e.h5"
+
+# A PNG that declares 100000 x 100000 pixels (its chunks intact): one reason with and without --vae.
+mkdir -p "$SCRATCH/big/cat"
+/usr/bin/python3 - "$SCRATCH/big/cat/huge.png" <<'PY'
+import struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 0, 0, 0, 0)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                              + chunk(b"IEND", b""))
+PY
+BIG="100000x100000 pixels, over PIL's decompression-bomb limit of 178956970"
+refused "a huge PNG (pixels)" "huge.png" "$DIT_MP" prepare-data images "$SCRATCH/big" --size 16 --out "$SCRATCH/big.h5"
+grep -qF "$BIG" "$SCRATCH/err.txt" || fail "a huge PNG (pixels): $(cat "$SCRATCH/err.txt")"
+refused "a huge PNG (--vae)" "huge.png" "$DIT_MP" prepare-data images "$SCRATCH/big" --vae "$DATA/vae_tiny.safetensors" \
+  --size 16 --out "$SCRATCH/big_lat.h5"
+grep -qF "$BIG" "$SCRATCH/err.txt" || fail "a huge PNG (--vae): $(cat "$SCRATCH/err.txt")"
 
 echo ok
