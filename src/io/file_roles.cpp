@@ -169,6 +169,11 @@ bool folder_kind_p(FileKind k) {
          k == FileKind::RunFolder;
 }
 
+// What to give instead of a FIFO or device: a folder for a folder's role.
+const char* regular_advice(FileKind expected) {
+  return folder_kind_p(expected) ? "give a folder" : "give a regular file";
+}
+
 // Whether a file of kind `actual` serves where `expected` is declared.
 bool fits(FileKind expected, FileKind actual) {
   if (expected == actual) return true;
@@ -285,8 +290,8 @@ void expect_kind(const std::string& name, const std::string& path, FileKind expe
 
 void expect_kind_of(const std::string& name, const std::string& path, FileKind expected, FileKind actual) {
   if (actual == FileKind::Special)
-    DIT_FAIL(name, " ", path, " is a FIFO, device or socket, expected ", kind_name(expected),
-             ": give a regular file (dit_mp does not read from pipes)");
+    DIT_FAIL(name, " ", path, " is a FIFO, device or socket, expected ", kind_name(expected), ": ",
+             regular_advice(expected), " (dit_mp does not read from pipes)");
   if (left_to_reader(actual) || fits(expected, actual)) return;
   if (folder_kind_p(actual) && !folder_kind_p(expected))
     DIT_FAIL(name, " = ", path, ": is not a file (a folder; expected ", kind_name(expected), ")");
@@ -323,7 +328,7 @@ void FilePlan::check() const {
     ids.push_back(identity_of(u.path));
     kinds.push_back(detect_kind(u.path));
     DIT_CHECK(kinds.back() != FileKind::Special, command_, ": ", u.name, " ", u.path,
-              " is a FIFO, device or socket, expected ", kind_name(u.kind), ": give a regular file");
+              " is a FIFO, device or socket, expected ", kind_name(u.kind), ": ", regular_advice(u.kind));
   }
   for (std::size_t o = 0; o < uses_.size(); ++o) {
     const FileUse& out = uses_[o];

@@ -3,7 +3,7 @@
 # file and its own reason: a damaged safetensors file given to `inspect` gets the safetensors
 # reader's reason (the one `prepare-data --vae` gives), not "no such checkpoint folder"; an empty
 # file is called empty; a picture too large to decode is refused for the same reason with and
-# without a VAE.
+# without a VAE; a FIFO or device where a folder goes is told to give a folder.
 source "$(dirname "$0")/common.sh"
 DATA=${DIT_DATA:-$(cd "$(dirname "$0")/../data" && pwd)}
 
@@ -71,5 +71,15 @@ grep -qF "$BIG" "$SCRATCH/err.txt" || fail "a huge PNG (pixels): $(cat "$SCRATCH
 refused "a huge PNG (--vae)" "huge.png" "$DIT_MP" prepare-data images "$SCRATCH/big" --vae "$DATA/vae_tiny.safetensors" \
   --size 16 --out "$SCRATCH/big_lat.h5"
 grep -qF "$BIG" "$SCRATCH/err.txt" || fail "a huge PNG (--vae): $(cat "$SCRATCH/err.txt")"
+
+# A device or a FIFO where a folder goes: the advice names a folder.
+mkfifo "$SCRATCH/fifo"
+T=(--dry-run --tp 1 --pp 1)
+refused "--run-dir /dev/null" "run.dir /dev/null is a FIFO, device or socket, expected a run folder: give a folder" \
+  "$DIT_MP" "${T[@]}" --run-dir /dev/null
+refused "--checkpoint-dir FIFO" "is a FIFO, device or socket, expected a checkpoint root (step folders and latest): give a folder" \
+  "$DIT_MP" "${T[@]}" --run-dir "$SCRATCH/run" --checkpoint-dir "$SCRATCH/fifo"
+refused "--data FIFO" "is a FIFO, device or socket, expected a dataset: give a regular file" \
+  "$DIT_MP" "${T[@]}" --run-dir "$SCRATCH/run" --data "$SCRATCH/fifo"
 
 echo ok
