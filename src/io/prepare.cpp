@@ -210,11 +210,27 @@ void load_square(const std::string& path, int size, std::uint8_t* out) {
 
 }  // namespace
 
+namespace {
+
+// What an entry of an image folder is, following symbolic links; a link that cannot be followed
+// (a loop, a chain too long) is named in the usual form rather than with std::filesystem's text.
+fs::file_status entry_status(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    DIT_FAIL(p.string(), ": a symbolic link loop (following it never reaches a file or folder); remove it or "
+             "point it at a class folder or an image");
+  DIT_CHECK(!ec || ec == std::errc::no_such_file_or_directory, p.string(), ": cannot be read (", ec.message(), ")");
+  return st;  // a dangling link: not found, skipped as other non-images are
+}
+
+}  // namespace
+
 ImageFolder list_image_folder(const std::string& dir) {
-  DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
+  DIT_CHECK(fs::is_directory(entry_status(dir)), dir, ": not a folder");
   ImageFolder f;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && e.path().filename().string()[0] != '.')  // skip .git, .cache, ...
+    if (fs::is_directory(entry_status(e.path())) && e.path().filename().string()[0] != '.')  // skip .git, .cache, ...
       f.classes.push_back(e.path().filename().string());
   std::sort(f.classes.begin(), f.classes.end());
   DIT_CHECK(!f.classes.empty(), dir, ": no class sub-folders, expected one folder of images per class");
@@ -222,7 +238,7 @@ ImageFolder list_image_folder(const std::string& dir) {
   for (std::size_t k = 0; k < f.classes.size(); ++k) {
     std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(fs::path(dir) / f.classes[k]))
-      if (e.is_regular_file() && is_image_file(e.path())) found.push_back(e.path().string());
+      if (is_image_file(e.path()) && fs::is_regular_file(entry_status(e.path()))) found.push_back(e.path().string());
     std::sort(found.begin(), found.end());
     per_class[k] = found.size();
     for (auto& file : found) {
@@ -240,7 +256,7 @@ ImageFolder list_image_folder(const std::string& dir) {
 PrepareResult prepare_images(const std::string& dir, const std::string& out_path, int size,
                              Overwrite overwrite) {
   DIT_CHECK(size >= 1 && size <= 4096, "image size ", size, ", expected 1..4096");
-  DIT_CHECK(fs::is_directory(dir), dir, ": not a folder");
+  DIT_CHECK(fs::is_directory(entry_status(dir)), dir, ": not a folder");
   check_target(out_path, overwrite);
   const ImageFolder folder = list_image_folder(dir);
   const std::vector<std::string>& classes = folder.classes;

@@ -3,7 +3,8 @@
 # file and its own reason: a damaged safetensors file given to `inspect` gets the safetensors
 # reader's reason (the one `prepare-data --vae` gives), not "no such checkpoint folder"; an empty
 # file is called empty; a picture too large to decode is refused for the same reason with and
-# without a VAE; a FIFO or device where a folder goes is told to give a folder.
+# without a VAE; a FIFO or device where a folder goes is told to give a folder; a symbolic link
+# loop in an image folder is named as one.
 source "$(dirname "$0")/common.sh"
 DATA=${DIT_DATA:-$(cd "$(dirname "$0")/../data" && pwd)}
 
@@ -14,7 +15,7 @@ refused() {
   if "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt"; then fail "$what: was not refused"; fi
   [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || fail "$what: expected one line on stderr: $(cat "$SCRATCH/err.txt")"
   grep -qF -- "$expect" "$SCRATCH/err.txt" || fail "$what: expected '$expect' in: $(cat "$SCRATCH/err.txt")"
-  if grep -q "no such checkpoint folder\|is a text file\|unknown image type" "$SCRATCH/err.txt"; then
+  if grep -q "no such checkpoint folder\|is a text file\|filesystem error\|unknown image type" "$SCRATCH/err.txt"; then
     fail "$what: the wrong reason: $(cat "$SCRATCH/err.txt")"
   fi
 }
@@ -82,4 +83,16 @@ refused "--checkpoint-dir FIFO" "is a FIFO, device or socket, expected a checkpo
 refused "--data FIFO" "is a FIFO, device or socket, expected a dataset: give a regular file" \
   "$DIT_MP" "${T[@]}" --run-dir "$SCRATCH/run" --data "$SCRATCH/fifo"
 
+# A symbolic link loop in an image folder, as a class and as a picture: named as a loop.
+mkdir -p "$SCRATCH/loops/cat"
+cp "$DATA/image_prep/gray_c.png" "$SCRATCH/loops/cat/a.png"
+ln -s "$SCRATCH/loops/cat/b.png" "$SCRATCH/loops/cat/b.png"
+refused "a looping picture" "loops/cat/b.png: a symbolic link loop" \
+  "$DIT_MP" prepare-data images "$SCRATCH/loops" --size 16 --out "$SCRATCH/loops.h5"
+rm "$SCRATCH/loops/cat/b.png"
+ln -s "$SCRATCH/loops/dog2" "$SCRATCH/loops/dog1"
+ln -s "$SCRATCH/loops/dog1" "$SCRATCH/loops/dog2"
+refused "a looping class folder" ": a symbolic link loop" \
+  "$DIT_MP" prepare-data images "$SCRATCH/loops" --size 16 --out "$SCRATCH/loops.h5"
+grep -q "loops/dog[12]: a symbolic link loop" "$SCRATCH/err.txt" || fail "the loop is not named: $(cat "$SCRATCH/err.txt")"
 echo ok
