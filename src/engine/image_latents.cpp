@@ -302,7 +302,7 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
                                     std::to_string(p.o.size) + ", x/127.5-1; flips " + flips_name(p.o.flips) +
                                     (p.copies == 2 ? " (each picture, then its mirror image)" : "");
   DatasetLayout layout{n, p.channels, p.side, p.side, true};
-  layout.text_bytes = p.o.dir.size() + p.vae.describe().size() + preprocessing.size() + 256;
+  layout.text_bytes = p.o.dir.size() + 2 * p.vae.describe().size() + preprocessing.size() + 256;
   for (const std::string& c : p.folder.classes) layout.text_bytes += c.size() + 32;
   write_atomically(p.o.out, "dataset", [&](const std::string& tmp) {
     DatasetWriter w(tmp, layout);
@@ -326,6 +326,8 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
     }
     write_dataset_attr_strings(w.file(), "class_names", p.folder.classes, h5::AttrShape::List, tmp);
     write_dataset_attr_strings(w.file(), "vae", {p.vae.describe()}, h5::AttrShape::Scalar, tmp);
+    if (p.vae.config_path.empty())  // the groups and the scale were not read but assumed
+      write_dataset_attr_strings(w.file(), "vae_assumed", {kVaeAssumed}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr_strings(w.file(), "vae_file", {vae_file}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr_strings(w.file(), "preprocessing", {preprocessing}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr_strings(w.file(), "latent", {p.latent_text()}, h5::AttrShape::Scalar, tmp);

@@ -183,6 +183,15 @@ void read_config(VaeFile& f) {
               "are divided by them)");
 }
 
+}  // namespace
+
+// What a VAE without config.json takes on trust: its shapes give every size but these two.
+const char* const kVaeAssumed =
+    "assumed: 32 norm groups and scaling_factor 0.18215, as Stable Diffusion's VAEs have (the tensor shapes "
+    "cannot give them; --vae-config names a config.json that does)";
+
+namespace {
+
 // The architecture from the shapes (no config.json): 32 norm groups.
 void infer_config(VaeFile& f) {
   const SafetensorsFile& st = *f.file;
@@ -258,6 +267,7 @@ std::string VaeFile::describe() const {
   if (shift_factor != 0.0) o << " after shifting by " << shift_factor;
   if (!latents_mean.empty()) o << " per channel after its latents_mean, over its latents_std";
   o << "; architecture from " << (config_path.empty() ? "the tensor shapes" : config_path);
+  if (config_path.empty()) o << "; " << kVaeAssumed;
   return o.str();
 }
 

@@ -18,6 +18,10 @@ namespace dit {
 enum class VaeNaming : std::uint8_t { Diffusers, DiffusersLegacyAttention, Ldm };
 const char* vae_naming_name(VaeNaming n);
 
+// What a VAE without config.json takes on trust (its shapes give every other size): 32 norm groups
+// and scaling_factor 0.18215. describe() says so, and a dataset prepared with it records it.
+extern const char* const kVaeAssumed;
+
 struct VaeFile {
   std::string path, config_path;  // config_path empty: the architecture came from the shapes
   VaeConfig config;

@@ -32,6 +32,7 @@
 #include "layers/vae.h"
 #include "run/vae_decode.h"
 #include "io_test_util.h"
+#include "zero_vae.h"
 
 namespace dit {
 
@@ -321,6 +322,33 @@ std::string prepare_one_picture(const io_test::Scratch& dir, const std::string& 
   o.size = 16;
   prepare_image_latents(o);
   return o.out;
+}
+
+// A VAE without config.json: its shapes give every size but the norm groups and the scale, which
+// are assumed, and the dataset records the assumption (vae_assumed); with config.json it has none.
+TEST(vae_latents, AssumedGroupsAndScaleAreRecorded) {
+  io_test::Scratch dir("vae_assumed");
+  VaeConfig cfg;
+  cfg.block_out_channels = {32, 32};
+  cfg.layers_per_block = 1;
+  const std::string vae = dir / "vae.safetensors";
+  io_test::write_zero_vae(vae, cfg);
+  fs::create_directories(dir.path / "imgs" / "a");
+  fs::copy_file(kDir + "photo_a.png", dir / "imgs/a/1.png");
+  ImageLatentsOptions o;
+  o.dir = dir / "imgs";
+  o.out = dir / "lat.h5";
+  o.vae = vae;
+  o.size = 16;
+  prepare_image_latents(o);
+  const h5::File f = h5::File::open_read(o.out);
+  ASSERT_TRUE(f.has_attr("/", "vae_assumed"));
+  EXPECT_NE(f.attr_string("/", "vae_assumed").find("assumed: 32 norm groups and scaling_factor 0.18215"),
+            std::string::npos) << f.attr_string("/", "vae_assumed");
+  EXPECT_NE(f.attr_string("/", "vae").find("architecture from the tensor shapes; assumed"), std::string::npos);
+  io_test::Scratch other("vae_given");
+  const h5::File given = h5::File::open_read(prepare_one_picture(other, ""));  // the tiny VAE, its config.json beside it
+  EXPECT_FALSE(given.has_attr("/", "vae_assumed"));
 }
 
 // A VAE with a shift_factor (SD3/Flux-style normalisation): the file records it as latent_shift and

@@ -29,6 +29,7 @@
 #include "backend_params.h"
 #include "backend_suite.h"
 #include "io_test_util.h"
+#include "zero_vae.h"
 #include "reference_ops.h"
 #include "value_checks.h"
 
@@ -266,6 +267,27 @@ TEST(vae_file, ArchitectureFromShapesWithoutConfig) {
   const std::string e = error_of([&] { open_vae(c.weights()); });
   EXPECT_NE(e.find("architecture read from its shapes, 32 norm groups"), std::string::npos) << e;
   EXPECT_NE(e.find("multiple of norm_num_groups = 32"), std::string::npos) << e;
+}
+
+// Without config.json the shapes give every size but two, which are assumed (32 norm groups and
+// scaling_factor 0.18215): the VAE's line says so (issue 52). A diffusers-named VAE of 32-wide blocks
+// (which 32 groups fit), its tensors written here as zeros.
+TEST(vae_file, AssumedGroupsAndScaleAreSaid) {
+  VaeCopy c;
+  VaeConfig cfg;
+  cfg.block_out_channels = {32, 32};
+  cfg.layers_per_block = 1;
+  io_test::write_zero_vae(c.weights(), cfg);
+  const VaeFile f = open_vae(c.weights());
+  EXPECT_TRUE(f.config_path.empty());
+  EXPECT_EQ(f.config.norm_num_groups, 32);
+  EXPECT_DOUBLE_EQ(f.scaling_factor, 0.18215);
+  const std::string line = f.describe();
+  EXPECT_NE(line.find("architecture from the tensor shapes; assumed: 32 norm groups and scaling_factor 0.18215"),
+            std::string::npos) << line;
+  c.config(R"({"block_out_channels": [32, 32], "layers_per_block": 1, "norm_num_groups": 32})");
+  const std::string read = open_vae(c.weights()).describe();  // with a config.json nothing is assumed
+  EXPECT_EQ(read.find("assumed"), std::string::npos) << read;
 }
 
 TEST(vae_file, ConfigThatDisagreesWithTheWeightsIsNamed) {
