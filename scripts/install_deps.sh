@@ -22,6 +22,7 @@ PACKAGES=(
 # DIT_WITH_PYTHON=0 skips them (those tests then print why they skip).
 if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
   PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib python3-scipy)
+  PACKAGES+=(python3-protobuf)  # tests/cli/tb_events.py reads TensorBoard's event files with it
 fi
 # scripts/fuzz.sh: clang with libFuzzer and its OpenMP runtime. DIT_WITH_FUZZ=0 skips them (CI's
 # fuzz tests then use the deterministic driver, which needs nothing more).

@@ -69,6 +69,7 @@ struct TrainSection {
   int recompute_blocks = 0;        // full: only the first K blocks of each stage; 0 = all
   DType grad_reduce = DType::F32;  // fp32 | bf16: dtype of the dp gradient reduction
   bool deterministic = false;      // GPU: only kernels whose results do not vary run to run
+  bool tensorboard = true;         // TensorBoard event files in <run.dir>/tb (run/tensorboard.h)
   bool operator==(const TrainSection&) const = default;
 };
 

@@ -105,6 +105,15 @@ void Run::make_folder() {
   collective_check(
       [&] { probe_writable(checkpoint_root(), "run.checkpoint_dir", "rank" + std::to_string(world_rank())); });
   metrics_ = std::make_unique<MetricsWriter>(ctx_.world_rank == 0 ? file("metrics.jsonl") : "");
+  collective_check([&] {
+    if (ctx_.world_rank != 0 || !cfg_.train.tensorboard) return;
+    // A resume's first logged step is next_step() + 1: what an earlier process logged from there
+    // on is dropped by TensorBoard (the SessionLog START the writer begins with).
+    const std::int64_t first = trainer_->next_step() + 1;
+    tensorboard_ = std::make_unique<TensorBoardWriter>(file("tb"), first);
+    tensorboard_->text("config", first, "```toml\n" + cfg_.to_toml() + "```");
+    tensorboard_->text("layout", first, "```\n" + setup_.layout.str() + "\n" + rank_map_ + "```");
+  });
 }
 
 void Run::build_engine() {
@@ -192,7 +201,7 @@ int Run::train() {
     if (due(cfg_.train.sample_every, done, steps)) {
       char name[64];
       std::snprintf(name, sizeof name, "samples_step_%07lld.png", static_cast<long long>(done));
-      sample_grid(name);
+      sample_grid(name, done);
     }
     if (due(cfg_.train.eval_every, done, steps)) evaluate(done);
     // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
@@ -264,7 +273,10 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
   r.loss_scale = st.loss_scale;
   r.skipped_steps = trainer_->loss_scaler().state().skipped_steps;
   r.note = memory_headroom_note(ctx_, *be_, cfg_.parallel.memory_margin);
-  write_metrics([&] { metrics_->write(r); });
+  write_metrics([&] {
+    metrics_->write(r);
+    if (tensorboard_) tensorboard_scalars(*tensorboard_, r);
+  });
   if (ctx_.world_rank == 0) console_.step(r);
   window_s_ = 0;
   window_steps_ = 0;
@@ -335,7 +347,7 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
     const auto w = gather_global(trainer_->model(), ctx_, gather_shards(*be_, zero, shard, ctx_), 0);
     if (ctx_.world_rank == 0) save_weights(file(name), setup_.model, w, cfg_.diffusion.steps, cfg_.diffusion.objective);
   }
-  const std::string samples = sample_grid("samples.png");
+  const std::string samples = sample_grid("samples.png", trainer_->next_step());
   if (cfg_.train.eval_every > 0) evaluate(setup_.train.steps);
   if (ctx_.world_rank == 0) {
     console_.line("done in " + format_duration(now_s() - t0_) + "; samples: " + samples);
@@ -385,7 +397,7 @@ std::pair<std::vector<float>, std::vector<int>> Run::draw_ema(const std::vector<
   return {std::move(samples), req.labels};
 }
 
-std::string Run::sample_grid(const std::string& name) {
+std::string Run::sample_grid(const std::string& name, std::int64_t step) {
   const auto [samples, labels] =
       draw_ema(cfg_.sample.classes, cfg_.sample.per_class, cfg_.sample.num_steps, "sample.per_class");
   std::string wrote;
@@ -405,6 +417,9 @@ std::string Run::sample_grid(const std::string& name) {
     });
   }
   if (ctx_.world_rank == 0) console_.line("wrote " + wrote);
+  write_metrics([&] {  // every rank agrees (only rank 0 writes); a latent run without a VAE has no grid
+    if (tensorboard_ && std::filesystem::exists(file(name))) tensorboard_grid(*tensorboard_, "samples", step, file(name));
+  });
   return wrote;
 }
 
@@ -432,6 +447,13 @@ void Run::evaluate(std::int64_t step) {
     set.labels = std::move(labels);
     const QualityReport r = judge_->judge(set);
     metrics_->write_eval(step, quality_json(r));
+    if (tensorboard_) {
+      tensorboard_->scalar("eval/fid", step, r.samples.fid);
+      tensorboard_->scalar("eval/fid_real_floor", step, r.floor.fid);
+      tensorboard_->scalar("eval/precision", step, r.samples.precision);
+      tensorboard_->scalar("eval/recall", step, r.samples.recall);
+      tensorboard_->scalar("eval/class_accuracy", step, r.samples.class_accuracy);
+    }
     char text[256];
     std::snprintf(text, sizeof text,
                   "eval step %lld: FID %.2f (real-data floor %.2f), precision %.3f, recall %.3f, class accuracy "

@@ -19,6 +19,7 @@
 #include "io/dataset.h"
 #include "io/vae_weights.h"
 #include "run/log.h"
+#include "run/tensorboard.h"
 
 namespace dit {
 
@@ -53,7 +54,7 @@ class Run {
   // that sized them in an out-of-memory message.
   std::pair<std::vector<float>, std::vector<int>> draw_ema(const std::vector<int>& classes, int per_class,
                                                            int num_steps, const std::string& what);
-  std::string sample_grid(const std::string& name);  // returns what it wrote
+  std::string sample_grid(const std::string& name, std::int64_t step);  // returns what it wrote
   void evaluate(std::int64_t step);
   std::string checkpoint_root() const;
   std::string file(const std::string& name) const;
@@ -68,6 +69,7 @@ class Run {
   std::string comms_, rank_map_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, train.tensorboard
   ConsoleLog console_;
   std::unique_ptr<QualityJudge> judge_;  // rank 0, made at the first evaluation
   double t0_ = 0;                        // when training began

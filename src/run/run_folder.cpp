@@ -34,6 +34,18 @@ bool checkpoint_root_entry(const std::string& name) {
   return std::regex_match(name, known);
 }
 
+// The run's TensorBoard folder (train.tensorboard) as its writer leaves it (run/tensorboard.h).
+constexpr const char* kTensorBoardFolder = "tb";
+bool tensorboard_entry(const std::string& name) {
+  static const std::regex known(R"(events\.out\.tfevents\.\d+\.[A-Za-z0-9._-]+\.\d+\.dit_mp)");
+  return std::regex_match(name, known);
+}
+
+// Whether `name` inside the run's own subfolder `folder` (a checkpoint root or tb/) is the run's.
+bool own_entry(const std::string& folder, const std::string& name) {
+  return folder == kTensorBoardFolder ? tensorboard_entry(name) : checkpoint_root_entry(name);
+}
+
 bool written_by_dit_mp(const fs::path& config) {
   std::ifstream in(config);
   std::string first;
@@ -63,7 +75,8 @@ std::vector<std::string> checkpoint_folders(const std::string& dir) {
 
 std::vector<std::string> foreign_entries(const std::string& dir) {
   std::vector<std::string> out;
-  const std::vector<std::string> roots = checkpoint_folders(dir);
+  std::vector<std::string> roots = checkpoint_folders(dir);
+  roots.push_back(kTensorBoardFolder);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.is_directory() && !e.is_symlink()) {
@@ -72,7 +85,7 @@ std::vector<std::string> foreign_entries(const std::string& dir) {
         continue;
       }
       for (const auto& c : fs::directory_iterator(e.path()))
-        if (!checkpoint_root_entry(c.path().filename().string()))
+        if (!own_entry(name, c.path().filename().string()))
           out.push_back(name + "/" + c.path().filename().string() + (c.is_directory() ? "/" : ""));
     } else if (!e.is_regular_file() || e.is_symlink() || !run_file(name)) {
       out.push_back(name);
@@ -102,12 +115,13 @@ void check_overwritable(const RunConfig& cfg) {
 
 void clear_run_folder(const std::string& dir) {
   if (!fs::exists(dir)) return;
-  const std::vector<std::string> roots = checkpoint_folders(dir);
+  std::vector<std::string> roots = checkpoint_folders(dir);
+  roots.push_back(kTensorBoardFolder);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (std::find(roots.begin(), roots.end(), name) != roots.end() && e.is_directory() && !e.is_symlink()) {
       for (const auto& c : fs::directory_iterator(e.path()))
-        if (checkpoint_root_entry(c.path().filename().string())) fs::remove_all(c.path());
+        if (own_entry(name, c.path().filename().string())) fs::remove_all(c.path());
       std::error_code ec;
       fs::remove(e.path(), ec);  // only when empty
     } else if (e.is_regular_file() && !e.is_symlink() && run_file(name)) {
