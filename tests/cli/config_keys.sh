@@ -49,7 +49,7 @@ PY
   for f in model ema samples; do
     [[ -e "$d/$f.h5" ]] && h5dump "$d/$f.h5" | grep -v '^HDF5 "' > "$d.$f"
   done
-  (cd "$d" && find . -type f | sort) > "$d.files"
+  (cd "$d" && find . -type f -not -path './tb/*' | sort) > "$d.files"  # tb/: a file named by time and pid
   [[ -d "$d/ckpt" ]] && (cd "$d/ckpt" && ls) > "$d.ckpts"
   return 0
 }
@@ -225,6 +225,10 @@ refused "optim.bucket_mib = 1e\\+12: expected a message size" --set optim.bucket
 refused "optim.zero = 3: expected 1 on the cuda backend" --set optim.zero=3 --set train.backend=\"cuda\"
 # train.deterministic selects cuDNN engines: the CPU backend is deterministic either way.
 echo "skip: train.deterministic acts on the CUDA backend only (no GPU here)"
+# train.tensorboard: the event files in run.dir/tb (their content: tensorboard.sh).
+run tb_off --set train.tensorboard=false
+[[ -n $(ls "$SCRATCH/base/tb" 2>/dev/null) && ! -e "$SCRATCH/tb_off/tb" ]] || fail "train.tensorboard = false did not stop tb/"
+echo "ok: train.tensorboard writes tb/ or not"
 
 # [parallel] (real ranks)
 run tp2 -n 2 --set parallel.tp=2
