@@ -104,7 +104,8 @@ train resumed --run-dir "$R" --resume "$R/ckpt/step_00000002"
 check "$R" 1 || fail "the resumed run's event files"
 
 # A damaged record is found by the reader (so the checks above can fail).
-f=$(ls "$R"/tb/* | head -1)
+files=("$R"/tb/*)
+f=${files[0]}
 cp "$f" "$SCRATCH/good.tfevents"
 printf '\x00' | dd of="$f" bs=1 seek=40 conv=notrunc status=none
 if /usr/bin/python3 -c "import sys; sys.path.insert(0, '$HERE'); import tb_events; tb_events.records('$f')" 2>/dev/null; then
