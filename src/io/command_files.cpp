@@ -33,6 +33,7 @@ const std::vector<CommandFiles> kCommands = {
       {"--run-dir", Out, K::Json, "the metrics", "dir:metrics.jsonl", "run.dir"},
       {"--run-dir", Out, K::Json, "the accounting", "dir:accounting.json", "run.dir"},
       {"--run-dir", Out, K::Json, "the evaluation's result", "dir:eval.json", "run.dir"},
+      {"--run-dir", Out, K::Text, "the plots' log", "dir:plots.log", "run.dir"},
       {"--checkpoint-dir", Out, K::CheckpointRoot, "the checkpoints", "", "run.checkpoint_dir"}}},
     {"sample",
      {{"--weights", In, K::Weights, "the weights being sampled"},

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/command_files.h"
 
 namespace dit {
 
@@ -18,13 +19,19 @@ namespace {
 // The header RunConfig::to_toml() writes first: a config.toml that starts so is dit_mp's.
 constexpr const char* kConfigHeader = "# dit_mp run configuration";
 
-// Files a run writes into its folder, and the temporaries of its writers as they name them:
-// write_atomically's "<name>.tmp-<host>-<pid>" (atomic_file.h) and plot_run.py's ".tmp", ".tmp.png".
-// A user's "model.h5.tmp-notes" is none of these, and stays.
+// Files a run writes into its folder: those the train command declares in it (io/command_files.h:
+// the weights, grid, metrics, accounting, evaluation and plots.log), the grids of each sampling
+// step and the plots, and the temporaries of its writers as they name them: write_atomically's
+// "<name>.tmp-<host>-<pid>" (atomic_file.h) and plot_run.py's ".tmp", ".tmp.png". A user's
+// "model.h5.tmp-notes" is none of these, and stays.
 bool run_file(const std::string& name) {
-  static const std::regex known(
-      R"((config\.toml|metrics\.jsonl|accounting\.json|eval\.json|model\.h5|ema\.h5|samples(_step_\d{7})?\.(png|h5))"
-      R"(|loss\.png|throughput\.png|quality\.png)((\.tmp-[A-Za-z0-9._-]+-\d+)|(\.tmp(\.png)?))?)");
+  static const std::regex known([] {
+    std::string names = R"(samples_step_\d{7}\.(png|h5)|loss\.png|throughput\.png|quality\.png)";
+    for (const FileDecl& d : files_of("train"))
+      if (std::string(d.derive).rfind("dir:", 0) == 0)
+        names += "|" + std::regex_replace(std::string(d.derive + 4), std::regex(R"(\.)"), R"(\.)");
+    return "(" + names + R"()((\.tmp-[A-Za-z0-9._-]+-\d+)|(\.tmp(\.png)?))?)";
+  }());
   return std::regex_match(name, known);
 }
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Files the program finds on its own (issue 53): every file a run writes is its own (--overwrite of
+# a plain, an evaluated and a distilled run, plots.log included); a checkpoint root is dit_mp's or
+# refused, and a step folder without COMPLETE is never replaced; the VAE's config found beside its
+# weights is an input; --resume auto starts fresh only in a missing or empty folder or a run's own;
+# FIFOs where dit_mp finds its files are refused, not read (under timeout: a hang fails); an
+# --overwrite through a bind mount keeps the --init-from checkpoint inside the run folder.
+source "$(dirname "$0")/common.sh"
+export OMPI_MCA_orte_execute_quiet=1
+prepare_fashion_test
+FM="$SCRATCH/fm_test.h5"
+R=(--data "$FM" "${TINY[@]}" --tp 1 --pp 1)
+refused() {  # refused REGEX CMD...: CMD fails (not by timeout) with one stderr line matching REGEX
+  local regex=$1
+  shift
+  local rc=0
+  timeout 120 "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
+  [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$SCRATCH/out.txt" "$SCRATCH/err.txt"; fail "expected a refusal (rc $rc): $*"; }
+  grep -Eq -- "$regex" "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "stderr lacks /$regex/: $*"; }
+  [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "not one line on stderr: $*"; }
+  echo "ok: refused /$regex/"
+}
+runs() {  # runs LOG CMD...: CMD succeeds within 300 s
+  local log=$1
+  shift
+  timeout 300 "$@" > "$SCRATCH/$log" 2>&1 || { cat "$SCRATCH/$log"; fail "failed: $*"; }
+}
+
+# 1. A run, then --overwrite of it, for a plain, an evaluated and a distilled run, with plots on.
+"$DIT_MP" evaluate --train-classifier --train-data "$FM" --reference "$FM" --classifier "$SCRATCH/c.h5" \
+  --classifier-epochs 1 > "$SCRATCH/c.txt" 2>&1 || { cat "$SCRATCH/c.txt"; fail "classifier training failed"; }
+EVAL=(--set train.eval_every=2 --set eval.per_class=2 --set eval.num_steps=2
+      --set eval.classifier=\""$SCRATCH/c.h5"\" --set eval.reference=\""$FM"\")
+KD=(--set distill.teacher=\""$SCRATCH/plain/ema.h5"\" --set distill.feature_decay=\"none\")
+for kind in plain evaluated distilled; do
+  extra=()
+  [[ $kind == evaluated ]] && extra=("${EVAL[@]}")
+  [[ $kind == distilled ]] && extra=("${KD[@]}")
+  for pass in first overwrite; do
+    flag=()
+    [[ $pass == overwrite ]] && flag=(--overwrite)
+    DIT_PLOTS=1 runs "$kind.$pass.txt" "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/$kind" "${extra[@]}" "${flag[@]}"
+  done
+  [[ -f "$SCRATCH/$kind/plots.log" ]] || fail "$kind: the run wrote no plots.log (the case is not tried)"
+  echo "ok: --overwrite of the $kind run"
+done
