@@ -461,6 +461,10 @@ std::string save_checkpoint(const std::string& root, const CheckpointMeta& meta,
       if (!lead) return;
       fs::create_directories(rootp);
       remove_stale(rootp);
+      // Only a complete step folder is a save's own to replace (a save renames it into place with its marker).
+      DIT_CHECK(!fs::exists(final_dir) || is_complete(final_dir), final_dir.string(), " exists without a COMPLETE "
+                "marker: dit_mp did not write it, and a save replaces only its own checkpoints; move it or choose "
+                "another run.checkpoint_dir");
       fs::create_directory(tmp);
     });
     agree(world, [&] {

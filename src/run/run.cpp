@@ -141,6 +141,10 @@ void Run::build_engine() {
 // holds no run's checkpoints.
 void Run::start() {
   const bool fresh = cfg_.run.resume.empty();
+  // A save replaces step folders and keep_checkpoints prunes them: the root holds only a run's own.
+  collective_check([&] {
+    if (world_rank() == 0) check_checkpoint_root(checkpoint_root());
+  });
   if (!fresh) {
     const std::string recorded = recorded_run_id(cfg_.run.dir);
     collective_check([&] {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/checkpoint_format.h"
 #include "io/command_files.h"
 
 namespace dit {
@@ -48,9 +49,25 @@ bool tensorboard_entry(const std::string& name) {
   return std::regex_match(name, known);
 }
 
-// Whether `name` inside the run's own subfolder `folder` (a checkpoint root or tb/) is the run's.
-bool own_entry(const std::string& folder, const std::string& name) {
-  return folder == kTensorBoardFolder ? tensorboard_entry(name) : checkpoint_root_entry(name);
+// An entry of a checkpoint root that save_checkpoint did not leave: a name it never gives, a step
+// name that is not a folder, or a step folder without its COMPLETE marker (a save renames its folder
+// into place only once the marker is in it). Empty when the entry is dit_mp's.
+std::string foreign_root_entry(const fs::directory_entry& e) {
+  const std::string name = e.path().filename().string();
+  std::error_code ec;
+  const bool folder = e.is_directory(ec) && !e.is_symlink(ec);
+  if (!checkpoint_root_entry(name)) return name + (folder ? "/" : "");
+  if (name.rfind("step_", 0) != 0) return "";
+  if (!folder) return name;
+  if (!fs::is_regular_file(e.path() / ckpt::kCompleteFile, ec)) return name + "/ (no COMPLETE marker: no finished save)";
+  return "";
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 5) s += " and " + std::to_string(names.size() - 5) + " more";
+  return s;
 }
 
 bool written_by_dit_mp(const fs::path& config) {
@@ -91,14 +108,39 @@ std::vector<std::string> foreign_entries(const std::string& dir) {
         out.push_back(name + "/");
         continue;
       }
-      for (const auto& c : fs::directory_iterator(e.path()))
-        if (!own_entry(name, c.path().filename().string()))
-          out.push_back(name + "/" + c.path().filename().string() + (c.is_directory() ? "/" : ""));
+      if (name == kTensorBoardFolder) {
+        for (const auto& c : fs::directory_iterator(e.path()))
+          if (!tensorboard_entry(c.path().filename().string()))
+            out.push_back(name + "/" + c.path().filename().string() + (c.is_directory() ? "/" : ""));
+        continue;
+      }
+      for (const std::string& f : foreign_checkpoint_entries(e.path().string())) out.push_back(name + "/" + f);
     } else if (!e.is_regular_file() || e.is_symlink() || !run_file(name)) {
       out.push_back(name);
     }
   }
   return out;
+}
+
+std::vector<std::string> foreign_checkpoint_entries(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string f = foreign_root_entry(e);
+    if (!f.empty()) out.push_back(std::move(f));
+  }
+  return out;
+}
+
+void check_checkpoint_root(const std::string& root) {
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return;
+  DIT_CHECK(fs::is_directory(root, ec), "run.checkpoint_dir ", root, " is a file, not a folder: choose another "
+            "run.checkpoint_dir");
+  const std::vector<std::string> foreign = foreign_checkpoint_entries(root);
+  DIT_CHECK(foreign.empty(), "run.checkpoint_dir ", root, " holds ", listed(foreign), ", which dit_mp did not "
+            "write: a checkpoint folder holds only a run's step folders and latest, and a save would replace or "
+            "prune what is there; move them or choose another run.checkpoint_dir");
 }
 
 void check_overwritable(const RunConfig& cfg) {
@@ -113,10 +155,7 @@ void check_overwritable(const RunConfig& cfg) {
             "folder dit_mp wrote; choose another run.dir");
   const std::vector<std::string> foreign = foreign_entries(dir.string());
   if (foreign.empty()) return;
-  std::string names;
-  for (std::size_t i = 0; i < foreign.size() && i < 5; ++i) names += (i ? ", " : "") + foreign[i];
-  if (foreign.size() > 5) names += " and " + std::to_string(foreign.size() - 5) + " more";
-  DIT_FAIL("run.dir ", dir.string(), " holds ", names, ", which dit_mp did not write: --overwrite replaces only "
+  DIT_FAIL("run.dir ", dir.string(), " holds ", listed(foreign), ", which dit_mp did not write: --overwrite replaces only "
            "a run's own files; move them or choose another run.dir");
 }
 
@@ -128,7 +167,8 @@ void clear_run_folder(const std::string& dir) {
     const std::string name = e.path().filename().string();
     if (std::find(roots.begin(), roots.end(), name) != roots.end() && e.is_directory() && !e.is_symlink()) {
       for (const auto& c : fs::directory_iterator(e.path()))
-        if (own_entry(name, c.path().filename().string())) fs::remove_all(c.path());
+        if (name == kTensorBoardFolder ? tensorboard_entry(c.path().filename().string()) : foreign_root_entry(c).empty())
+          fs::remove_all(c.path());
       std::error_code ec;
       fs::remove(e.path(), ec);  // only when empty
     } else if (e.is_regular_file() && !e.is_symlink() && run_file(name)) {

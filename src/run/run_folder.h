@@ -19,6 +19,14 @@ std::vector<std::string> checkpoint_folders(const std::string& dir);
 // everything in it is a run's output.
 std::vector<std::string> foreign_entries(const std::string& dir);
 
+// The entries of the checkpoint root `root` that dit_mp did not write: names a save never gives,
+// and step folders without a COMPLETE marker ("step_00000001/ (no COMPLETE marker)").
+std::vector<std::string> foreign_checkpoint_entries(const std::string& root);
+
+// Throws one line naming the entries of the checkpoint root `root` that dit_mp did not write (a
+// save would replace a step folder, keep_checkpoints prune it); a missing root passes.
+void check_checkpoint_root(const std::string& root);
+
 // Throws one line naming what --overwrite would not delete: entries dit_mp did not write, or a folder
 // that is not a run folder. Call before anything is removed (after check_train_files).
 void check_overwritable(const RunConfig& cfg);

@@ -26,9 +26,10 @@ runs() {  # runs LOG CMD...: CMD succeeds within 300 s
   timeout 300 "$@" > "$SCRATCH/$log" 2>&1 || { cat "$SCRATCH/$log"; fail "failed: $*"; }
 }
 
-# 1. A run, then --overwrite of it, for a plain, an evaluated and a distilled run, with plots on.
 "$DIT_MP" evaluate --train-classifier --train-data "$FM" --reference "$FM" --classifier "$SCRATCH/c.h5" \
   --classifier-epochs 1 > "$SCRATCH/c.txt" 2>&1 || { cat "$SCRATCH/c.txt"; fail "classifier training failed"; }
+
+# 1. A run, then --overwrite of it, for a plain, an evaluated and a distilled run, with plots on.
 EVAL=(--set train.eval_every=2 --set eval.per_class=2 --set eval.num_steps=2
       --set eval.classifier=\""$SCRATCH/c.h5"\" --set eval.reference=\""$FM"\")
 KD=(--set distill.teacher=\""$SCRATCH/plain/ema.h5"\" --set distill.feature_decay=\"none\")
@@ -44,3 +45,20 @@ for kind in plain evaluated distilled; do
   [[ -f "$SCRATCH/$kind/plots.log" ]] || fail "$kind: the run wrote no plots.log (the case is not tried)"
   echo "ok: --overwrite of the $kind run"
 done
+
+# 2. A checkpoint root holds only a run's step folders: a user's files there, or a step folder
+# without COMPLETE (which a save would replace and keep_checkpoints prune), refuse the run.
+U="$SCRATCH/user_ckpt"
+mkdir -p "$U" && echo x > "$U/notes.txt"
+refused "run.checkpoint_dir $U holds notes.txt, which dit_mp did not write" \
+  "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/ck1" --checkpoint-dir "$U"
+rm "$U/notes.txt" && mkdir "$U/step_00000001" && echo y > "$U/step_00000001/mine.txt"
+refused "run.checkpoint_dir $U holds step_00000001/ \(no COMPLETE marker" \
+  "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 1 --set train.keep_checkpoints=1 --run-dir "$SCRATCH/ck2" --checkpoint-dir "$U"
+[[ -f "$U/step_00000001/mine.txt" ]] || fail "a user's step_00000001/ was replaced"
+mkdir -p "$SCRATCH/ck3/ckpt/step_00000001" && echo y > "$SCRATCH/ck3/ckpt/step_00000001/mine.txt"
+refused "run.checkpoint_dir .*ck3/ckpt holds step_00000001/" \
+  "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 1 --run-dir "$SCRATCH/ck3" --resume auto
+[[ -f "$SCRATCH/ck3/ckpt/step_00000001/mine.txt" ]] || fail "a user's ckpt/step_00000001/ was replaced"
+echo "ok: a checkpoint root holds only a run's own"
+
