@@ -44,7 +44,7 @@ void check_prepare_files(const PrepareFlags& f) {
            : o == "--features" ? f.features
            : o == "--labels"   ? f.labels
            : o == "--vae"      ? f.vae
-           : o == "--vae-config" ? f.vae_config
+           : o == "--vae-config" ? vae_config_path(f.vae, f.vae_config)
                                  : f.out;
   });
 }

@@ -16,6 +16,7 @@
 #include "parallel/world.h"
 #include "run/vae_decode.h"
 #include "io/atomic_file.h"
+#include "io/vae_weights.h"
 
 namespace dit {
 
@@ -38,7 +39,7 @@ void check_evaluate_files(const EvaluateOptions& opt, const EvalPaths& defaults)
     if (o == "--json") return opt.json;
     if (o == "--samples-out") return opt.samples_out;
     if (o == "--vae") return opt.sample.vae;
-    if (o == "--vae-config") return opt.sample.vae_config;
+    if (o == "--vae-config") return vae_config_path(opt.sample.vae, opt.sample.vae_config);
     if (inception || (!judged && !opt.train_classifier)) return "";
     if (o == "--reference") return opt.reference.empty() ? defaults.reference : opt.reference;
     if (o == "--classifier") return opt.classifier.empty() ? defaults.classifier : opt.classifier;

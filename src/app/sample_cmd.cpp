@@ -20,6 +20,7 @@
 #include "run/sample_output.h"
 #include "run/vae_decode.h"
 #include "io/atomic_file.h"
+#include "io/vae_weights.h"
 
 namespace dit {
 
@@ -34,7 +35,7 @@ void check_sample_files(const SampleOptions& opt) {
   check_command_files("sample", [&](const FileDecl& d) -> std::string {
     if (declares(d, "--weights")) return opt.weights;
     if (declares(d, "--vae")) return opt.vae;
-    if (declares(d, "--vae-config")) return opt.vae_config;
+    if (declares(d, "--vae-config")) return vae_config_path(opt.vae, opt.vae_config);
     if (std::string(d.option) == "--run") return opt.run_dir;
     if (declares(d, "--out")) return grid ? opt.out : "";
     return opt.out;  // its raw samples

@@ -12,6 +12,7 @@
 #include "eval/quality.h"
 #include "io/prepare.h"
 #include "io/sealed_h5.h"
+#include "io/vae_weights.h"
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
 #include "plan/layout_choice.h"
@@ -37,7 +38,7 @@ void check_train_files(const RunConfig& cfg, const std::string& config) {
         const std::string key = d.key;
         if (key == "data.path") return cfg.data.path;
         if (key == "data.vae") return cfg.data.vae;
-        if (key == "data.vae_config") return cfg.data.vae_config;
+        if (key == "data.vae_config") return vae_config_path(cfg.data.vae, cfg.data.vae_config);
         if (key == "run.init_from") return cfg.run.init_from;
         if (key == "run.resume") return cfg.run.resume == "auto" ? "" : cfg.run.resume;
         if (key == "distill.teacher") return cfg.distill.teacher;

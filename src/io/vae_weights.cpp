@@ -290,10 +290,7 @@ VaeFile open_vae(const std::string& path, const std::string& config) {
                    ? VaeNaming::DiffusersLegacyAttention
                    : VaeNaming::Diffusers;
   }
-  const fs::path p(path);
-  f.config_path = config;
-  for (const fs::path& c : {p.parent_path() / (p.stem().string() + "_config.json"), p.parent_path() / "config.json"})
-    if (f.config_path.empty() && fs::is_regular_file(c)) f.config_path = c.string();
+  f.config_path = vae_config_path(path, config);
   if (f.config_path.empty()) infer_config(f);
   else read_config(f);
   // Every parameter is there with its shape (values are read when a Vae is built).
@@ -305,6 +302,15 @@ VaeFile open_vae(const std::string& path, const std::string& config) {
               "architecture (", f.config.describe(), ") needs ", prm.numel(), " values");
   }
   return f;
+}
+
+std::string vae_config_path(const std::string& path, const std::string& given) {
+  if (!given.empty() || path.empty()) return given;
+  const fs::path p(path);
+  std::error_code ec;
+  for (const fs::path& c : {p.parent_path() / (p.stem().string() + "_config.json"), p.parent_path() / "config.json"})
+    if (fs::exists(c, ec) && !fs::is_directory(c, ec)) return c.string();  // a FIFO too: the files' check refuses it
+  return "";
 }
 
 }  // namespace dit

@@ -49,5 +49,9 @@ struct VaeFile {
 // `config`, when not empty, is the architecture's config.json, read instead of looking beside the
 // weights (a latent-diffusion checkpoint comes without one).
 VaeFile open_vae(const std::string& path, const std::string& config = "");
+// The config.json a VAE at `path` is read with: `given`, else the one found beside the weights
+// (<stem>_config.json, then config.json), else "" (the architecture from the shapes). A found one is
+// an input like a given one: every command declares it by this path (io/command_files.h).
+std::string vae_config_path(const std::string& path, const std::string& given = "");
 
 }  // namespace dit

@@ -62,3 +62,23 @@ refused "run.checkpoint_dir .*ck3/ckpt holds step_00000001/" \
 [[ -f "$SCRATCH/ck3/ckpt/step_00000001/mine.txt" ]] || fail "a user's ckpt/step_00000001/ was replaced"
 echo "ok: a checkpoint root holds only a run's own"
 
+# 3. The VAE's config.json found beside its weights is an input: no output replaces it (evaluate
+# --json), whether the VAE is given (--vae) or the run names it (data.vae of --run).
+V="$SCRATCH/vae"
+mkdir -p "$V" && cp "$DIT_DATA/vae_tiny.safetensors" "$V/diffusion_pytorch_model.safetensors"
+cp "$DIT_DATA/vae_tiny_config.json" "$V/config.json" && cp "$DIT_DATA/vae_tiny.safetensors" "$V/w.safetensors"
+cp "$DIT_DATA/vae_tiny_config.json" "$V/w_config.json"
+prepare_latents "$SCRATCH/lat.h5"
+runs lat.txt "$DIT_MP" --data "$SCRATCH/lat.h5" "${TINY[@]}" --tp 1 --pp 1 --steps 2 --run-dir "$SCRATCH/lat" \
+  --set model.in_channels=4 --set model.input_size=8 --set model.patch_size=2 --set data.vae=\""$V/diffusion_pytorch_model.safetensors"\"
+sums=$(md5sum "$V"/*.json)
+JUDGE=(--reference "$FM" --classifier "$SCRATCH/c.h5" --train-data "$FM")
+refused "output --json $V/config.json \(the result\) is input --vae-config $V/config.json" \
+  "$DIT_MP" evaluate --samples "$SCRATCH/lat/samples.h5" --vae "$V/diffusion_pytorch_model.safetensors" --json "$V/config.json" "${JUDGE[@]}"
+refused "output --json $V/w_config.json \(the result\) is input --vae-config $V/w_config.json" \
+  "$DIT_MP" evaluate --samples "$SCRATCH/lat/samples.h5" --vae "$V/w.safetensors" --json "$V/w_config.json" "${JUDGE[@]}"
+refused "output --json $V/config.json \(the result\) is input --vae-config $V/config.json" \
+  "$DIT_MP" evaluate --run "$SCRATCH/lat" --json "$V/config.json" "${JUDGE[@]}"
+[[ $(md5sum "$V"/*.json) == "$sums" ]] || fail "a VAE's config.json was changed"
+echo "ok: the VAE's config.json found beside it is an input"
+
