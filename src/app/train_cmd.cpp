@@ -188,6 +188,7 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
       DIT_FAIL("run folder ", dir.string(),
                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
     if (cfg.run.overwrite) check_overwritable(cfg);
+    if (!cfg.run.resume.empty()) check_resumable(cfg);
     // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
     // refused now.
     if (cfg.train.eval_every > 0) check_evaluation_inputs(eval, cfg.data.prepare);

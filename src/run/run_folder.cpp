@@ -159,6 +159,21 @@ void check_overwritable(const RunConfig& cfg) {
            "a run's own files; move them or choose another run.dir");
 }
 
+void check_resumable(const RunConfig& cfg) {
+  const fs::path dir(cfg.run.dir);
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  DIT_CHECK(fs::is_directory(dir, ec), "run.dir ", dir.string(), " is a file, not a run folder: --resume continues "
+            "a run folder dit_mp wrote; choose another run.dir");
+  if (fs::is_empty(dir, ec) || written_by_dit_mp(dir / "config.toml")) return;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  DIT_FAIL("run.dir ", dir.string(), " is not a run folder (no config.toml written by dit_mp in it) and holds ",
+           listed(names), ": --resume continues only a run's folder (a run would write over the files there); "
+           "move them or choose another run.dir");
+}
+
 void clear_run_folder(const std::string& dir) {
   if (!fs::exists(dir)) return;
   std::vector<std::string> roots = checkpoint_folders(dir);

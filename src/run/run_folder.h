@@ -31,6 +31,11 @@ void check_checkpoint_root(const std::string& root);
 // that is not a run folder. Call before anything is removed (after check_train_files).
 void check_overwritable(const RunConfig& cfg);
 
+// --resume (auto or a checkpoint): run.dir is missing, empty, or a run folder dit_mp wrote (its
+// config.toml); a folder of a user's files is refused, as it is without --resume, before a run
+// starts there and writes over them.
+void check_resumable(const RunConfig& cfg);
+
 // Removes the run's outputs from `dir` (after check_overwritable), leaving the folder in place.
 void clear_run_folder(const std::string& dir);
 

@@ -82,3 +82,16 @@ refused "output --json $V/config.json \(the result\) is input --vae-config $V/co
 [[ $(md5sum "$V"/*.json) == "$sums" ]] || fail "a VAE's config.json was changed"
 echo "ok: the VAE's config.json found beside it is an input"
 
+# 4. --resume auto starts fresh only in a missing or empty folder or a run's own: a user's folder
+# (a metrics.jsonl, an accounting.json, notes) is refused as it is without --resume.
+H="$SCRATCH/mine"
+mkdir -p "$H" && echo '{"step": 1, "mine": true}' > "$H/metrics.jsonl"
+echo '{"mine": true}' > "$H/accounting.json" && echo "my notes" > "$H/notes.txt"
+sums=$(md5sum "$H"/*)
+refused "run.dir $H is not a run folder .*holds accounting.json, metrics.jsonl, notes.txt: --resume continues only a run's folder" \
+  "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$H" --resume auto
+[[ $(md5sum "$H"/*) == "$sums" ]] || fail "--resume auto changed a user's files"
+runs empty.txt "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/empty_dir" --resume auto
+mkdir "$SCRATCH/empty2" && runs empty2.txt "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/empty2" --resume auto
+[[ -f "$SCRATCH/empty2/ema.h5" ]] || fail "--resume auto in an empty folder trained nothing"
+echo "ok: --resume auto starts fresh only in a missing or empty folder"
