@@ -23,6 +23,7 @@
 #include "io/model_config_h5.h"
 #include "io/checkpoint_manifest.h"
 #include "layers/dit_stage.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -536,10 +537,7 @@ std::string latest_checkpoint(const std::string& root) {
   const fs::path r(root);
   if (!fs::is_directory(r, ec)) return "";
   {
-    std::ifstream in(r / kLatestFile);
-    char buf[64] = {0};
-    in.read(buf, sizeof buf - 1);
-    std::string name(buf);
+    std::string name = read_regular((r / kLatestFile).string(), "the checkpoint pointer").substr(0, 63);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     if (parse_step(name) >= 0 && is_complete(r / name)) return (r / name).string();
   }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "io/golden.h"
+#include "io/file_safety.h"
 
 namespace dit::ckpt {
 
@@ -215,6 +216,7 @@ hid_t ShardReader::file(const std::string& name, const std::string& tensor) {
   const std::string path = path_of(name);
   DIT_CHECK(access(path.c_str(), F_OK) == 0, path, ": missing shard file (holds tensor '", tensor,
             "')");
+  require_regular(path, "the checkpoint's shard");
   DIT_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file (shard holding tensor '",
             tensor, "'): corrupt or truncated");
   h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);

@@ -11,10 +11,12 @@
 
 #include "core/error.h"
 #include "io/checkpoint_format.h"
+#include "io/file_safety.h"
 
 namespace dit::ckpt {
 
 FileSum file_sum(const std::string& path) {
+  require_regular(path, "the checkpoint's index");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in, path, ": cannot open to checksum it");
   FileSum s;
@@ -41,9 +43,8 @@ std::string complete_text(std::int64_t step, const FileSum& index) {
 
 void verify_index_sum(const std::string& dir) {
   const std::string complete = dir + "/" + kCompleteFile, index = dir + "/" + kIndexFile;
-  std::ifstream in(complete);
-  std::string text;
-  std::getline(in, text, '\0');
+  std::string text = read_regular(complete, "the checkpoint's COMPLETE marker");
+  text = text.substr(0, text.find('\0'));
   DIT_CHECK(text.size() < 4096, complete, ": ", text.size(), " bytes, expected a few lines (damaged?)");
   const std::string key = std::string(kIndexFile) + " ";
   const auto at = text.find(key);

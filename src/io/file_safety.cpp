@@ -2,6 +2,7 @@
 #include "io/file_safety.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -22,6 +23,58 @@ std::string describe_errno(int err) {
   if (err == EROFS) s += " (the file system is mounted read-only)";
   if (err == EACCES || err == EPERM) s += " (no write permission)";
   return s;
+}
+
+namespace {
+
+// What a file that is not regular is, for messages ("" for a regular file).
+const char* not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a device";
+}
+
+[[noreturn]] void refuse(const std::string& path, const std::string& what, const char* is) {
+  DIT_FAIL(what, " ", path, " is ", is, ", expected a regular file: dit_mp reads only regular files (a FIFO or "
+           "device would block it); move it away");
+}
+
+}  // namespace
+
+int open_regular(const std::string& path, const std::string& what, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    refuse(path, what, not_regular(st.st_mode));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+void require_regular(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // missing: the reader says so
+  if (*not_regular(st.st_mode)) refuse(path, what, not_regular(st.st_mode));
+}
+
+std::string read_regular(const std::string& path, const std::string& what) {
+  const int fd = open_regular(path, what);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, std::size_t(n));
+  ::close(fd);
+  return out;
 }
 
 void probe_writable(const std::string& dir, const std::string& what, const std::string& probe_name) {

@@ -1,5 +1,6 @@
 // HDF5 reading helpers (see h5.h).
 #include "io/h5.h"
+#include "io/file_safety.h"
 
 #include <algorithm>
 
@@ -31,6 +32,7 @@ File File::open_read(const std::string& path) {
   silence_errors();
   File f;
   f.path_ = path;
+  require_regular(path, "the HDF5 file");  // H5Fis_hdf5 would block on a FIFO
   htri_t is = H5Fis_hdf5(path.c_str());
   DIT_CHECK(is > 0, path, ": ", is == 0 ? "not an HDF5 file" : "cannot open (missing or unreadable)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -243,6 +244,7 @@ DecodedImage decode_image(const std::string& bytes) {
 }
 
 DecodedImage decode_image_file(const std::string& path) {
+  require_regular(path, "the image");
   std::ifstream in(path, std::ios::binary);
   std::ostringstream bytes;
   if (in) bytes << in.rdbuf();

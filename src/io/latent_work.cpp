@@ -64,12 +64,7 @@ T get(const char* p) {
   return v;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_text(const std::string& path) { return read_regular(path, "the work folder's file"); }
 
 // The header of the record at `offset` of the part `fd` (of `size` bytes), or false when there is
 // no whole, plausible header there.
@@ -138,6 +133,7 @@ std::uint64_t fnv1a64(const std::string& bytes, std::uint64_t h) {
 }
 
 std::uint32_t file_crc32(const std::string& path) {
+  require_regular(path, "the file");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in.good(), path, ": cannot read (", describe_errno(errno), ")");
   std::vector<char> buf(std::size_t(4) << 20);
@@ -199,7 +195,7 @@ std::vector<LatentRecord> LatentWork::scan(TornTail torn) const {
   std::sort(parts.begin(), parts.end());
   std::vector<LatentRecord> out;
   for (const std::string& part : parts) {
-    const int fd = ::open(part.c_str(), torn == TornTail::Cut ? O_RDWR : O_RDONLY);
+    const int fd = open_regular(part, "the work folder's part", torn == TornTail::Cut ? O_RDWR : O_RDONLY);
     DIT_CHECK(fd >= 0, part, ": cannot open (", describe_errno(errno), ")");
     struct stat st{};
     ::fstat(fd, &st);
@@ -273,7 +269,7 @@ void LatentWork::append(int rank, const LatentRecord& r, const float* values) {
 }
 
 std::vector<float> LatentWork::read_values(const LatentRecord& r) const {
-  const int fd = ::open(r.part.c_str(), O_RDONLY);
+  const int fd = open_regular(r.part, "the work folder's part");
   DIT_CHECK(fd >= 0, r.part, ": cannot open (", describe_errno(errno), ")");
   const std::string all = read_at(fd, r.offset, r.bytes);
   ::close(fd);

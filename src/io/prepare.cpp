@@ -26,6 +26,7 @@
 #include "io/h5.h"
 #include "io/h5_dataset.h"
 #include "io/image_prep.h"
+#include "io/file_safety.h"
 
 namespace dit {
 namespace {
@@ -174,6 +175,7 @@ std::vector<std::vector<Tap>> area_weights(int src, int dst) {
 
 // Decodes one image to RGB, centre-crops a square and resizes it to (3, size, size) uint8.
 void load_square(const std::string& path, int size, std::uint8_t* out) {
+  require_regular(path, "the image");
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -318,6 +320,7 @@ std::string npy_field(const std::string& header, const std::string& key, const s
 }
 
 Npy read_npy(const std::string& path) {
+  require_regular(path, "the .npy file");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in.good(), path, ": cannot open");
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/quote.h"
 #include "io/json.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -116,6 +117,7 @@ std::string StTensor::shape_text() const {
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const std::uint64_t size = file_size(path);
   DIT_CHECK(size >= 8, path, ": ", size, " bytes, shorter than a safetensors file's 8-byte header length");
+  require_regular(path, "the safetensors file");
   std::ifstream in(path, std::ios::binary);
   DIT_CHECK(in.good(), path, ": cannot be opened for reading");
   unsigned char len[8];

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/file_safety.h"
 
 namespace dit::h5 {
 
@@ -88,7 +89,7 @@ void seal_image(std::string& bytes, const std::string& where) {
 void verify_seal(const std::string& path, const std::string& remedy) { static_cast<void>(verified_crc32(path, remedy)); }
 
 std::uint32_t verified_crc32(const std::string& path, const std::string& remedy) {
-  Fd f{::open(path.c_str(), O_RDONLY)};
+  Fd f{open_regular(path, "the sealed file")};
   DIT_CHECK(f.fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   char header[kSealBytes + 1] = {0};
   const ssize_t n = ::pread(f.fd, header, kSealBytes, 0);

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -123,6 +124,7 @@ bool json_bool(const Json& v, const std::string& where, const std::string& key) 
 
 // diffusers' config.json of an AutoencoderKL into `f`.
 void read_config(VaeFile& f) {
+  require_regular(f.config_path, "the VAE's config.json");
   std::ifstream in(f.config_path, std::ios::binary);
   DIT_CHECK(in, f.config_path, ": cannot read the VAE's config.json");
   std::ostringstream text;

@@ -16,6 +16,7 @@
 #include "io/weights.h"
 #include "parallel/world.h"
 #include "run/run_identity.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -25,6 +26,7 @@ namespace {
 
 // A resumed run rewrites the steps after its checkpoint: their old metrics rows go.
 void drop_metrics_after(const fs::path& path, std::int64_t step) {
+  require_regular(path.string(), "the run's metrics");
   std::ifstream in(path);
   if (!in) return;
   std::vector<std::string> keep;

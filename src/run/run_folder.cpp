@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "io/command_files.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -71,19 +72,14 @@ std::string listed(const std::vector<std::string>& names) {
 }
 
 bool written_by_dit_mp(const fs::path& config) {
-  std::ifstream in(config);
-  std::string first;
-  std::getline(in, first);
-  return first.rfind(kConfigHeader, 0) == 0;
+  return read_regular(config.string(), "the run's config.toml").rfind(kConfigHeader, 0) == 0;
 }
 
 }  // namespace
 
 std::vector<std::string> checkpoint_folders(const std::string& dir) {
   std::vector<std::string> out = {"ckpt"};
-  std::ifstream in(fs::path(dir) / "config.toml", std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::istringstream text(read_regular((fs::path(dir) / "config.toml").string(), "the run's config.toml"));
   std::string recorded;
   try {
     recorded = RunConfig::from_toml(text.str(), dir + "/config.toml").run.checkpoint_dir;

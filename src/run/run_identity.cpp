@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "run/run_folder.h"
+#include "io/file_safety.h"
 
 namespace dit {
 
@@ -41,10 +42,7 @@ std::string agreed_new_run_id(Comm& world) {
 }
 
 std::string recorded_run_id(const std::string& run_dir) {
-  std::ifstream in(fs::path(run_dir) / "config.toml", std::ios::binary);
-  if (!in) return "";
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::istringstream text(read_regular((fs::path(run_dir) / "config.toml").string(), "the run's config.toml"));
   try {
     return RunConfig::from_toml(text.str(), run_dir + "/config.toml").run.id;
   } catch (const Error&) {

@@ -72,12 +72,7 @@ Fields parse(const std::string& text) {
   return f;
 }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+std::string read_all(const fs::path& p) { return read_regular(p.string(), "the lock file"); }
 
 std::string holder(const Fields& f) {
   std::string s = "host " + f.at("host") + ", pid " + f.at("pid");

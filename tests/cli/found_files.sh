@@ -14,7 +14,7 @@ refused() {  # refused REGEX CMD...: CMD fails (not by timeout) with one stderr 
   local regex=$1
   shift
   local rc=0
-  timeout 120 "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
+  timeout -k 10 120 "$@" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
   [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$SCRATCH/out.txt" "$SCRATCH/err.txt"; fail "expected a refusal (rc $rc): $*"; }
   grep -Eq -- "$regex" "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "stderr lacks /$regex/: $*"; }
   [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "not one line on stderr: $*"; }
@@ -95,3 +95,53 @@ runs empty.txt "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/empty_dir" --re
 mkdir "$SCRATCH/empty2" && runs empty2.txt "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/empty2" --resume auto
 [[ -f "$SCRATCH/empty2/ema.h5" ]] || fail "--resume auto in an empty folder trained nothing"
 echo "ok: --resume auto starts fresh only in a missing or empty folder"
+
+# 5. A FIFO where dit_mp finds one of its files is refused, naming it, not read (a read would block
+# for ever): a checkpoint's latest, index.h5 and shard (--resume, --init-from, inspect), a run
+# folder's lock, a preparation's lock and its work folder's part. `timeout`: a hang fails.
+runs ck.txt "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 1 --run-dir "$SCRATCH/ckr"
+fifo_case() {  # fifo_case NAME PATH_TO_REPLACE CMD...: refused naming PATH as a FIFO
+  local name=$1 path=$2
+  shift 2
+  rm -rf "$SCRATCH/fifo_$name" && cp -r "$SCRATCH/ckr" "$SCRATCH/fifo_$name"
+  local p="$SCRATCH/fifo_$name/$path"
+  rm -f "$p" && mkfifo "$p"
+  refused "$p is a FIFO, expected a regular file" "$@"
+}
+STEP=ckpt/step_00000002
+SHARD=$(cd "$SCRATCH/ckr/$STEP" && ls shard_*.h5 | head -1)
+fifo_case latest ckpt/latest "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/fifo_latest" --resume auto
+fifo_case index "$STEP/index.h5" "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/fifo_index" \
+  --resume "$SCRATCH/fifo_index/$STEP"
+fifo_case index2 "$STEP/index.h5" "$DIT_MP" inspect "$SCRATCH/fifo_index2/$STEP"
+fifo_case shard "$STEP/$SHARD" "$DIT_MP" "${R[@]}" --steps 1 --run-dir "$SCRATCH/from_shard" \
+  --init-from "$SCRATCH/fifo_shard/$STEP"
+fifo_case shard2 "$STEP/$SHARD" "$DIT_MP" inspect "$SCRATCH/fifo_shard2/$STEP"
+mkfifo "$SCRATCH/locked.lock"
+refused "$SCRATCH/locked.lock is a FIFO, expected a regular file" "$DIT_MP" "${R[@]}" --steps 1 --run-dir "$SCRATCH/locked"
+# A preparation's lock and its work folder's part (the work of a preparation killed after 2 images).
+IM="$SCRATCH/imgs"
+python3 - "$IM" <<'PY'
+import os, struct, sys, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+for c in range(2):
+    os.makedirs(f"{sys.argv[1]}/{c}", exist_ok=True)
+    for i in range(3):
+        raw = b"".join(b"\0" + bytes([(x * 16 + y * 3 + c * 50 + i) % 256 for x in range(16)] * 3) for y in range(16))
+        open(f"{sys.argv[1]}/{c}/{i}.png", "wb").write(
+            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY
+PREP=(prepare-data images "$IM" --vae "$DIT_DATA/vae_tiny.safetensors" --size 16)
+mkfifo "$SCRATCH/pl.h5.lock"
+refused "$SCRATCH/pl.h5.lock is a FIFO, expected a regular file" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pl.h5"
+rc=0
+DIT_PREPARE_KILL_AFTER=2 timeout 120 "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h5" > "$SCRATCH/pk.txt" 2>&1 || rc=$?
+[[ $rc -ne 0 && $rc -ne 124 ]] && ls "$SCRATCH"/pk.h5.parts/part-*.bin > /dev/null ||
+  { cat "$SCRATCH/pk.txt"; fail "the killed preparation left no part (rc $rc)"; }
+rm -f "$SCRATCH/pk.h5.lock"
+part=$(ls "$SCRATCH"/pk.h5.parts/part-*.bin | head -1)
+rm "$part" && mkfifo "$part"
+refused "$part is a FIFO, expected a regular file" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h5"
+echo "ok: FIFOs where dit_mp finds its files are refused"
