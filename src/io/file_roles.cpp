@@ -242,9 +242,19 @@ Identity identity_of(const std::string& path) {
   return id;
 }
 
-bool inside(const std::string& canonical, const std::string& folder) {
-  return canonical.size() > folder.size() && canonical.compare(0, folder.size(), folder) == 0 &&
-         canonical[folder.size()] == '/';
+// Whether `file` lies inside `folder`: one of its ancestors is the folder by device and inode (also
+// when a bind mount or another name reaches it), or, for a folder not yet there, by path.
+bool inside(const Identity& file, const Identity& folder) {
+  const std::string& c = file.canonical;
+  const std::string& f = folder.canonical;
+  if (c.size() > f.size() && c.compare(0, f.size(), f) == 0 && c[f.size()] == '/') return true;
+  if (!folder.exists) return false;
+  for (fs::path p = fs::path(c).parent_path(); !p.empty(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && st.st_dev == folder.dev && st.st_ino == folder.ino) return true;
+    if (p == p.root_path()) break;
+  }
+  return false;
 }
 
 // "input --weights W.h5 (the weights being sampled)"
@@ -337,7 +347,7 @@ void FilePlan::check() const {
       const FileUse& other = uses_[i];
       if (i == o) continue;
       const bool same = ids[i] == ids[o];
-      if (other.role == FileRole::Input && (same || (out.replaced_whole && inside(ids[i].canonical, ids[o].canonical))))
+      if (other.role == FileRole::Input && (same || (out.replaced_whole && inside(ids[i], ids[o]))))
         DIT_FAIL(command_, ": ", role_text(out), same ? " is " : " would replace ", role_text(other),
                  same ? "" : " inside it", ": no output may overwrite an input; choose another ", out.option);
       if (other.role == FileRole::Output && same && i > o)

@@ -145,3 +145,19 @@ part=$(ls "$SCRATCH"/pk.h5.parts/part-*.bin | head -1)
 rm "$part" && mkfifo "$part"
 refused "$part is a FIFO, expected a regular file" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h5"
 echo "ok: FIFOs where dit_mp finds its files are refused"
+
+# 7. "Inside a folder being replaced" goes by device and inode: through a bind mount of the run
+# folder, --overwrite refuses to delete the --init-from checkpoint inside it (skipped where this
+# machine allows no mount namespace).
+if unshare -m true 2>/dev/null; then
+  runs bm.txt "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 2 --run-dir "$SCRATCH/bm_run"
+  mkdir "$SCRATCH/bm_view"
+  BOUND=(unshare -m bash -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' _ "$SCRATCH/bm_run" "$SCRATCH/bm_view")
+  refused "output run.dir $SCRATCH/bm_run .the run folder. would replace input run.init_from $SCRATCH/bm_view/ckpt/step_00000002 .* inside it" \
+    "${BOUND[@]}" "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/bm_run" --overwrite --init-from "$SCRATCH/bm_view/ckpt/step_00000002"
+  [[ -f "$SCRATCH/bm_run/ckpt/step_00000002/COMPLETE" ]] || fail "--overwrite deleted the --init-from checkpoint"
+  echo "ok: an input reached through a bind mount of the run folder is inside it"
+else
+  echo "note: no mount namespace here (unshare -m): the bind-mount case is not tried"
+fi
+
