@@ -161,3 +161,12 @@ else
   echo "note: no mount namespace here (unshare -m): the bind-mount case is not tried"
 fi
 
+# 13. The only checkpoint lacks COMPLETE: --resume auto names it and refuses, rather than start
+# again from step 0 over it.
+runs inc.txt "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 2 --run-dir "$SCRATCH/inc"
+rm "$SCRATCH/inc/ckpt/step_00000002/COMPLETE"
+refused "run.checkpoint_dir $SCRATCH/inc/ckpt holds step_00000002/ \(no COMPLETE marker: no finished save\)" \
+  "$DIT_MP" "${R[@]}" --steps 4 --run-dir "$SCRATCH/inc" --resume auto
+[[ -f "$SCRATCH/inc/ckpt/step_00000002/index.h5" ]] || fail "the incomplete checkpoint was removed"
+echo "ok: an incomplete only checkpoint is named and refused"
+
