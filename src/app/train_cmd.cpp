@@ -142,7 +142,17 @@ void add_key_flag(CLI::App* cmd, TrainFlags& f, const KeyFlag& fl) {
 struct CheckedRun {
   TrainSetup setup;
   std::vector<MemoryAccount> planned;
+  RunLock checkpoints;  // rank 0's lock on a run.checkpoint_dir outside the run folder
 };
+
+// Whether run.checkpoint_dir lies outside the run folder (whose lock covers what is inside it).
+bool checkpoints_apart(const RunConfig& cfg) {
+  if (cfg.run.checkpoint_dir.empty()) return false;
+  std::error_code ec;
+  const std::string root = fs::weakly_canonical(fs::absolute(cfg.run.checkpoint_dir, ec), ec).string();
+  const std::string dir = fs::weakly_canonical(fs::absolute(cfg.run.dir, ec), ec).string();
+  return root.rfind(dir + "/", 0) != 0;
+}
 
 // A distilled run records its teacher's checksum (the file's seal) in its config; a given one must match.
 void record_teacher_checksum(RunConfig& cfg) {
@@ -184,6 +194,12 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
     std::string note;  // the lock is taken before the folder is looked at, overwritten or resumed
     lock = RunLock::acquire(dir.string(), &note);
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
+    // Two runs saving into one checkpoint folder would replace each other's step folders.
+    if (checkpoints_apart(cfg)) {
+      note.clear();
+      run.checkpoints = RunLock::acquire(cfg.run.checkpoint_dir, &note, {"checkpoint folder", "run", "run.checkpoint_dir"});
+      if (!note.empty()) std::printf("note: %s\n", note.c_str());
+    }
     if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
       DIT_FAIL("run folder ", dir.string(),
                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");

@@ -170,3 +170,22 @@ refused "run.checkpoint_dir $SCRATCH/inc/ckpt holds step_00000002/ \(no COMPLETE
 [[ -f "$SCRATCH/inc/ckpt/step_00000002/index.h5" ]] || fail "the incomplete checkpoint was removed"
 echo "ok: an incomplete only checkpoint is named and refused"
 
+# 12. Two runs sharing one --checkpoint-dir: the second is refused at its start (the folder is
+# locked), not at its first save.
+SC="$SCRATCH/shared_ckpt"
+timeout -k 10 300 "$DIT_MP" "${R[@]}" --steps 100000 --log-every 1 --run-dir "$SCRATCH/sh_a" --checkpoint-dir "$SC" \
+  > "$SCRATCH/sh_a.txt" 2>&1 &
+A=$!
+trap 'kill -USR1 "$A" 2>/dev/null || true; rm -rf "$SCRATCH"' EXIT  # a failed check stops the first run too
+for _ in $(seq 600); do
+  [[ -f "$SCRATCH/sh_a/metrics.jsonl" ]] && (($(wc -l < "$SCRATCH/sh_a/metrics.jsonl") >= 2)) && break
+  sleep 0.05
+done
+refused "checkpoint folder $SC is in use by another run" \
+  "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/sh_b" --checkpoint-dir "$SC"
+kill -0 "$A" || { cat "$SCRATCH/sh_a.txt"; fail "the first run died"; }
+kill -USR1 "$A"
+wait "$A" || true
+trap 'rm -rf "$SCRATCH"' EXIT
+[[ ! -e "$SCRATCH/sh_b" ]] || fail "the refused run left a run folder"
+echo "ok: a checkpoint folder outside the run folder is locked"
