@@ -57,6 +57,7 @@ refused "run.checkpoint_dir $U holds step_00000001/ \(no COMPLETE marker" \
   "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 1 --set train.keep_checkpoints=1 --run-dir "$SCRATCH/ck2" --checkpoint-dir "$U"
 [[ -f "$U/step_00000001/mine.txt" ]] || fail "a user's step_00000001/ was replaced"
 mkdir -p "$SCRATCH/ck3/ckpt/step_00000001" && echo y > "$SCRATCH/ck3/ckpt/step_00000001/mine.txt"
+echo "# dit_mp run configuration, resolved" > "$SCRATCH/ck3/config.toml"  # a run's folder (item 4 refuses others)
 refused "run.checkpoint_dir .*ck3/ckpt holds step_00000001/" \
   "$DIT_MP" "${R[@]}" --steps 2 --checkpoint-every 1 --run-dir "$SCRATCH/ck3" --resume auto
 [[ -f "$SCRATCH/ck3/ckpt/step_00000001/mine.txt" ]] || fail "a user's ckpt/step_00000001/ was replaced"
