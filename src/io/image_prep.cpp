@@ -212,6 +212,24 @@ std::string image_size_problem(const std::string& bytes) {
          std::to_string(kMaxPixels);
 }
 
+std::vector<std::uint8_t> decode_rgb8(const unsigned char* b, int n, int& w, int& h) {
+  int comp = 0;
+  const bool grey16 = n >= 26 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0 && std::memcmp(b + 12, "IHDR", 4) == 0 &&
+                      b[24] == 16 && b[25] == 0;  // bit depth 16, colour type 0 (grey, no alpha)
+  std::vector<std::uint8_t> out;
+  if (grey16) {
+    std::unique_ptr<stbi_us, void (*)(void*)> grey(stbi_load_16_from_memory(b, n, &w, &h, &comp, 1), stbi_image_free);
+    if (grey == nullptr) return out;
+    out.resize(std::size_t(w) * h * 3);
+    for (std::size_t i = 0; i < std::size_t(w) * h; ++i)
+      out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = std::uint8_t(std::min<int>(grey.get()[i], 255));
+    return out;
+  }
+  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(stbi_load_from_memory(b, n, &w, &h, &comp, 3), stbi_image_free);
+  if (rgb != nullptr) out.assign(rgb.get(), rgb.get() + std::size_t(w) * h * 3);
+  return out;
+}
+
 DecodedImage decode_image(const std::string& bytes) {
   DecodedImage d;
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -232,14 +250,13 @@ DecodedImage decode_image(const std::string& bytes) {
     d.problem = std::string("stb_image cannot read it (") + stbi_failure_reason() + ")";
     return d;
   }
-  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(stbi_load_from_memory(b, int(n), &w, &h, &comp, 3), stbi_image_free);
-  if (rgb == nullptr) {
+  d.image.pixels = decode_rgb8(b, int(n), w, h);
+  if (d.image.pixels.empty()) {
     d.problem = std::string("stb_image cannot decode it (") + stbi_failure_reason() + ")";
     return d;
   }
   d.image.width = w;
   d.image.height = h;
-  d.image.pixels.assign(rgb.get(), rgb.get() + std::size_t(w) * h * 3);
   return d;
 }
 

@@ -30,6 +30,10 @@ struct DecodedImage {
 // chunks stop before IEND or fail their CRC, other formats, and images over PIL's
 // decompression-bomb limit (178956970 pixels).
 DecodedImage decode_image(const std::string& bytes);
+// 8-bit RGB pixels (h, w, 3) of PNG or JPEG data as PIL's convert("RGB") makes them: stb_image's,
+// except a 16-bit grey PNG, which PIL opens as mode I and clips at 255 (stb_image keeps the high
+// byte: 1000 became 3). Empty when stb_image cannot decode it (stbi_failure_reason() says why).
+std::vector<std::uint8_t> decode_rgb8(const unsigned char* bytes, int n, int& w, int& h);
 // Why a PNG or JPEG is too large to decode (its sides, over PIL's decompression-bomb limit), or "":
 // the one reason both ways of preparing pictures give (pixels, and VAE latents).
 std::string image_size_problem(const std::string& bytes);

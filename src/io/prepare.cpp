@@ -185,11 +185,10 @@ void load_square(const std::string& path, int size, std::uint8_t* out) {
   DIT_CHECK(too_large.empty(), path, ": cannot read image (", too_large, ")");
   DIT_CHECK(bytes.size() <= std::size_t(INT32_MAX), path, ": cannot read image (", bytes.size(),
             " bytes, at most 2 GiB)");
-  int w = 0, h = 0, comp = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> rgb(
-      stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), int(bytes.size()), &w, &h, &comp, 3),
-      stbi_image_free);
-  DIT_CHECK(rgb != nullptr, path, ": cannot read image (", stbi_failure_reason(), ")");
+  int w = 0, h = 0;
+  const std::vector<std::uint8_t> rgb =  // as PIL's convert("RGB") (a 16-bit grey PNG clipped at 255)
+      decode_rgb8(reinterpret_cast<const unsigned char*>(bytes.data()), int(bytes.size()), w, h);
+  DIT_CHECK(!rgb.empty(), path, ": cannot read image (", stbi_failure_reason(), ")");
   const int side = std::min(w, h), x0 = (w - side) / 2, y0 = (h - side) / 2;
   const auto taps = area_weights(side, size);
   std::vector<float> rows(std::size_t(side) * size * 3, 0.0f);  // (side, size, 3): x resized
@@ -198,7 +197,7 @@ void load_square(const std::string& path, int size, std::uint8_t* out) {
       for (const Tap& t : taps[std::size_t(ox)])
         for (int c = 0; c < 3; ++c)
           rows[(std::size_t(y) * size + ox) * 3 + c] +=
-              t.weight * rgb.get()[(std::size_t(y0 + y) * w + x0 + t.index) * 3 + c];
+              t.weight * rgb[(std::size_t(y0 + y) * w + x0 + t.index) * 3 + c];
   for (int oy = 0; oy < size; ++oy)
     for (int ox = 0; ox < size; ++ox)
       for (int c = 0; c < 3; ++c) {

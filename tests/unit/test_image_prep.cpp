@@ -67,6 +67,34 @@ RgbImage decoded(const std::string& file) {
 
 std::string problem_of(const std::string& bytes) { return decode_image(bytes).problem; }
 
+// A one-row 16-bit PNG of colour type `colour` (0 grey, 4 grey + alpha) whose samples are `v`
+// (each followed by an opaque alpha for type 4).
+std::string png16_row(const std::vector<int>& v, int colour) {
+  auto be = [](std::string& s, std::uint32_t x, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) s += char((x >> (8 * i)) & 0xFF);
+  };
+  auto chunk = [&](const std::string& kind, const std::string& data) {
+    std::string c;
+    be(c, std::uint32_t(data.size()), 4);
+    const std::string body = kind + data;
+    be(c += body, std::uint32_t(crc32(0L, reinterpret_cast<const Bytef*>(body.data()), uInt(body.size()))), 4);
+    return c;
+  };
+  std::string ihdr, raw(1, '\0');
+  be(ihdr, std::uint32_t(v.size()), 4);
+  be(ihdr, 1, 4);
+  ihdr += std::string{char(16), char(colour), 0, 0, 0};
+  for (int x : v) {
+    be(raw, std::uint32_t(x), 2);
+    if (colour == 4) be(raw, 65535, 2);
+  }
+  uLongf len = compressBound(uLong(raw.size()));
+  std::string z(len, '\0');
+  compress(reinterpret_cast<Bytef*>(z.data()), &len, reinterpret_cast<const Bytef*>(raw.data()), uLong(raw.size()));
+  z.resize(len);
+  return std::string("\x89PNG\r\n\x1a\n", 8) + chunk("IHDR", ihdr) + chunk("IDAT", z) + chunk("IEND", "");
+}
+
 }  // namespace
 
 // PNG decoding (RGB, grey, RGBA, palette) gives PIL's convert("RGB") pixels exactly.
@@ -83,6 +111,20 @@ TEST(image_prep, PngDecodingMatchesPil) {
     ++checked;
   }
   EXPECT_EQ(checked, 5);
+}
+
+// 16-bit PNGs as PIL's convert("RGB") makes them (Pillow 9.4): a grey one opens as mode I and is
+// clipped at 255; grey + alpha opens as RGBA and keeps the high byte, as stb_image does for both.
+TEST(image_prep, Png16BitMatchesPil) {
+  const std::vector<int> v = {0, 100, 255, 256, 1000, 65535};
+  const std::vector<int> grey = {0, 100, 255, 255, 255, 255}, grey_alpha = {0, 0, 0, 1, 3, 255};
+  for (const auto& [colour, want] : {std::pair{0, grey}, std::pair{4, grey_alpha}}) {
+    const DecodedImage d = decode_image(png16_row(v, colour));
+    ASSERT_TRUE(d.ok()) << d.problem;
+    ASSERT_EQ(d.image.pixels.size(), 3 * v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      for (int c = 0; c < 3; ++c) EXPECT_EQ(int(d.image.pixels[3 * i + std::size_t(c)]), want[i]) << "colour type " << colour << ", sample " << v[i];
+  }
 }
 
 // center_crop_arr on PIL's decoded pixels equals PIL's, byte for byte: BOX halving of odd sides,
