@@ -110,7 +110,7 @@ fifo_case() {  # fifo_case NAME PATH_TO_REPLACE CMD...: refused naming PATH as a
   refused "$p is a FIFO, expected a regular file" "$@"
 }
 STEP=ckpt/step_00000002
-SHARD=$(cd "$SCRATCH/ckr/$STEP" && ls shard_*.h5 | head -1)
+shards=("$SCRATCH/ckr/$STEP"/shard_*.h5); SHARD=$(basename "${shards[0]}")
 fifo_case latest ckpt/latest "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/fifo_latest" --resume auto
 fifo_case index "$STEP/index.h5" "$DIT_MP" "${R[@]}" --steps 3 --run-dir "$SCRATCH/fifo_index" \
   --resume "$SCRATCH/fifo_index/$STEP"
@@ -142,7 +142,7 @@ DIT_PREPARE_KILL_AFTER=2 timeout 120 "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h
 [[ $rc -ne 0 && $rc -ne 124 ]] && ls "$SCRATCH"/pk.h5.parts/part-*.bin > /dev/null ||
   { cat "$SCRATCH/pk.txt"; fail "the killed preparation left no part (rc $rc)"; }
 rm -f "$SCRATCH/pk.h5.lock"
-part=$(ls "$SCRATCH"/pk.h5.parts/part-*.bin | head -1)
+parts=("$SCRATCH"/pk.h5.parts/part-*.bin); part=${parts[0]}
 rm "$part" && mkfifo "$part"
 refused "$part is a FIFO, expected a regular file" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h5"
 echo "ok: FIFOs where dit_mp finds its files are refused"
