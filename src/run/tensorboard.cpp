@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/file_safety.h"
 #include "run/log.h"
 
 namespace dit {
@@ -178,12 +179,7 @@ void tensorboard_scalars(TensorBoardWriter& tb, const LogRow& r) {
 }
 
 void tensorboard_grid(TensorBoardWriter& tb, const std::string& tag, std::int64_t step, const std::string& png_path) {
-  std::FILE* f = std::fopen(png_path.c_str(), "rb");
-  DIT_CHECK(f != nullptr, "train.tensorboard: cannot read the grid ", png_path, ": ", std::strerror(errno));
-  std::string png;
-  char buf[1 << 16];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) png.append(buf, n);
-  std::fclose(f);
+  const std::string png = read_regular(png_path, "the sample grid");  // the one checked opener
   // The signature, then IHDR: length, type, width and height (big-endian), bit depth, colour type.
   DIT_CHECK(png.size() >= 26 && png.compare(12, 4, "IHDR") == 0, png_path, " is not a PNG dit_mp wrote");
   auto be32 = [&](std::size_t at) {
