@@ -36,18 +36,25 @@ std::string format_duration(double s) {
   return b;
 }
 
-std::uint64_t peak_rss_bytes() {
+namespace {
+// A field of /proc/self/status in kB ("VmHWM:", "VmRSS:"), in bytes; 0 when unknown.
+std::uint64_t status_bytes(const char* field) {
   std::ifstream f("/proc/self/status");
   std::string line;
+  const std::size_t n = std::string(field).size();
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) {
-      std::istringstream is(line.substr(6));
+    if (line.rfind(field, 0) == 0) {
+      std::istringstream is(line.substr(n));
       std::uint64_t kb = 0;
       is >> kb;
       return kb * 1024;
     }
   return 0;
 }
+}  // namespace
+
+std::uint64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
+std::uint64_t rss_bytes() { return status_bytes("VmRSS:"); }
 
 double machine_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

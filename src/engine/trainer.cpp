@@ -2,11 +2,13 @@
 #include "engine/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/clock.h"
+#include "core/trace.h"
 #include "engine/global_tensors.h"
 #include "core/philox.h"
 #include "diffusion/losses.h"
@@ -167,7 +169,12 @@ MemoryAccount Trainer::memory() const {
 
 const Microbatch& Trainer::microbatch(int mb) {
   auto it = cache_.find(mb);
-  if (it == cache_.end()) it = cache_.emplace(mb, read_ahead_->take(step_, mb)).first;
+  if (it == cache_.end()) {
+    const double t0 = now_s();
+    const auto span = trace::span_if_on("data", [mb] { return "microbatch " + std::to_string(mb); });
+    it = cache_.emplace(mb, read_ahead_->take(step_, mb)).first;
+    data_wait_s_ += now_s() - t0;
+  }
   return it->second;
 }
 
@@ -307,11 +314,19 @@ int Trainer::train_to(std::int64_t steps, const AfterStep& after) {
 
 StepStats Trainer::step() {
   Backend& be = *be_;
+  trace::set_step(step_ + 1);
+  const auto step_span = trace::span_if_on("step", [&] { return "step " + std::to_string(step_ + 1); });
   const double t_start = now_s();
   const BatchPlan& plan = batches_->plan();
   const std::int64_t n = plan.micro_batch;
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,
                       dp0 = ctx_->dp->stats().bytes, syncs0 = be.host_syncs();
+  // The seconds inside each kind of collective at the step's start, after the pipeline, at its end.
+  const auto comm_s = [&] {
+    return std::array<double, 3>{ctx_->tp->stats().seconds, ctx_->dp->stats().seconds, ctx_->world->stats().seconds};
+  };
+  const std::array<double, 3> c0 = comm_s();
+  data_wait_s_ = 0;
   // The watchdog names the step in its message; this process's first step builds plans and
   // touches all memory, so its waits get the slow-phase allowance.
   const bool first = !stepped_;
@@ -337,6 +352,8 @@ StepStats Trainer::step() {
       plan.microbatches, stage, train_.stage.placement);
 
   const double t_opt = now_s();
+  const std::array<double, 3> c1 = comm_s();
+  auto update_span = trace::span_if_on("optimizer", [] { return std::string("update"); });
   LrConfig lc{train_.adamw.lr, train_.warmup, train_.lr_schedule, train_.min_lr, train_.steps};
   st.lr = lr_at(lc, step_);
   // AdamW counts the updates it applied; EMA warmup counts steps, as the official loop does.
@@ -368,8 +385,20 @@ StepStats Trainer::step() {
   a.compute_s = timing.compute_s;
   a.pp_wait_s = timing.wait_s;
   a.op_f_s = timing.mean_forward_s(), a.op_b_s = timing.mean_backward_s(), a.op_w_s = timing.mean_weight_s();
-  a.optimizer_s = now_s() - t_opt;
-  a.step_s = now_s() - t_start;
+  update_span.reset();
+  const double t_end = now_s();
+  const std::array<double, 3> c2 = comm_s();
+  a.optimizer_s = t_end - t_opt;
+  a.step_s = t_end - t_start;
+  // The collectives' time is taken out of the phase it fell in: the pipeline's stage calls (tp, the
+  // dp reduction overlapped with the backward) or the update (dp's reduce and gather, the loss gather).
+  StepSplit& sp = a.split;
+  sp.tp = c2[0] - c0[0];
+  sp.dp = c2[1] - c0[1];
+  sp.data = data_wait_s_;
+  sp.idle = timing.wait_s + (c2[2] - c0[2]);
+  sp.optimizer = std::max(0.0, a.optimizer_s - (c2[0] - c1[0]) - (c2[1] - c1[1]) - (c2[2] - c1[2]));
+  sp.compute = std::max(0.0, a.step_s - sp.tp - sp.dp - sp.data - sp.idle - sp.optimizer);
   a.measured_bubble = timing.wait_s / std::max(1e-12, timing.wait_s + timing.compute_s);
   a.theoretical_bubble = theoretical_bubble(train_.schedule, ctx_->layout.pp, plan.microbatches, train_.virtual_stages);
   workspace_peak_ = std::max(workspace_peak_, stage.scratch_peak_bytes());

@@ -27,6 +27,19 @@
 
 namespace dit {
 
+// Where one step's wall time went on this rank, in parts that add up to step_s (host clocks: on a
+// GPU the communication parts are the host's time inside the calls, the device's own overlap is the
+// trace's to show). `idle` is the time blocked on other ranks: pipeline receives and sends, and the
+// wait for the slowest rank at the step's loss gather; run/monitor.h splits it into the pipeline
+// bubble and exposed pp communication.
+struct StepSplit {
+  double compute = 0;    // the stage's own work: kernels and the host's work between them
+  double tp = 0, dp = 0;  // inside tp and dp collectives (exposed: the caller waited that long)
+  double idle = 0;       // blocked on other ranks (pipeline messages, the step's end)
+  double data = 0;       // waiting for the next microbatch from the data reader
+  double optimizer = 0;  // the update (clipping, AdamW, EMA), its dp traffic apart
+};
+
 // Bytes this rank sent per kind of communication during one step, and where its time went.
 struct StepAccounting {
   std::uint64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
@@ -36,6 +49,7 @@ struct StepAccounting {
   double op_f_s = 0, op_b_s = 0, op_w_s = 0;  // mean T_F, T_B (or fused backward), T_W per chunk
   std::size_t activation_bytes = 0;  // peak of the microbatch arenas
   std::uint64_t host_syncs = 0;      // times the host waited for the backend this step
+  StepSplit split;                   // where step_s went, in parts that add up to it
 };
 
 // The bytes one rank holds, by category: what a run reports in accounting.json and what
@@ -166,6 +180,7 @@ class Trainer {
   std::int64_t step_ = 0;
   std::size_t workspace_peak_ = 0;
   bool stepped_ = false;  // this process has taken a step (the first one is slow)
+  double data_wait_s_ = 0;  // this step's wait for microbatches from the reader
   std::int64_t nonfinite_loss_in_row_ = 0;  // not saved: a resume starts at 0, as the loss scaler's count
   LossScaler scaler_;
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage

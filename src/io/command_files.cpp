@@ -32,6 +32,8 @@ const std::vector<CommandFiles> kCommands = {
       {"--run-dir", Out, K::RunConfig, "the run's config record", "dir:config.toml", "run.dir"},
       {"--run-dir", Out, K::Json, "the metrics", "dir:metrics.jsonl", "run.dir"},
       {"--run-dir", Out, K::Json, "the accounting", "dir:accounting.json", "run.dir"},
+      {"--run-dir", Out, K::Json, "each rank's step split and memory", "dir:ranks.jsonl", "run.dir"},
+      {"--run-dir", Out, K::Json, "the profile's timeline", "dir:trace.json", "run.dir"},
       {"--run-dir", Out, K::Json, "the evaluation's result", "dir:eval.json", "run.dir"},
       {"--run-dir", Out, K::Text, "the plots' log", "dir:plots.log", "run.dir"},
       {"--checkpoint-dir", Out, K::CheckpointRoot, "the checkpoints", "", "run.checkpoint_dir"}}},

@@ -38,6 +38,14 @@ struct DiffusionSection {
   bool operator==(const DiffusionSection&) const = default;
 };
 
+// train.profile (--profile A:B): the first and last step recorded, counting from 1.
+struct ProfileSteps {
+  std::int64_t first = 0, last = -1;  // none when last < first
+  bool contains(std::int64_t step) const { return step >= first && step <= last; }
+};
+// Throws one line naming train.profile unless `text` is "A:B" with 1 <= A <= B.
+ProfileSteps parse_profile_steps(const std::string& text);
+
 struct TrainSection {
   std::int64_t global_batch = 128;
   int micro_batch = 16;
@@ -70,6 +78,9 @@ struct TrainSection {
   DType grad_reduce = DType::F32;  // fp32 | bf16: dtype of the dp gradient reduction
   bool deterministic = false;      // GPU: only kernels whose results do not vary run to run
   bool tensorboard = true;         // TensorBoard event files in <run.dir>/tb (run/tensorboard.h)
+  std::string profile;             // "A:B": a timeline of steps A to B in <run.dir>/trace.json (run/profile.h); "" = off
+  double straggler_margin = 0.25;  // name a rank whose own work stays this share above the median's; 0 = off
+  double loss_spike_z = 6;         // log a loss this many standard deviations above the recent ones; 0 = off
   bool operator==(const TrainSection&) const = default;
 };
 

@@ -29,6 +29,26 @@ std::string show(const std::string& v) { return quote_string(v); }
 std::string show(bool v) { return v ? "true" : "false"; }
 
 // Fails with "key = value: expected <what>" unless `ok`.
+}  // namespace
+
+ProfileSteps parse_profile_steps(const std::string& text) {
+  ProfileSteps p;
+  const std::size_t colon = text.find(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < text.size() &&
+            text.find_first_not_of("0123456789:") == std::string::npos && text.find(':', colon + 1) == std::string::npos &&
+            colon <= 12 && text.size() - colon - 1 <= 12;
+  if (ok) {
+    p.first = std::stoll(text.substr(0, colon));
+    p.last = std::stoll(text.substr(colon + 1));
+    ok = p.first >= 1 && p.last >= p.first;
+  }
+  DIT_CHECK(ok, "train.profile = ", quote_string(text),
+            " (--profile): expected the steps to record as A:B, whole numbers with 1 <= A <= B (e.g. 5:8)");
+  return p;
+}
+
+namespace {
+
 template <class T>
 void require(bool ok, const std::string& key, const T& value, const std::string& what) {
   if (!ok) DIT_FAIL(key, " = ", show(value), ": expected ", what);
@@ -138,6 +158,15 @@ void validate_train(const TrainSection& t) {
   require(t.loss_scale_window >= 1, "train.loss_scale_window", t.loss_scale_window, "an integer >= 1");
   require(t.max_nonfinite_steps >= 1 && t.max_nonfinite_steps <= 1000000, "train.max_nonfinite_steps",
           t.max_nonfinite_steps, "an integer in [1, 1000000] (skipped steps in a row before the run stops)");
+  require(std::isfinite(t.straggler_margin) && t.straggler_margin >= 0 && t.straggler_margin <= 100,
+          "train.straggler_margin", t.straggler_margin, "a number in [0, 100] (0: no straggler watch)");
+  require(std::isfinite(t.loss_spike_z) && t.loss_spike_z >= 0 && t.loss_spike_z <= 1e6, "train.loss_spike_z",
+          t.loss_spike_z, "a number in [0, 1e6] (0: no loss spike watch)");
+  if (!t.profile.empty()) {
+    const ProfileSteps p = parse_profile_steps(t.profile);  // throws naming the key
+    require(p.last <= t.steps, "train.profile", t.profile,
+            "steps A:B with B at most train.steps = " + std::to_string(t.steps));
+  }
   require(t.grad_reduce == DType::F32 || t.precision != DType::F32, "train.grad_reduce",
           std::string(name_of(kGradReduceNames, t.grad_reduce)),
           "\"fp32\" when train.precision = \"fp32\" (a bf16 reduction is for 16-bit runs)");

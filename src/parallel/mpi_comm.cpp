@@ -3,6 +3,7 @@
 #include "parallel/mpi_comm.h"
 
 #include "parallel/grid.h"
+#include "core/trace.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +11,10 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace dit {
@@ -195,6 +198,15 @@ int node_count() {
   return leaders;
 }
 
+namespace {
+// The trace's category of a communicator's collectives: its axis, as a string that outlives it.
+const char* trace_kind(const std::string& name) {
+  for (const char* k : {"tp", "pp", "dp", "world"})
+    if (name == k) return k;
+  return "comm";
+}
+}  // namespace
+
 MpiComm::MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, std::string name)
     : comm_(comm), owned_(owned), watch_(std::move(watch)), name_(std::move(name)) {
   DIT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -213,6 +225,10 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned, std::shared_ptr<CommWatch> watch, st
 }
 
 void MpiComm::complete(MPI_Request& r, const Wait& what) {
+  // A wait is a span of the group's kind on a profiled rank's timeline (a collective, or ZeRO's
+  // messages over dp); the pipeline's messages are the executor's to record (parallel/pipeline.cpp).
+  std::optional<trace::Span> span;
+  if (trace::on() && (what.peer < 0 || std::string_view(trace_kind(name_)) != "pp")) span.emplace(trace_kind(name_), what.op);
   const double limit = watch_->timeout_s > 0 ? watch_->limit_s() : 0;
   if (limit <= 0 && !yield_ && !watch_->stop_signal) {
     DIT_MPI_CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE));
@@ -359,12 +375,16 @@ void MpiComm::broadcast(const Tensor& x, int root) {
 }
 
 void MpiComm::barrier() {
+  CallTimer t(stats_, 0);
+  --stats_.calls;
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Ibarrier(comm_, &r));
   complete(r, {"barrier"});
 }
 
 double MpiComm::all_reduce_max(double v) {
+  CallTimer t(stats_, 0);  // its seconds, not a call of the counted traffic
+  --stats_.calls;
   double out = v;
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r));
@@ -374,6 +394,8 @@ double MpiComm::all_reduce_max(double v) {
 
 void MpiComm::all_reduce_sum(double* v, int n) {
   if (size_ == 1) return;
+  CallTimer t(stats_, 0);
+  --stats_.calls;
   MPI_Request r;
   DIT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_, &r));
   complete(r, {"all-reduce (host values)"});

@@ -2,8 +2,11 @@
 #include "parallel/pipeline.h"
 
 #include "core/clock.h"
+#include "core/trace.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 namespace dit {
 
@@ -13,12 +16,40 @@ namespace {
 int tag(int chunk, int mb, int microbatches, Op op) {
   return 2 * (chunk * microbatches + mb) + (op == Op::Backward ? 1 : 0);
 }
+
+// A profiled rank's timeline (core/trace.h): each action a span named by its op and microbatch
+// ("F3", "B3", "W3"; ".1" for chunk 1), each wait for messages a "pp" span, and each message's two
+// ends, the send inside the span that produced it and the receive just before the span it feeds.
+std::string action_args(int mb, int chunk) {
+  return "\"mb\": " + std::to_string(mb) + ", \"chunk\": " + std::to_string(chunk);
+}
+
+std::optional<trace::Span> action_span(const char* cat, const char* op, int mb, int chunk, int chunks) {
+  std::optional<trace::Span> span;
+  if (trace::on())
+    span.emplace(cat, op + std::to_string(mb) + (chunks > 1 ? "." + std::to_string(chunk) : ""), action_args(mb, chunk));
+  return span;
+}
+
+std::optional<trace::Span> wait_span(const char* what, int mb, int chunk) {
+  std::optional<trace::Span> span;
+  if (trace::on()) span.emplace("pp", what, action_args(mb, chunk));
+  return span;
+}
+
+// direction 0: forward activations, 1: gradients; to_stage, to_chunk: the receiver's.
+void message_end(char ph, int direction, int mb, int to_stage, int to_chunk) {
+  if (!trace::on()) return;
+  trace::add({ph, "pp", direction == 0 ? "activations" : "gradients", trace::clock_s(), 0,
+              trace::message_id(direction, mb, to_stage, to_chunk), ""});
+}
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Comm& pp, Allocator& alloc, CommWatch* watch)
     : pp_(&pp), alloc_(&alloc), watch_(watch) {}
 
 void PipelineExecutor::drain(Slot& s, PipelineTiming& t) {
+  const std::optional<trace::Span> span = s.sends.empty() ? std::nullopt : wait_span("sends in flight", s.microbatch, s.chunk);
   const double t0 = now_s();
   for (Request& r : s.sends) pp_->wait(r);
   s.sends.clear();
@@ -71,18 +102,26 @@ void PipelineExecutor::run_forward(const Action& a, bool keep, PipelineStage& st
   count_messages(s, in);
   const double t0 = now_s();
   note(mb, "forward");
-  std::vector<Request> recvs;
-  for (const Tensor& x : in)
-    recvs.push_back(pp_->irecv(x, prev.stage, tag(a.chunk, mb, microbatches_, Op::Forward)));
-  for (Request& r : recvs) pp_->wait(r);
+  if (!in.empty()) {
+    const auto waiting = wait_span("receive activations", mb, a.chunk);
+    std::vector<Request> recvs;
+    for (const Tensor& x : in)
+      recvs.push_back(pp_->irecv(x, prev.stage, tag(a.chunk, mb, microbatches_, Op::Forward)));
+    for (Request& r : recvs) pp_->wait(r);
+  }
+  if (!in.empty()) message_end('f', 0, mb, me, a.chunk);
   const double t1 = now_s();
-  std::vector<Tensor> out = stage.forward(mb, a.chunk, in, *s.arena);
-  t.wait_s += t1 - t0;
-  t.compute_s += now_s() - t1;
-  t.forward_s += now_s() - t1, ++t.forwards;
-  DIT_CHECK(!last || out.empty(), "pipeline: the last stage has nothing to send forward");
-  for (const Tensor& x : out)
-    s.sends.push_back(pp_->isend(x, next.stage, tag(next.chunk, mb, microbatches_, Op::Forward)));
+  {
+    const auto span = action_span("forward", "F", mb, a.chunk, chunks_);
+    std::vector<Tensor> out = stage.forward(mb, a.chunk, in, *s.arena);
+    t.wait_s += t1 - t0;
+    t.compute_s += now_s() - t1;
+    t.forward_s += now_s() - t1, ++t.forwards;
+    DIT_CHECK(!last || out.empty(), "pipeline: the last stage has nothing to send forward");
+    if (!out.empty()) message_end('s', 0, mb, next.stage, next.chunk);  // before it can arrive
+    for (const Tensor& x : out)
+      s.sends.push_back(pp_->isend(x, next.stage, tag(next.chunk, mb, microbatches_, Op::Forward)));
+  }
   if (!keep) {  // forward only: the slot is free once its sends have left
     // At the turn of a V the last stage sends chunk 0's output to itself: its slot is kept until
     // chunk 1 has received it, so that reusing the slot never waits on this rank's own receive.
@@ -106,9 +145,15 @@ void PipelineExecutor::run_backward(const Action& a, PipelineStage& stage, Pipel
   Slot& s = slot_of(mb, a.chunk);
   const double t0 = now_s();
   note(mb, split ? "backward input" : "backward");
-  for (Request& r : s.recvs) pp_->wait(r);
-  s.recvs.clear();
+  const bool receives = !s.recvs.empty();
+  if (receives) {
+    const auto waiting = wait_span("receive gradients", mb, a.chunk);
+    for (Request& r : s.recvs) pp_->wait(r);
+    s.recvs.clear();
+    message_end('f', 1, mb, me, a.chunk);
+  }
   const double t1 = now_s();
+  const auto span = action_span("backward", "B", mb, a.chunk, chunks_);
   std::vector<Tensor> out = split ? stage.backward_input(mb, a.chunk, s.grads, *s.arena)
                                   : stage.backward(mb, a.chunk, s.grads, *s.arena);
   s.grads.clear();
@@ -117,6 +162,7 @@ void PipelineExecutor::run_backward(const Action& a, PipelineStage& stage, Pipel
   t.backward_s += now_s() - t1, ++t.backwards;
   DIT_CHECK(model_chunk(pp_->size(), me, a.chunk, placement_) > 0 || out.empty(),
             "pipeline: the first stage has nothing to send backward");
+  if (!out.empty()) message_end('s', 1, mb, prev.stage, prev.chunk);
   for (const Tensor& x : out)
     s.sends.push_back(pp_->isend(x, prev.stage, tag(prev.chunk, mb, microbatches_, Op::Backward)));
   if (split) {
@@ -131,6 +177,7 @@ void PipelineExecutor::run_weight(const Action& a, PipelineStage& stage, Pipelin
   DIT_CHECK(s.input_done, "pipeline: weight backward of microbatch ", a.microbatch, " (chunk ", a.chunk,
             ") before its input backward");
   note(a.microbatch, "backward weight");
+  const auto span = action_span("weight", "W", a.microbatch, a.chunk, chunks_);
   const double t0 = now_s();
   stage.backward_weight(a.microbatch, a.chunk, *s.arena);
   t.compute_s += now_s() - t0;

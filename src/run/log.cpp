@@ -33,14 +33,15 @@ MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
 
-namespace {
-// JSON has no NaN/Inf: they are written as null.
-std::string num(double v) {
+std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char b[64];
   std::snprintf(b, sizeof b, "%.17g", v);  // every bit, so runs and resumes compare exactly
   return b;
 }
+
+namespace {
+std::string num(double v) { return json_number(v); }
 }  // namespace
 
 void MetricsWriter::write_eval(std::int64_t step, const std::string& json) {
@@ -63,6 +64,12 @@ void MetricsWriter::write(const LogRow& r) {
                num(r.tflops).c_str(), num(r.mfu).c_str(), static_cast<unsigned long long>(r.peak_mem_bytes),
                num(r.elapsed_s).c_str(), num(r.loss_scale).c_str(), static_cast<long long>(r.skipped_steps),
                terms.c_str());
+  flush_or_fail();
+}
+
+void MetricsWriter::write_line(const std::string& json) {
+  if (!f_) return;
+  std::fprintf(f_, "%s\n", json.c_str());
   flush_or_fail();
 }
 

@@ -29,6 +29,9 @@ struct LogRow {
   std::string note;                // said at the end of the console line (low memory), or ""
 };
 
+// A number as the metrics files write it: every bit (%.17g), and null for NaN or Inf (JSON has none).
+std::string json_number(double v);
+
 class MetricsWriter {
  public:
   // Appends to `path` (rank 0 only opens it; other ranks pass "").
@@ -39,6 +42,8 @@ class MetricsWriter {
   void write(const LogRow& r);
   // {"step": N, "eval": <json>}: a sample-quality measurement (train.eval_every).
   void write_eval(std::int64_t step, const std::string& json);
+  // One line as given (a JSON object), flushed.
+  void write_line(const std::string& json);
 
  private:
   void flush_or_fail();

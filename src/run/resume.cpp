@@ -147,7 +147,9 @@ std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const 
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};
   trainer.restore(state, resume ? meta.step : 0, scaling);
   collective_check([&] {
-    if (resume && ctx.world_rank == 0) drop_metrics_after(fs::path(cfg.run.dir) / "metrics.jsonl", meta.step);
+    if (resume && ctx.world_rank == 0)
+      for (const char* rows : {"metrics.jsonl", "ranks.jsonl"})
+        if (fs::exists(fs::path(cfg.run.dir) / rows)) drop_metrics_after(fs::path(cfg.run.dir) / rows, meta.step);
   });
   if (ctx.world_rank == 0) {
     char took[32];

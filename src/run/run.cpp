@@ -19,6 +19,7 @@
 #include "parallel/device_placement.h"
 #include "parallel/world.h"
 #include "run/accounting.h"
+#include "core/trace.h"
 #include "run/plan_check.h"
 #include "run/plots.h"
 #include "run/rank_map.h"
@@ -114,6 +115,14 @@ void Run::make_folder() {
     tensorboard_->text("config", first, "```toml\n" + cfg_.to_toml() + "```");
     tensorboard_->text("layout", first, "```\n" + setup_.layout.str() + "\n" + rank_map_ + "```");
   });
+  // The bytes the plan gave this rank's stage, or the Trainer's own account without a plan.
+  const double planned = planned_.empty() ? double(trainer_->memory().total())
+                                          : double(planned_[static_cast<std::size_t>(ctx_.coord.pp) % planned_.size()].total());
+  monitor_ = std::make_unique<RunMonitor>(ctx_, setup_, planned, ctx_.world_rank == 0 ? file("ranks.jsonl") : "",
+                                          cfg_.train.straggler_margin, cfg_.train.loss_spike_z);
+  profiler_ = std::make_unique<Profiler>(
+      ctx_, setup_, cfg_.train.profile.empty() ? ProfileSteps{} : parse_profile_steps(cfg_.train.profile),
+      file("trace.json"));
 }
 
 void Run::build_engine() {
@@ -190,9 +199,11 @@ int Run::train() {
   const std::int64_t steps = setup_.train.steps;
   StepStats last;
   std::int64_t steps_run = 0;
+  profiler_->before_step(trainer_->next_step() + 1);
   const int rc = trainer_->train_to(steps, [&](std::int64_t done, const StepStats& st) {
     last = st;
     ++steps_run;
+    if (const std::string spike = monitor_->add_step(st); !spike.empty()) console_.line(spike);
     if (steps_run == 1 && !planned_.empty()) {  // the arenas reach their peak in the first step
       const std::string off = check_plan(ctx_, planned_, trainer_->memory());
       if (ctx_.world_rank == 0 && !off.empty()) console_.line(off);
@@ -208,10 +219,13 @@ int Run::train() {
       sample_grid(name, done);
     }
     if (due(cfg_.train.eval_every, done, steps)) evaluate(done);
+    write_profile([&] { return profiler_->after_step(done); });
     // A stop signal on any rank (preemption, time limit): all agree here, save, and exit.
     if (const int sig = agree_stop(*ctx_.world)) return stop_for_signal(sig, done, saved);
+    profiler_->before_step(done + 1);
     return 0;
   });
+  if (rc != 0) write_profile([&] { return profiler_->finish(); });
   return rc != 0 ? rc : finish(last, steps_run);
 }
 
@@ -282,6 +296,9 @@ void Run::log_step(std::int64_t done, const StepStats& st) {
     if (tensorboard_) tensorboard_scalars(*tensorboard_, r);
   });
   if (ctx_.world_rank == 0) console_.step(r);
+  std::vector<std::string> watched;  // the monitor's gather comes first on every rank, its files after
+  write_metrics([&] { watched = monitor_->log(done, *be_, tensorboard_.get()); });
+  for (const std::string& line : watched) console_.line(line);
   window_s_ = 0;
   window_steps_ = 0;
 }
@@ -337,6 +354,7 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   ctx_.watch->factor = CommWatch::kSlowPhaseFactor;  // the final save, weights and samples
   ctx_.watch->phase = "finishing";
   checkpoint();
+  write_profile([&] { return profiler_->finish(); });  // a range that ends at the last step
   if (steps_run > 0)
     report_accounting(ctx_, last.acct, trainer_->memory(), file("accounting.json"), be_->attention_note(),
                       unplanned_device_bytes(*be_, trainer_->memory()));
@@ -361,7 +379,14 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   return 0;
 }
 
+void Run::write_profile(const std::function<std::string()>& write) {
+  std::string written;
+  write_metrics([&] { written = write(); });
+  if (!written.empty()) console_.line(written);
+}
+
 void Run::checkpoint() {
+  const auto span = trace::span_if_on("checkpoint", [] { return std::string("save"); });
   WatchPhase watch(ctx_.watch.get(), "checkpoint save", CommWatch::kSlowPhaseFactor);
   ctx_.watch->stop_grace = false;  // saving may take long; parallel.timeout_s still bounds each wait
   const double t = now_s();
@@ -378,6 +403,7 @@ void Run::checkpoint() {
   StageState owned;  // what the saved state does not borrow from the optimizer
   const std::string dir = save_checkpoint(checkpoint_root(), meta, setup_.model, trainer_->model().params(), ctx_,
                                           trainer_->checkpoint_view(owned), cfg_.train.keep_checkpoints);
+  if (monitor_) monitor_->add_checkpoint(now_s() - t);
   if (ctx_.world_rank == 0) {
     char took[32];
     std::snprintf(took, sizeof took, "%.2f s", now_s() - t);

@@ -19,6 +19,8 @@
 #include "io/dataset.h"
 #include "io/vae_weights.h"
 #include "run/log.h"
+#include "run/monitor.h"
+#include "run/profile.h"
 #include "run/tensorboard.h"
 
 namespace dit {
@@ -45,6 +47,8 @@ class Run {
   void print_header();
   void log_step(std::int64_t done, const StepStats& st);
   void write_metrics(const std::function<void()>& write);
+  // A profile's step: `write` (collective) returns rank 0's line naming the trace it wrote, or "".
+  void write_profile(const std::function<std::string()>& write);
   int stop_for_divergence(std::int64_t done, const StepStats& st) const;
   std::int64_t nonfinite_count(const StepStats& st) const;
   int stop_for_signal(int sig, std::int64_t done, bool saved);
@@ -70,6 +74,8 @@ class Run {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, train.tensorboard
+  std::unique_ptr<RunMonitor> monitor_;            // every rank: the step split, memory, stragglers, spikes
+  std::unique_ptr<Profiler> profiler_;             // train.profile
   ConsoleLog console_;
   std::unique_ptr<QualityJudge> judge_;  // rank 0, made at the first evaluation
   double t0_ = 0;                        // when training began

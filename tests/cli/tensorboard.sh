@@ -78,6 +78,31 @@ for step, name in ((2, "samples_step_0000002.png"), (4, "samples.png")):
         disk = open(f"{run}/{name}", "rb").read()
         need(png == disk, f"the samples image at step {step} is not {name}")
         need((w, h) == struct.unpack(">II", disk[16:24]) and c in (1, 3), f"image size/colours {w}x{h}x{c}")
+# The step split and memory (run/monitor.h): ranks.jsonl's numbers, the split as the ranks' mean
+# and per stage, the memory per rank; the parts add up to the step.
+ranks = {r["step"]: r["ranks"] for r in map(json.loads, open(f"{run}/ranks.jsonl"))}
+need(sorted(ranks) == [1, 2, 3, 4], f"ranks.jsonl steps {sorted(ranks)}")
+parts = ("compute_s", "tp_s", "pp_s", "bubble_s", "dp_s", "data_s", "optimizer_s")
+for step, rs in ranks.items():
+    need(len(rs) == 4 and [r["rank"] for r in rs] == [0, 1, 2, 3], f"ranks.jsonl step {step}: ranks {[r['rank'] for r in rs]}")
+    for r in rs:
+        total = sum(r[p] for p in parts)
+        need(abs(total - r["step_s"]) <= 1e-6 * r["step_s"] + 1e-9 and min(r[p] for p in parts) >= 0,
+             f"step {step} rank {r['rank']}: the parts add to {total}, step_s {r['step_s']}")
+        need(r["tp_s"] > 0 and r["rss_bytes"] > 0 and r["planned_bytes"] > 0, f"step {step} rank {r['rank']}: {r}")
+        for key in ("rss_bytes", "peak_rss_bytes", "planned_bytes"):
+            got = seen.get((f"memory/rank{r['rank']}/{key}", step))
+            need(got is not None and got[1] == f32(r[key]), f"memory/rank{r['rank']}/{key} at step {step}: {got}, {r[key]}")
+    for key in parts + ("step_s", "checkpoint_s"):
+        mean = sum(r[key] for r in rs) / 4
+        got = seen.get((f"time/{key}", step))
+        need(got is not None and abs(got[1] - mean) <= 1e-6 * abs(mean) + 1e-12, f"time/{key} at step {step}: {got}, mean {mean}")
+        for s in (0, 1):
+            smean = sum(r[key] for r in rs if r["stage"] == s) / 2
+            got = seen.get((f"time/stage{s}/{key}", step))
+            need(got is not None and abs(got[1] - smean) <= 1e-6 * abs(smean) + 1e-12, f"time/stage{s}/{key} at step {step}")
+need(resumed or any(r["checkpoint_s"] > 0 for r in ranks[3]), "the checkpoint after step 2 took no time in ranks.jsonl (row 3)")
+need(any(r["bubble_s"] > 0 for r in ranks[4]), "no bubble at pp 2")
 texts = {tag: v for (tag, _), (k, v) in seen.items() if k == "text"}
 need("[model]" in texts.get("config", ""), "the config text lacks [model]")
 need("tp 2" in texts.get("layout", ""), f"the layout text: {texts.get('layout')!r}")
