@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 
 #include "io/command_files.h"
@@ -18,6 +19,7 @@
 #include "plan/layout_choice.h"
 #include "plan/memory_fit.h"
 #include "run/rank_map.h"
+#include "run/layout_tune.h"
 #include "run/run.h"
 #include "run/run_folder.h"
 #include "run/run_lock.h"
@@ -116,8 +118,9 @@ constexpr KeyFlag kKeyFlags[] = {
 // --hardware of its own).
 constexpr KeyFlag kLayoutFlags[] = {
     {"--layout", "parallel.layout",
-     "fixed (the tp/pp/micro-batch/recompute flags and keys as given) or auto (the planner's --fit search picks "
-     "them for this job's ranks and memory; flags given constrain it)",
+     "fixed (the tp/pp/micro-batch/recompute flags and keys as given), auto (the planner's --fit search picks "
+     "them for this job's ranks and memory; flags given constrain it) or tune (the search's "
+     "parallel.tune_candidates fastest are each trained for parallel.tune_steps steps, and the fastest measured is kept)",
      true, "TEXT"},
     {"--hardware", "parallel.hardware",
      "--layout auto: rtx3090, rtx4090, a100-40g, a100-80g, h100, h200 or cpu (its memory, FLOP/s and links)", true,
@@ -169,6 +172,13 @@ void record_teacher_checksum(RunConfig& cfg) {
   cfg.distill.teacher_crc32 = crc;
 }
 
+// The setup and the plan of each stage at `layout`.
+void plan_run(CheckedRun& run, const RunConfig& cfg, const Layout& layout, const RunDraws& draws) {
+  run.setup = TrainSetup::make(cfg, layout);
+  const int ranks_per_node = std::max(1, world_size() / node_count());
+  run.planned = plan_training(run.setup, draws, ranks_per_node, "the model.* sizes, train.micro_batch or sample.per_class");
+}
+
 // Readies a run, agreed by every rank (a failing rank's message ends the job): every check it needs
 // before its folder is touched, the setup and plan it will use, rank 0's lock on the run folder, a
 // distilled run's teacher checksum recorded in `cfg`, and the demo's dataset prepared on first use
@@ -180,10 +190,7 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
     const RunDraws draws = run_draws(cfg);
     const EvalPaths eval = eval_paths(cfg);
     const std::string backend = backend_name(cfg.backend_str(), cfg.precision_str());
-    run.setup = TrainSetup::make(cfg, layout);
-    const int ranks_per_node = std::max(1, world_size() / node_count());
-    run.planned = plan_training(run.setup, draws, ranks_per_node,
-                                "the model.* sizes, train.micro_batch or sample.per_class");
+    plan_run(run, cfg, layout, draws);
     std::string why;
     DIT_CHECK(backend_available(backend, &why), "train.backend = ", cfg.backend_str(), " with train.precision = ",
               cfg.precision_str(), ": ", why);
@@ -238,14 +245,21 @@ int dry_run(const RunConfig& cfg, const Layout& layout) {
 
 }  // namespace
 
-int run_train(const RunConfig& given, TrainMode mode) {
+int run_train(const RunConfig& given, TrainMode mode, const FitConstraints& fixed) {
   install_stop_handlers();
   RunLock lock;  // rank 0 holds the run folder's lock until this function returns
   RunConfig cfg = given;
   CheckedRun checked = ready_run(cfg, mode, lock);
   if (mode == TrainMode::DryRun) return dry_run(cfg, checked.setup.layout);
+  std::optional<TuneResult> tuned;  // a fresh run's layout measured among the search's (the data is ready)
+  if (cfg.parallel.layout == LayoutMode::Tune && cfg.run.resume.empty()) {
+    tuned = tune_layout(cfg, fixed);
+    cfg = tuned->chosen;
+    collective_check([&] { plan_run(checked, cfg, layout_for_world(cfg.parallel.tp, cfg.parallel.pp), run_draws(cfg)); });
+  }
   defer_stop_signals();  // a stop signal from here on is answered at a step boundary, with a checkpoint
   Run run(cfg, checked.setup, std::move(checked.planned));
+  if (tuned) run.record_tune(tuned->json, tuned->table);
   return run.train();
 }
 
@@ -293,8 +307,9 @@ std::function<int()> add_train_command(CLI::App& app) {
       DIT_CHECK(!flags->gave("parallel.memory_gib") || cfg.parallel.memory_gib > 0, "parallel.memory_gib = ",
                 cfg.parallel.memory_gib, " (--memory-gib): expected the memory per rank in GiB, a number > 0");
     });
-    if (cfg.parallel.layout == LayoutMode::Auto) cfg = resolve_auto_layout(cfg, fit_constraints([&](const std::string& key) { return flags->gave(key); }, cfg));
-    return run_train(cfg, flags->dry_run ? TrainMode::DryRun : TrainMode::Train);
+    const FitConstraints fixed = fit_constraints([&](const std::string& key) { return flags->gave(key); }, cfg);
+    if (cfg.parallel.layout != LayoutMode::Fixed) cfg = resolve_auto_layout(cfg, fixed);
+    return run_train(cfg, flags->dry_run ? TrainMode::DryRun : TrainMode::Train, fixed);
   };
 }
 

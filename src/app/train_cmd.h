@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "io/config.h"
+#include "plan/planner.h"
 
 namespace dit {
 
@@ -19,8 +20,10 @@ namespace dit {
 enum class TrainMode { Train, DryRun };
 
 // Trains as `cfg` says at tp x pp x (world / tp / pp). Returns the exit code: 0, 1 on an error,
-// kExitPreempted (75, run/signals.h) when stopped by a signal after a checkpoint.
-int run_train(const RunConfig& cfg, TrainMode mode = TrainMode::Train);
+// kExitPreempted (75, run/signals.h) when stopped by a signal after a checkpoint. Under
+// parallel.layout = "tune" a fresh run first measures the search's layouts within `fixed` (the
+// settings the command line gave) and trains on the fastest (run/layout_tune.h).
+int run_train(const RunConfig& cfg, TrainMode mode = TrainMode::Train, const FitConstraints& fixed = {});
 
 // The flags `train` and `plan` share; each becomes a `section.key=value` override applied after
 // the config file.

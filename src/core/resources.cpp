@@ -56,6 +56,12 @@ std::uint64_t status_bytes(const char* field) {
 std::uint64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
 std::uint64_t rss_bytes() { return status_bytes("VmRSS:"); }
 
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";  // resets VmHWM to the resident memory now (Linux 4.0 and later)
+  return static_cast<bool>(f.flush());
+}
+
 double machine_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;

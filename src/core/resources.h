@@ -13,6 +13,8 @@ std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"; "?" wh
 std::uint64_t peak_rss_bytes();
 // Resident memory of this process now (VmRSS), in bytes; 0 when unknown.
 std::uint64_t rss_bytes();
+// Starts peak_rss_bytes() again from the resident memory now; false where the kernel cannot.
+bool reset_peak_rss();
 // Physical memory of this machine in bytes; 0 when unknown.
 double machine_memory_bytes();
 

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/trace.h"
@@ -226,6 +228,17 @@ void Trainer::inject_nonfinite_gradient(std::int64_t step) {
   upload(zero_->first_gradient(), &nan, DType::F32);
 }
 
+// A fault for the layout tuner's test: DIT_FAULT_SLOW_LAYOUT="TPxPP:SECONDS" makes every step at that
+// tp and pp take SECONDS longer on every rank (as a slow link or a throttled device would).
+void Trainer::inject_slow_layout() const {
+  const char* spec = std::getenv("DIT_FAULT_SLOW_LAYOUT");
+  int tp = 0, pp = 0;
+  double seconds = 0;
+  if (spec == nullptr || std::sscanf(spec, "%dx%d:%lf", &tp, &pp, &seconds) != 3) return;
+  if (tp != ctx_->layout.tp || pp != ctx_->layout.pp || !(seconds > 0 && seconds < 60)) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
 void Trainer::upload(const Tensor& dst, const void* host, DType host_dtype) {
   be_->copy(dst, Tensor{const_cast<void*>(host), host_dtype, dst.shape, Device::Host});
 }
@@ -317,6 +330,7 @@ StepStats Trainer::step() {
   trace::set_step(step_ + 1);
   const auto step_span = trace::span_if_on("step", [&] { return "step " + std::to_string(step_ + 1); });
   const double t_start = now_s();
+  inject_slow_layout();
   const BatchPlan& plan = batches_->plan();
   const std::int64_t n = plan.micro_batch;
   const std::uint64_t tp0 = ctx_->tp->stats().bytes, pp0 = ctx_->pp->stats().bytes,

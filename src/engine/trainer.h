@@ -155,6 +155,7 @@ class Trainer {
   const Microbatch& microbatch(int mb);
   const DeviceBatch& device_batch(int mb, Arena& arena);
   void upload(const Tensor& dst, const void* host, DType host_dtype);
+  void inject_slow_layout() const;  // DIT_FAULT_SLOW_LAYOUT (trainer.cpp)
   void inject_nonfinite_gradient(std::int64_t step);
   std::vector<float> model_times(const Microbatch& b) const;
   void gather_losses(const Tensor& terms, const StepView& view, StepStats& st);

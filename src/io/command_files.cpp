@@ -34,6 +34,7 @@ const std::vector<CommandFiles> kCommands = {
       {"--run-dir", Out, K::Json, "the accounting", "dir:accounting.json", "run.dir"},
       {"--run-dir", Out, K::Json, "each rank's step split and memory", "dir:ranks.jsonl", "run.dir"},
       {"--run-dir", Out, K::Json, "the profile's timeline", "dir:trace.json", "run.dir"},
+      {"--run-dir", Out, K::Json, "the layout tuning's record", "dir:tune.json", "run.dir"},
       {"--run-dir", Out, K::Json, "the evaluation's result", "dir:eval.json", "run.dir"},
       {"--run-dir", Out, K::Text, "the plots' log", "dir:plots.log", "run.dir"},
       {"--checkpoint-dir", Out, K::CheckpointRoot, "the checkpoints", "", "run.checkpoint_dir"}}},

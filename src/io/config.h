@@ -96,8 +96,11 @@ struct OptimSection {
 
 // How a run's layout is set: by the keys as given (tp, pp, micro_batch, recompute, ...), or chosen by
 // the planner's layout search (plan/auto_layout.h) for the job's world size and memory per rank.
-enum class LayoutMode : std::uint8_t { Fixed, Auto };
-inline constexpr Named<LayoutMode> kLayoutModeNames[] = {{LayoutMode::Fixed, "fixed"}, {LayoutMode::Auto, "auto"}};
+// "tune": the search's parallel.tune_candidates fastest layouts are each trained for
+// parallel.tune_steps steps inside the job, and the run trains on the fastest measured (run/layout_tune.h).
+enum class LayoutMode : std::uint8_t { Fixed, Auto, Tune };
+inline constexpr Named<LayoutMode> kLayoutModeNames[] = {
+    {LayoutMode::Fixed, "fixed"}, {LayoutMode::Auto, "auto"}, {LayoutMode::Tune, "tune"}};
 
 struct ParallelSection {
   // "auto": the search picks tp, pp, virtual_stages, schedule, sequence_parallel, train.micro_batch
@@ -108,6 +111,8 @@ struct ParallelSection {
   // Share of the memory kept free: the search plans within the rest, and a log line warns when
   // free memory (the device's, or the cgroup's / machine's on the CPU) falls under it.
   double memory_margin = 0.10;
+  int tune_candidates = 3;  // layout = "tune": the search's fastest layouts measured
+  int tune_steps = 4;       // layout = "tune": steps each is trained for (the first is not timed)
   int tp = 1, pp = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // 1f1b | gpipe
   std::vector<int> pp_layers;     // blocks per stage (per model chunk with virtual stages); empty = balanced

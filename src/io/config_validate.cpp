@@ -184,6 +184,10 @@ void validate_parallel_common(const ParallelSection& p) {
           "a share of the memory kept free in [0, 1)");
   require(p.timeout_s >= 0 && std::isfinite(p.timeout_s), "parallel.timeout_s", p.timeout_s,
           "seconds >= 0 (0: no watchdog)");
+  require(p.tune_candidates >= 1 && p.tune_candidates <= 64, "parallel.tune_candidates", p.tune_candidates,
+          "an integer in [1, 64] (layouts measured by --layout tune)");
+  require(p.tune_steps >= 2 && p.tune_steps <= 1000, "parallel.tune_steps", p.tune_steps,
+          "an integer in [2, 1000] (steps each layout trains for under --layout tune; the first is not timed)");
 }
 
 // The zero-bubble schedules' layouts: both need a pipeline; ZB-V two chunks per rank and depth a

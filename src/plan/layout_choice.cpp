@@ -124,24 +124,75 @@ FitConstraints fit_constraints(const std::function<bool(const std::string&)>& ga
   return c;
 }
 
-RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed) {
+namespace {
+
+// The job's request, every rank's: its world, and on CUDA the tightest device's free memory. `rank`
+// receives the job's ranks as one data-parallel group, whose world agrees on the choice (no
+// watchdog: rank 0 may search for long); on CUDA the backend whose free memory is read (collective:
+// the rank's GPU placement).
+AutoLayoutRequest job_request(const RunConfig& cfg, const FitConstraints& fixed, RankSetup& rank) {
   AutoLayoutRequest r;
   r.cfg = cfg;
   r.fixed = fixed;
   r.world = world_size();
   r.ranks_per_node = std::max(1, world_size() / node_count());
+  rank = make_rank({.backend = reads_device_memory(cfg) ? cfg.backend_str() : "",
+                    .precision = cfg.precision_str(),
+                    .layout = {1, 1, world_size()},
+                    .timeout_s = 0,
+                    .comms = TensorComms::Leave});
+  r.device_free_bytes = -rank.ctx.world->all_reduce_max(-device_free_bytes(rank.backend.get()));
+  return r;
+}
+
+}  // namespace
+
+std::vector<LayoutCandidate> layout_candidates(const RunConfig& cfg, const FitConstraints& fixed, int k) {
+  RankSetup rank;
+  const AutoLayoutRequest r = job_request(cfg, fixed, rank);
+  Comm& world = *rank.ctx.world;
+  const std::size_t width = encode(cfg).size() + 2;  // the layout, its predicted step and peak
+  std::vector<double> rows(static_cast<std::size_t>(k) * width, 0.0);
+  double found = 0;
+  collective_check([&] {
+    if (world_rank() != 0) return;
+    const AutoLayoutChoice c = choose_layout(r);
+    std::vector<std::vector<double>> seen;
+    for (const FitRow& row : c.search.rows) {
+      if (found >= k) break;
+      RunConfig one = cfg;
+      apply_layout(one, row.plan);
+      std::vector<double> code = encode(one);
+      if (std::find(seen.begin(), seen.end(), code) != seen.end()) continue;  // the same keys
+      seen.push_back(code);
+      code.push_back(row.time.step_s);
+      code.push_back(double(row.plan.peak_bytes()));
+      std::copy(code.begin(), code.end(), rows.begin() + static_cast<std::ptrdiff_t>(found * double(width)));
+      ++found;
+    }
+  });
+  world.all_reduce_sum(rows.data(), static_cast<int>(rows.size()));
+  found = world.all_reduce_max(found);
+  std::vector<LayoutCandidate> out;
+  for (int i = 0; i < int(found); ++i) {
+    const std::vector<double> code(rows.begin() + std::ptrdiff_t(i) * std::ptrdiff_t(width),
+                                   rows.begin() + std::ptrdiff_t(i + 1) * std::ptrdiff_t(width));
+    LayoutCandidate c;
+    c.cfg = cfg;
+    decode(code, c.cfg);
+    c.predicted_s = code[width - 2];
+    c.predicted_bytes = code[width - 1];
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed) {
   SearchOn on = SearchOn::Rank0;
   collective_check([&] { on = search_on_from_env(); });
-  // The job's ranks as one data-parallel group, whose world agrees on the choice (no watchdog: rank 0
-  // may search for long); on CUDA the backend whose free memory is read (collective: the rank's GPU
-  // placement). Every rank plans for the tightest device.
-  const RankSetup rank = make_rank({.backend = reads_device_memory(cfg) ? cfg.backend_str() : "",
-                                    .precision = cfg.precision_str(),
-                                    .layout = {1, 1, world_size()},
-                                    .timeout_s = 0,
-                                    .comms = TensorComms::Leave});
+  RankSetup rank;
+  const AutoLayoutRequest r = job_request(cfg, fixed, rank);  // every rank plans for the tightest device
   Comm& world = *rank.ctx.world;
-  r.device_free_bytes = -world.all_reduce_max(-device_free_bytes(rank.backend.get()));
   const bool searches = on == SearchOn::Each || world_rank() == 0;
   RunConfig out = cfg;
   std::string text;

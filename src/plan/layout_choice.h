@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "io/config.h"
 #include "plan/planner.h"
@@ -21,5 +22,15 @@ FitConstraints fit_constraints(const std::function<bool(const std::string&)>& ga
 // config.toml records both the request and the layout it ran at); rank 0 prints the choice.
 // Throws AgreedError on every rank when nothing fits.
 RunConfig resolve_auto_layout(const RunConfig& cfg, const FitConstraints& fixed);
+
+// One of the search's layouts: `cfg` set to it, and what the time model predicts of it.
+struct LayoutCandidate {
+  RunConfig cfg;
+  double predicted_s = 0;      // a step
+  double predicted_bytes = 0;  // the largest stage's planned peak per rank
+};
+// Collective: the search's `k` fastest layouts by the time model that differ in their keys (fewer
+// when fewer fit), the same on every rank (rank 0 searches). Throws AgreedError when nothing fits.
+std::vector<LayoutCandidate> layout_candidates(const RunConfig& cfg, const FitConstraints& fixed, int k);
 
 }  // namespace dit

@@ -379,6 +379,14 @@ int Run::finish(const StepStats& last, std::int64_t steps_run) {
   return 0;
 }
 
+void Run::record_tune(const std::string& json, const std::string& table) {
+  collective_check([&] {
+    if (ctx_.world_rank != 0) return;
+    write_file_atomic(file("tune.json"), json, "the layout tuning's record");
+    if (tensorboard_) tensorboard_->text("tune", trainer_->next_step() + 1, "```\n" + table + "```");
+  });
+}
+
 void Run::write_profile(const std::function<std::string()>& write) {
   std::string written;
   write_metrics([&] { written = write(); });

@@ -38,6 +38,9 @@ class Run {
   // Trains to train.steps. Returns the exit code: 0; 1 when the loss diverged; kExitPreempted
   // (run/signals.h) when a stop signal arrived, after a checkpoint.
   int train();
+  // Rank 0 writes a layout tuning's record (run/layout_tune.h) into the run folder (tune.json) and
+  // TensorBoard (text `tune`).
+  void record_tune(const std::string& json, const std::string& table);
 
  private:
   void open_data();
