@@ -24,6 +24,8 @@ TrainConfig train_config(const RunConfig& c) {
   t.lr_schedule = c.train.lr_schedule;
   t.min_lr = c.train.min_lr;
   t.grad_clip = c.train.grad_clip;
+  t.loss_spike_z = c.train.loss_spike_z;
+  t.skip_loss_spikes = c.train.skip_loss_spikes;
   t.loss_scale = c.train.loss_scale;
   t.loss_scale_window = c.train.loss_scale_window;
   t.ema_decay = c.train.ema_decay;

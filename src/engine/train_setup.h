@@ -28,6 +28,8 @@ struct TrainConfig {
   LrSchedule lr_schedule = LrSchedule::Constant;
   double min_lr = 0.0;
   double grad_clip = 0.0;  // max global grad norm; 0 = off (the official DiT does not clip)
+  double loss_spike_z = 0;        // a loss this many standard deviations above the last 50 is a spike; 0 = off
+  bool skip_loss_spikes = false;  // a spike's update is skipped as a non-finite loss's is
   double loss_scale = LossScaler::kInitialScale;               // fp16 only: the initial scale
   std::int64_t loss_scale_window = LossScaler::kGrowthInterval;  // fp16 only
   double ema_decay = 0.9999;

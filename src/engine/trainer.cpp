@@ -27,7 +27,8 @@ Trainer::Trainer(Backend& be, ParallelContext& ctx, const TrainSetup& setup, con
     : be_(&be), ctx_(&ctx), cfg_(setup.model), train_(setup.train),
       noise_(diffusion::create_diffusion({"", setup.model.learn_sigma, setup.train.diffusion_steps})),
       scaler_(be.compute_dtype() == DType::F16 ? LossScaling::Dynamic : LossScaling::Off, setup.train.loss_scale_window,
-              setup.train.loss_scale) {
+              setup.train.loss_scale),
+      spikes_(setup.train.loss_spike_z) {
   const SampleShape s = data.shape();
   DIT_CHECK(s.channels == cfg_.in_channels && s.height == cfg_.input_size && s.width == cfg_.input_size,
             "the dataset's samples are ", s.channels, "x", s.height, "x", s.width, " but the model takes ",
@@ -375,13 +376,17 @@ StepStats Trainer::step() {
   const std::int64_t adam_step = step_ + 1 - scaler_.state().skipped_steps;
   inject_nonfinite_gradient(step_ + 1);
   gather_losses(terms, view, st);  // every rank knows whether the loss was finite before the update
+  // The same loss on every rank, so the same verdict: a spike is logged, or skipped as a non-finite loss.
+  st.spike = spikes_.check(step_ + 1, st.loss);
+  st.spike_skipped = !st.spike.empty() && train_.skip_loss_spikes;
   // A step whose loss or gradient norm is not finite is skipped at every precision (nothing
   // non-finite reaches the weights, the moments or the EMA), and counted in a row, one rule for
   // both (the caller stops at train.max_nonfinite_steps); on finite values Skip and Apply are the same.
   const ZeroOptimizer::Result r =
       zero_->step(train_.adamw, st.lr, adam_step, train_.grad_clip,
                   ema_decay_at(train_.ema_decay, train_.ema_warmup, step_), st.loss_scale,
-                  st.nonfinite_rank >= 0 ? ZeroOptimizer::NonFinite::Discard : ZeroOptimizer::NonFinite::Skip);
+                  st.nonfinite_rank >= 0 || st.spike_skipped ? ZeroOptimizer::NonFinite::Discard
+                                                             : ZeroOptimizer::NonFinite::Skip);
   st.grad_norm = r.grad_norm;
   st.skipped = !r.applied;
   st.nonfinite_at_scale_one = scaler_.enabled() && st.skipped && st.loss_scale <= 1.0;

@@ -16,6 +16,7 @@
 #include "engine/batch.h"
 #include "engine/read_ahead.h"
 #include "engine/dit_pipeline.h"
+#include "engine/loss_spike.h"
 #include "engine/step_part.h"
 #include "engine/train_setup.h"
 #include "backend/backend.h"
@@ -91,6 +92,8 @@ struct StepStats {
   // fp16: the gradients were not finite even at loss scale 1, so lowering the scale cannot help
   // (a diverged model, not an overflow); the caller should stop.
   bool nonfinite_at_scale_one = false;
+  std::string spike;          // the loss spike's line (engine/loss_spike.h), or ""
+  bool spike_skipped = false;  // train.skip_loss_spikes: its update was skipped
   StepAccounting acct;
 };
 
@@ -184,6 +187,7 @@ class Trainer {
   double data_wait_s_ = 0;  // this step's wait for microbatches from the reader
   std::int64_t nonfinite_loss_in_row_ = 0;  // not saved: a resume starts at 0, as the loss scaler's count
   LossScaler scaler_;
+  LossSpikeWatch spikes_;  // train.loss_spike_z over the losses this process saw
   std::map<int, Microbatch> cache_;  // this step's microbatches, shared by first and last stage
   std::map<int, DeviceBatch> device_cache_;
   Buffer coefs_;  // (T, math::kNumLossCoefs) fp32: the schedule as the loss kernels read it

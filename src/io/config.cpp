@@ -67,7 +67,7 @@ std::vector<Section> sections(RunConfig& c) {
         {"recompute", choice(&t.recompute, kRecomputeNames)}, {"recompute_blocks", &t.recompute_blocks},
         {"grad_reduce", choice(&t.grad_reduce, kGradReduceNames)}, {"deterministic", &t.deterministic},
         {"tensorboard", &t.tensorboard}, {"profile", &t.profile}, {"straggler_margin", &t.straggler_margin},
-        {"loss_spike_z", &t.loss_spike_z}}},
+        {"loss_spike_z", &t.loss_spike_z}, {"skip_loss_spikes", &t.skip_loss_spikes}}},
       {"optim", {{"zero", &c.optim.zero}, {"bucket_mib", &c.optim.bucket_mib}, {"overlap", &c.optim.overlap}, {"offload", &c.optim.offload}}},
       {"parallel",
        {{"layout", choice(&p.layout, kLayoutModeNames)}, {"hardware", &p.hardware}, {"memory_gib", &p.memory_gib},

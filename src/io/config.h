@@ -81,6 +81,7 @@ struct TrainSection {
   std::string profile;             // "A:B": a timeline of steps A to B in <run.dir>/trace.json (run/profile.h); "" = off
   double straggler_margin = 0.25;  // name a rank whose own work stays this share above the median's; 0 = off
   double loss_spike_z = 6;         // log a loss this many standard deviations above the recent ones; 0 = off
+  bool skip_loss_spikes = false;   // and skip its update, as a non-finite loss's (engine/loss_spike.h)
   bool operator==(const TrainSection&) const = default;
 };
 

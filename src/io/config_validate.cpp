@@ -162,6 +162,8 @@ void validate_train(const TrainSection& t) {
           "train.straggler_margin", t.straggler_margin, "a number in [0, 100] (0: no straggler watch)");
   require(std::isfinite(t.loss_spike_z) && t.loss_spike_z >= 0 && t.loss_spike_z <= 1e6, "train.loss_spike_z",
           t.loss_spike_z, "a number in [0, 1e6] (0: no loss spike watch)");
+  require(!t.skip_loss_spikes || t.loss_spike_z > 0, "train.skip_loss_spikes", t.skip_loss_spikes,
+          "false while train.loss_spike_z = 0 (no spike is found to skip)");
   if (!t.profile.empty()) {
     const ProfileSteps p = parse_profile_steps(t.profile);  // throws naming the key
     require(p.last <= t.steps, "train.profile", t.profile,

@@ -64,38 +64,13 @@ std::vector<StageWait> split_pipeline_wait(const TrainConfig& train, int pp, int
   return out;
 }
 
-std::string LossSpikeWatch::check(std::int64_t step, double loss) {
-  if (z_limit_ <= 0 || !std::isfinite(loss)) return "";
-  std::string line;
-  if (recent_.size() >= static_cast<std::size_t>(window_ / 2)) {
-    double mean = 0, var = 0;
-    for (double x : recent_) mean += x;
-    mean /= double(recent_.size());
-    for (double x : recent_) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / double(recent_.size() - 1));
-    const double z = sd > 0 ? (loss - mean) / sd : 0;
-    if (z > z_limit_) {
-      char b[320];
-      std::snprintf(b, sizeof b,
-                    "loss spike at step %lld: %.6g is %.1f standard deviations above the mean %.6g of the last %zu "
-                    "steps (train.loss_spike_z = %g)",
-                    static_cast<long long>(step), loss, z, mean, recent_.size(), z_limit_);
-      line = b;
-    }
-  }
-  recent_.push_back(loss);
-  if (recent_.size() > static_cast<std::size_t>(window_)) recent_.pop_front();
-  return line;
-}
-
 RunMonitor::RunMonitor(ParallelContext& ctx, const TrainSetup& setup, double planned_bytes,
-                       const std::string& ranks_path, double straggler_margin, double loss_spike_z)
+                       const std::string& ranks_path, double straggler_margin)
     : ctx_(&ctx),
       setup_(setup),
       planned_bytes_(planned_bytes),
       rows_(std::make_unique<MetricsWriter>(ranks_path)),
-      straggler_margin_(straggler_margin),
-      spikes_(loss_spike_z) {
+      straggler_margin_(straggler_margin) {
   const int n = ctx.world->size();
   char mine[kHostChars] = {};
   gethostname(mine, kHostChars - 1);
@@ -108,7 +83,7 @@ RunMonitor::RunMonitor(ParallelContext& ctx, const TrainSetup& setup, double pla
   slow_logs_.assign(static_cast<std::size_t>(n), 0);
 }
 
-std::string RunMonitor::add_step(const StepStats& st) {
+void RunMonitor::add_step(const StepStats& st) {
   const StepAccounting& a = st.acct;
   step_s_ += a.step_s;
   split_.compute += a.split.compute;
@@ -119,8 +94,6 @@ std::string RunMonitor::add_step(const StepStats& st) {
   split_.optimizer += a.split.optimizer;
   op_f_ += a.op_f_s, op_b_ += a.op_b_s, op_w_ += a.op_w_s;
   ++steps_;
-  const std::string spike = spikes_.check(st.step + 1, st.loss);
-  return ctx_->world_rank == 0 ? spike : "";
 }
 
 std::vector<std::string> RunMonitor::log(std::int64_t step, const Backend& be, TensorBoardWriter* tb) {

@@ -3,8 +3,8 @@
 // optimizer and checkpoint saving, and its memory is read (host RSS now and at peak, the device's in
 // use, and the bytes the plan gave the rank); rank 0 gathers the ranks' rows and writes them to
 // <run>/ranks.jsonl and TensorBoard. From the same rows a rank whose own work stays above the
-// median rank's by train.straggler_margin is named (a straggler, with its host), and every step's
-// loss is checked against the recent ones (a spike: train.loss_spike_z standard deviations above).
+// median rank's by train.straggler_margin is named (a straggler, with its host). (A loss spike is the
+// Trainer's to find, before its update: engine/loss_spike.h.)
 //
 // The bubble: the time a rank waits on its pipeline (receives, sends in flight, the step's end) is
 // split by the schedule simulator (parallel/schedule_sim.h) run on the tables with the ranks' own
@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,30 +42,16 @@ std::vector<StageWait> split_pipeline_wait(const TrainConfig& train, int pp, int
                                            const std::vector<double>& f, const std::vector<double>& b,
                                            const std::vector<double>& w, const std::vector<double>& idle);
 
-// A loss far above its recent values: the z-score of each step's loss against the last `window`
-// finite losses (after `window / 2` of them have been seen).
-class LossSpikeWatch {
- public:
-  explicit LossSpikeWatch(double z_limit, int window = 50) : z_limit_(z_limit), window_(window) {}
-  // The spike's line ("" when none) for this step's loss; the loss joins the window.
-  std::string check(std::int64_t step, double loss);
-
- private:
-  double z_limit_;
-  int window_;
-  std::deque<double> recent_;
-};
-
 class RunMonitor {
  public:
   // Collective over ctx.world (the ranks' hosts are gathered once). `planned_bytes`: the bytes the
   // plan gave this rank's stage (or the Trainer's own account where there is no plan).
   // `ranks_path`: rank 0's ranks.jsonl ("" elsewhere).
   RunMonitor(ParallelContext& ctx, const TrainSetup& setup, double planned_bytes, const std::string& ranks_path,
-             double straggler_margin, double loss_spike_z);
+             double straggler_margin);
 
-  // Every rank, every step: the step's split and its loss. Returns rank 0's line about a loss spike, or "".
-  std::string add_step(const StepStats& st);
+  // Every rank, every step: the step's split.
+  void add_step(const StepStats& st);
   // Every rank: seconds spent saving a checkpoint since the last step.
   void add_checkpoint(double seconds) { checkpoint_s_ += seconds; }
   // Collective over ctx.world at a logged step: gathers the rows, and on rank 0 writes them to
@@ -81,7 +66,6 @@ class RunMonitor {
   double planned_bytes_;
   std::unique_ptr<MetricsWriter> rows_;
   double straggler_margin_;
-  LossSpikeWatch spikes_;
   std::vector<std::string> hosts_;  // rank 0: every rank's host
   // This rank's sums since the last log.
   StepSplit split_{};

@@ -119,7 +119,7 @@ void Run::make_folder() {
   const double planned = planned_.empty() ? double(trainer_->memory().total())
                                           : double(planned_[static_cast<std::size_t>(ctx_.coord.pp) % planned_.size()].total());
   monitor_ = std::make_unique<RunMonitor>(ctx_, setup_, planned, ctx_.world_rank == 0 ? file("ranks.jsonl") : "",
-                                          cfg_.train.straggler_margin, cfg_.train.loss_spike_z);
+                                          cfg_.train.straggler_margin);
   profiler_ = std::make_unique<Profiler>(
       ctx_, setup_, cfg_.train.profile.empty() ? ProfileSteps{} : parse_profile_steps(cfg_.train.profile),
       file("trace.json"));
@@ -203,7 +203,9 @@ int Run::train() {
   const int rc = trainer_->train_to(steps, [&](std::int64_t done, const StepStats& st) {
     last = st;
     ++steps_run;
-    if (const std::string spike = monitor_->add_step(st); !spike.empty()) console_.line(spike);
+    monitor_->add_step(st);
+    if (!st.spike.empty() && ctx_.world_rank == 0)
+      console_.line(st.spike + (st.spike_skipped ? ": the update is skipped (train.skip_loss_spikes)" : ""));
     if (steps_run == 1 && !planned_.empty()) {  // the arenas reach their peak in the first step
       const std::string off = check_plan(ctx_, planned_, trainer_->memory());
       if (ctx_.world_rank == 0 && !off.empty()) console_.line(off);

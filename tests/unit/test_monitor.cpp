@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "engine/loss_spike.h"
 #include "run/monitor.h"
 
 namespace dit {
