@@ -21,6 +21,7 @@
 #include "app/evaluate_cmd.h"
 #include "app/plan_cmd.h"
 #include "app/prune_cmd.h"
+#include "app/report_cmd.h"
 #include "app/sample_cmd.h"
 #include "app/train_cmd.h"
 #include "app/verify_cmd.h"
@@ -31,7 +32,7 @@
 
 namespace {
 
-const char* const kSubcommands[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "prune", "help"};
+const char* const kSubcommands[] = {"train", "sample", "evaluate", "verify", "prepare-data", "inspect", "plan", "prune", "report", "help"};
 
 // The command line trains: `train` given, or no subcommand (train is the default).
 bool trains(int argc, char** argv) {
@@ -96,7 +97,7 @@ int run(int argc, char** argv) {
   const std::vector<std::function<int()>> commands = {
       dit::add_train_command(app),        dit::add_sample_command(app), dit::add_evaluate_command(app),
       dit::add_verify_command(app),       dit::add_prepare_data_command(app), dit::add_plan_command(app),
-      dit::add_inspect_command(app),      dit::add_prune_command(app),
+      dit::add_inspect_command(app),      dit::add_prune_command(app),        dit::add_report_command(app),
   };
   // Hidden: every subcommand's files by role, one line each, and the batch of tries that
   // tests/cli/file_roles_table.sh makes of them.

@@ -81,6 +81,17 @@ const std::vector<CommandFiles> kCommands = {
       {"--weights", In, K::Weights, "the teacher"},
       {"--data", In, K::Dataset, "the calibration data"},
       {"--out", Out, K::Weights, "the pruned weights"}}},
+    {"report",
+     {{"@run", In, K::RunFolder, "the run reported"},
+      {"@run", In, K::RunConfig, "the run's config record", "dir:config.toml"},
+      {"@run", In, K::Json, "the metrics", "dir:metrics.jsonl"},
+      {"@run", In, K::Json, "the accounting", "dir:accounting.json"},
+      {"@run", In, K::Json, "each rank's step split and memory", "dir:ranks.jsonl"},
+      {"@run", In, K::Json, "the timeline", "dir:trace.json"},
+      {"@run", In, K::Json, "the evaluation's result", "dir:eval.json"},
+      {"@run", In, K::Png, "the last sample grid", "dir:samples.png"},
+      {"--out", Out, K::Report, "the report"},
+      {"@run", Out, K::Report, "the report", "dir:report.html"}}},
 };
 
 bool g_files_check_only = false;

@@ -1,7 +1,7 @@
 // What a file is, and the one check of a command's files by role (see file_roles.h). Kinds are
 // told apart by what dit_mp writes: the seal, HDF5 groups (/config with /weights, /classifier,
 // /samples and /labels, /images) and root attributes (a checkpoint index's format_version and step,
-// a shard's coord, Inception's format), a run config's header line, PNG and zip signatures.
+// a shard's coord, Inception's format), a run config's header line, a report's first line, PNG and zip signatures.
 #include "io/file_roles.h"
 
 #include <fcntl.h>
@@ -56,6 +56,7 @@ constexpr KindText kKinds[] = {
     {FileKind::Safetensors, "safetensors", "a safetensors file (a VAE's weights)"},
     {FileKind::Text, "text", "a text file"},
     {FileKind::ForeignPng, "foreign_png", "a PNG image that dit_mp did not write"},
+    {FileKind::Report, "report", "a run's report page (HTML)"},
     {FileKind::Empty, "empty", "an empty file (0 bytes)"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
     {FileKind::CheckpointOrSafetensors, "checkpoint_or_safetensors", "a checkpoint or a safetensors file"},
@@ -132,6 +133,7 @@ bool utf8_head(const std::string& head) {
 FileKind text_kind(const std::string& head) {
   if (head.find('\0') != std::string::npos || !utf8_head(head)) return FileKind::Unknown;
   if (head.rfind(kRunConfigHeader, 0) == 0) return FileKind::RunConfig;
+  if (head.rfind(kReportHead, 0) == 0) return FileKind::Report;
   const std::size_t first = head.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (head[first] == '{' || head[first] == '[')) {
     // "[section]" (or "[[section]]") opens a TOML table: a bare key starts with a letter or '_',

@@ -21,10 +21,15 @@ enum class FileKind {
   Checkpoint, CheckpointRoot, RunFolder,  // folders: a step folder, a checkpoint root, a run folder
   Config, RunConfig, Json, Png, Zip, Safetensors, Text,
   ForeignPng,  // a PNG without write_png's mark (io/png.h): a user's picture, never replaced unasked
+  Report,      // a run's report page, told by the line kReportHead it opens with (dit_mp report)
   Empty,       // a regular file of 0 bytes
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
   CheckpointOrSafetensors,  // expected only: a checkpoint or a safetensors file (inspect)
 };
+
+// The first bytes of every report page dit_mp writes (run/report_page.cpp): what tells a report it
+// may replace from a user's HTML file.
+inline constexpr const char* kReportHead = "<!DOCTYPE html>\n<!-- dit_mp report";
 
 std::string kind_name(FileKind kind);  // "a weights file", "a checkpoint's index", ...
 std::string kind_id(FileKind kind);    // "weights", "checkpoint_index", ... (help files)

@@ -21,7 +21,7 @@ class JsonReader {
   Json document() {
     Json v = value(0);
     skip_space();
-    if (pos_ != s_.size()) fail("text after the header's object");
+    if (pos_ != s_.size()) fail("text after the JSON value");
     return v;
   }
 
@@ -34,7 +34,7 @@ class JsonReader {
   }
   char peek() {
     skip_space();
-    if (pos_ >= s_.size()) fail("the header ends early");
+    if (pos_ >= s_.size()) fail("the text ends early");
     return s_[pos_];
   }
   void expect(char c) {

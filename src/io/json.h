@@ -1,5 +1,6 @@
-// A strict JSON reader for the small documents dit_mp reads from downloaded files: safetensors
-// headers and diffusers' config.json. Values keep their text (numbers as written), so the reader
+// A strict JSON reader for the small documents dit_mp reads from downloaded files (safetensors
+// headers, diffusers' config.json) and from run folders (dit_mp report: metrics.jsonl's lines, the
+// accounting, a trace). Values keep their text (numbers as written), so the reader
 // decides nothing about ranges; nesting is bounded so a hostile file cannot exhaust the stack.
 #pragma once
 

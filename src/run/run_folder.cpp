@@ -23,12 +23,12 @@ constexpr const char* kConfigHeader = "# dit_mp run configuration";
 
 // Files a run writes into its folder: those the train command declares in it (io/command_files.h:
 // the weights, grid, metrics, accounting, evaluation and plots.log), the grids of each sampling
-// step and the plots, and the temporaries of its writers as they name them: write_atomically's
-// "<name>.tmp-<host>-<pid>" (atomic_file.h) and plot_run.py's ".tmp", ".tmp.png". A user's
-// "model.h5.tmp-notes" is none of these, and stays.
+// step, the plots, the report (dit_mp report's default --out), and the temporaries of its writers
+// as they name them: write_atomically's "<name>.tmp-<host>-<pid>" (atomic_file.h) and plot_run.py's
+// ".tmp", ".tmp.png". A user's "model.h5.tmp-notes" is none of these, and stays.
 bool run_file(const std::string& name) {
   static const std::regex known([] {
-    std::string names = R"(samples_step_\d{7}\.(png|h5)|loss\.png|throughput\.png|quality\.png)";
+    std::string names = R"(samples_step_\d{7}\.(png|h5)|loss\.png|throughput\.png|quality\.png|report\.html)";
     for (const FileDecl& d : files_of("train"))
       if (std::string(d.derive).rfind("dir:", 0) == 0)
         names += "|" + std::regex_replace(std::string(d.derive + 4), std::regex(R"(\.)"), R"(\.)");

@@ -45,11 +45,12 @@ BASE = {  # options that get each command past its first checks; a pair's own op
     "dit_checkpoint.py import": [("@source", f"{S}/state.pt"), ("--num-heads", "4")],
     "dit_checkpoint.py export": [("@source", f"{RUN}/ema.h5")],
     "dit_checkpoint.py seal": [("@source", f"{RUN}/ema.h5")],
+    "report": [("@run", RUN)],
 }
 EXCLUSIVE = [{"--run", "--weights", "--samples"}]  # one source only
 TOGETHER = {("evaluate", "--inception"): ("--reference-stats", f"{S}/missing/stats.npz"),  # given as a pair
             ("evaluate", "--reference-stats"): ("--inception", f"{S}/missing/inception.h5")}
-POSITIONAL = {"prepare-data": ["@kind", "@dir"], "dit_checkpoint.py import": ["@source", "@out"],
+POSITIONAL = {"prepare-data": ["@kind", "@dir"], "report": ["@run"], "dit_checkpoint.py import": ["@source", "@out"],
               "dit_checkpoint.py export": ["@source", "@out"], "dit_checkpoint.py seal": ["@source", "@out"]}
 
 decls = {}
