@@ -24,6 +24,11 @@ if [[ "${DIT_WITH_PYTHON:-1}" == 1 ]]; then
   PACKAGES+=(python3-torch python3-h5py python3-numpy python3-matplotlib python3-scipy)
   PACKAGES+=(python3-protobuf)  # tests/cli/tb_events.py reads TensorBoard's event files with it
 fi
+# tests/cli/report.sh opens dit_mp report's page in a real browser, Debian's chromium, headless.
+# DIT_WITH_BROWSER=0 skips it (the test then prints why it skips).
+if [[ "${DIT_WITH_BROWSER:-1}" == 1 ]]; then
+  PACKAGES+=(chromium)
+fi
 # scripts/fuzz.sh: clang with libFuzzer and its OpenMP runtime. DIT_WITH_FUZZ=0 skips them (CI's
 # fuzz tests then use the deterministic driver, which needs nothing more).
 if [[ "${DIT_WITH_FUZZ:-1}" == 1 ]]; then
