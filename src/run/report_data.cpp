@@ -286,7 +286,8 @@ ReportInputs read_report_inputs(const std::string& run_dir) {
   data += ",\"config\":" + quote_string(read_regular(file_of(run_dir, "config.toml"), "the run's config.toml"));
   data += ",\"metrics\":" + rows_json(steps);
   data += ",\"evals\":" + rows_json(evals);
-  data += ",\"eval_file\":" + read_document(file_of(run_dir, "eval.json"), "the evaluation's result", Json::Kind::Object);
+  data += ",\"eval_file\":" +
+          read_document(file_of(run_dir, "eval.json"), "the evaluation's result", Json::Kind::Object);
   data += ",\"accounting\":" + read_document(file_of(run_dir, "accounting.json"), "the accounting", Json::Kind::Array);
   data += ",\"ranks\":" + (ranks_there ? rows_json(ranks) : std::string("null"));
   data += ",\"trace\":" + read_trace(file_of(run_dir, "trace.json"));

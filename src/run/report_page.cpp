@@ -220,7 +220,10 @@ function summary() {
 
 function lossCharts() {
   const box = $("loss-body");
-  if (!M.length) { note(box, "No logged step in metrics.jsonl yet (the run logs every train.log_every steps)."); return; }
+  if (!M.length) {
+    note(box, "No logged step in metrics.jsonl yet (the run logs every train.log_every steps).");
+    return;
+  }
   const slider = $("smoothing"), charts = html("div", null, box, "charts");
   const lossBox = titled(charts, "loss"), termsBox = titled(charts, "loss terms (smoothed)");
   const terms = Object.keys(M[0]).filter(k => !LOGGED.has(k));
@@ -231,8 +234,8 @@ function lossCharts() {
     lineChart(lossBox, {name: "loss", source: "metrics.jsonl", xs: steps, series: [
       {label: "raw", ys: col("loss"), color: COLORS[0], opacity: 0.3, width: 1},
       {label: `smoothed (${w.toFixed(3)})`, ys: smoothed(col("loss"), w), color: COLORS[0], width: 2}]});
-    lineChart(termsBox, {name: "loss-terms", source: "metrics.jsonl", xs: steps,
-                         series: terms.map((k, i) => ({label: k, ys: smoothed(col(k), w), color: COLORS[(i + 1) % 10]}))});
+    const series = terms.map((k, i) => ({label: k, ys: smoothed(col(k), w), color: COLORS[(i + 1) % 10]}));
+    lineChart(termsBox, {name: "loss-terms", source: "metrics.jsonl", xs: steps, series});
   };
   slider.addEventListener("input", draw);
   draw();
@@ -393,7 +396,7 @@ function timeline() {
   const pids = [...new Set(T.spans.map(s => s[0]))].sort((a, b) => a - b);
   const t0 = Math.min(...T.spans.map(s => s[2])), t1 = Math.max(...T.spans.map(s => s[2] + s[3]));
   const cats = [...new Set(T.spans.map(s => s[5]))];
-  const W = 1100, rowH = 22, top = 6, left = 120, H = top + pids.length * rowH + 34;
+  const W = 1100, rowH = 22, top = 6, left = 230, H = top + pids.length * rowH + 34;
   const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, "data-chart": "timeline",
                         "data-source": "trace.json"}, box);
   const X = t => left + (t - t0) / ((t1 - t0) || 1) * (W - left - 10);
@@ -403,7 +406,8 @@ function timeline() {
       T.names[String(p)] || `rank ${p}`;
     svg("line", {x1: left, x2: W - 10, y1: row(p) + rowH, y2: row(p) + rowH, stroke: "#f0f0f0"}, s);
   });
-  for (const [pid, , ts, dur, name, cat] of T.spans) {
+  // The longest first, so the spans nested in a step (its actions, their waits) are drawn over it.
+  for (const [pid, , ts, dur, name, cat] of [...T.spans].sort((a, b) => b[3] - a[3])) {
     const r = svg("rect", {x: X(ts), y: row(pid) + 3, width: Math.max(0.6, X(ts + dur) - X(ts)), height: rowH - 6,
                            fill: COLORS[cats.indexOf(cat) % 10]}, s);
     svg("title", {}, r).textContent = `${name} (${cat}): ${(dur / 1e3).toFixed(3)} ms`;

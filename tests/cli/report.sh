@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# dit_mp report (issue 47, part 3), opened in a real browser: a 4-rank run (tp 2 x pp 2) with grids
-# and two evaluations (and its timeline, where this trainer has --profile) gets its report.html,
-# which Debian's chromium loads headless: no console message at all (an error injected into a copy
-# is caught, so the check can fail), and every chart's data-points, read from the DOM after the
-# page's script ran, equals the rows of its source file counted here with python's json; the page
-# references nothing outside itself. A screenshot is kept in $REPORT_OUT. A copy of the run given
-# ranks.jsonl and trace.json in their documented format (a field left out) draws the step's split,
-# memory per rank and the timeline. Refused, in one line: a folder that is not a run's, a malformed
-# metrics row (file and line named), --out over an input or a user's HTML file. --overwrite of the
-# run replaces its report.html. Skips (77) without chromium, saying so.
+# dit_mp report (issue 47, part 3), opened in a real browser: a 4-rank run (tp 2 x pp 2) with grids,
+# two evaluations, ranks.jsonl and a timeline (--profile 2:3) gets its report.html, which Debian's
+# chromium loads headless: no console message at all (an error injected into a copy is caught, so
+# the check can fail), and every chart's data-points, read from the DOM after the page's script ran,
+# equals the rows of its source file counted here with python's json; the page references nothing
+# outside itself. A screenshot is kept in $REPORT_OUT. Copies of the run: without ranks.jsonl and
+# trace.json, the sections say they were not recorded (memory from metrics.jsonl instead); with a
+# GPU run's device memory in ranks.jsonl, a field left out, and a trace with process names and flows,
+# they are drawn. Refused, in one line: a folder that is not a run's, a malformed metrics row (file
+# and line named), --out over an input or a user's HTML file. --overwrite of the run replaces its
+# report.html. Skips (77) without chromium, saying so.
 source "$(dirname "$0")/common.sh"
 command -v chromium > /dev/null ||
   { echo "skip: chromium is missing (scripts/install_deps.sh installs it unless DIT_WITH_BROWSER=0)"; exit 77; }
@@ -84,8 +85,10 @@ self_contained() {
   python3 - "$1" <<'PY'
 import re, sys
 page = open(sys.argv[1]).read()
-refs = [m.group(2) for m in re.finditer(r'\b(src|href)\s*=\s*"([^"]*)"', page) if not m.group(2).startswith(("data:", "#"))]
-assert not refs and "<link" not in page and "@import" not in page and "url(" not in page, f"external references: {refs[:5]}"
+refs = [m.group(2) for m in re.finditer(r'\b(src|href)\s*=\s*"([^"]*)"', page)
+        if not m.group(2).startswith(("data:", "#"))]
+assert not refs, f"external references: {refs[:5]}"
+assert "<link" not in page and "@import" not in page and "url(" not in page, "a stylesheet or font fetched"
 print(f"ok: self-contained ({len(page)} bytes)")
 PY
 }
@@ -108,10 +111,9 @@ R=$SCRATCH/run
 ARGS=(--set data.path=\""$FM"\" "${TINY[@]}" --set train.steps=6 --set train.log_every=1 --set train.sample_every=2
       --set train.eval_every=3 --set eval.classifier=\""$SCRATCH/c.h5"\" --set eval.reference=\""$FM"\"
       --set eval.per_class=2 --set eval.num_steps=2 --tp 2 --pp 2)
-if "$DIT_MP" train --help | grep -q -- "--profile"; then
-  ARGS+=(--profile 2:3)
-fi
-$MPIRUN -n 4 "$DIT_MP" "${ARGS[@]}" --run-dir "$R" > "$SCRATCH/train.log" 2>&1 || { cat "$SCRATCH/train.log"; fail "the run"; }
+$MPIRUN -n 4 "$DIT_MP" "${ARGS[@]}" --profile 2:3 --run-dir "$R" > "$SCRATCH/train.log" 2>&1 ||
+  { cat "$SCRATCH/train.log"; fail "the run"; }
+[[ -s $R/ranks.jsonl && -s $R/trace.json ]] || fail "the run wrote no ranks.jsonl or trace.json"
 
 "$DIT_MP" report "$R" > "$SCRATCH/report.txt" || fail "dit_mp report failed"
 grep -qx "report: $R/report.html" "$SCRATCH/report.txt" || { cat "$SCRATCH/report.txt"; fail "no report line"; }
@@ -136,8 +138,16 @@ if browse "$SCRATCH/broken.html" broken > /dev/null; then fail "a script error i
 grep -q "Uncaught ReferenceError: no_such_function" "$SCRATCH/broken.log" || fail "chromium's log lacks the error"
 echo "ok: an injected script error is caught"
 
-# The sections drawn from ranks.jsonl and trace.json, in their documented format, a field left out
-# (rank 1 has no tp_s; the trace has flows and process names): on a copy of the run.
+# Without ranks.jsonl and trace.json (a run before they were written, or without --profile).
+N=$SCRATCH/unmonitored
+cp -r "$R" "$N"
+rm "$N/ranks.jsonl" "$N/trace.json" "$N/report.html"
+"$DIT_MP" report "$N" > /dev/null || fail "the report of a run without ranks.jsonl and trace.json"
+browse "$N/report.html" unmonitored || fail "the report without ranks.jsonl wrote to the browser's console"
+check_points "$N" unmonitored || fail "the charts of a run without ranks.jsonl and trace.json"
+
+# A GPU run's rows (device memory), a field left out (rank 1 has no tp_s), a trace with process
+# names and flows, in their documented format: on a copy of the run.
 C=$SCRATCH/copy
 cp -r "$R" "$C"
 rm -f "$C/report.html"
