@@ -194,7 +194,8 @@ std::function<int()> add_inspect_command(CLI::App& app) {
       if (file) {
         const VaeFile vae = open_vae(*path);
         std::int64_t params = 0;
-        for (const VaeParam& p : vae_parameters(vae.config)) params += p.numel();
+        const VaeWeightSource read = vae.source();  // every value read: a NaN or Inf is named by its tensor
+        for (const VaeParam& p : vae_parameters(vae.config)) params += std::int64_t(read(p).size());
         std::printf("%s\n%s\n%zu tensors, %lld parameters\n", vae.path.c_str(), vae.describe().c_str(),
                     vae.file->tensors().size(), static_cast<long long>(params));
         return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -214,6 +215,10 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std:
       }
     }
   }
+  // A NaN or Inf in weights is damage, named here rather than blamed later on what they compute.
+  for (std::size_t i = 0; i < n; ++i)
+    DIT_CHECK(std::isfinite(out[i]), path_, ": tensor ", shown_name(name), " holds ", std::isnan(out[i]) ? "a NaN" : "an Inf",
+              " at element ", i, " of ", n, ": the weights are damaged; download or export them again");
   return out;
 }
 

@@ -190,3 +190,24 @@ wait "$A" || true
 trap 'rm -rf "$SCRATCH"' EXIT
 [[ ! -e "$SCRATCH/sh_b" ]] || fail "the refused run left a run folder"
 echo "ok: a checkpoint folder outside the run folder is locked"
+
+# 11. A NaN or Inf in a VAE's weights is refused where they are read, naming the tensor: by
+# `inspect`, and by prepare-data before any picture is blamed.
+python3 - "$DIT_DATA/vae_tiny.safetensors" "$SCRATCH/vae_nan.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+t = header["encoder.conv_in.weight"]
+dtype = {"F32": np.float32, "F16": np.float16, "BF16": None}[t["dtype"]]
+at = 8 + n + t["data_offsets"][0] + 3 * np.dtype(dtype).itemsize
+data[at:at + np.dtype(dtype).itemsize] = np.array([np.nan], dtype=dtype).tobytes()
+open(sys.argv[2], "wb").write(data)
+PY
+cp "$DIT_DATA/vae_tiny_config.json" "$SCRATCH/vae_nan_config.json"
+refused "vae_nan.safetensors: tensor encoder.conv_in.weight holds a NaN at element 3 of" \
+  "$DIT_MP" inspect "$SCRATCH/vae_nan.safetensors"
+refused "vae_nan.safetensors: tensor encoder.conv_in.weight holds a NaN at element 3 of" \
+  "$DIT_MP" prepare-data images "$IM" --vae "$SCRATCH/vae_nan.safetensors" --size 16 --out "$SCRATCH/nan.h5"
+echo "ok: a VAE with a NaN is refused, naming the tensor"
