@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "io/prune_text.h"
@@ -109,7 +110,12 @@ SampleSource resolve_source(const SampleOptions& requested) {
             model.num_heads, " heads");
   const SampleSection& s = src.sample = resolve_settings(opt, src);
   DIT_CHECK(opt.batch >= 1 && opt.batch <= 1000000, "--batch ", opt.batch, ": expected 1 to 1000000");
-  if (!opt.vae.empty()) check_vae_fits(open_vae(opt.vae, opt.vae_config), model.in_channels, "--vae");
+  std::optional<VaeConfig> vae;
+  if (!opt.vae.empty()) {
+    const VaeFile file = open_vae(opt.vae, opt.vae_config);
+    check_vae_fits(file, model.in_channels, "--vae");
+    vae = file.config;
+  }
   DIT_CHECK(opt.vae_config.empty() || !opt.vae.empty(), "--vae-config ", opt.vae_config, " without --vae");
   check_outputs(opt.out, model, !opt.vae.empty());
   const std::int64_t total =
@@ -119,7 +125,8 @@ SampleSource resolve_source(const SampleOptions& requested) {
             " --precision ", opt.precision, ": ", why);
   const int ranks_per_node = std::max(1, world_size() / node_count());
   const SamplingSize size{total, std::min<std::int64_t>(total, opt.batch), s, src.diffusion_steps,
-                          opt.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, parse_dtype(opt.precision)};
+                          opt.backend == "cuda" ? BackendKind::Cuda : BackendKind::Cpu, parse_dtype(opt.precision),
+                          vae};
   check_sampling_fits(sampling_memory_need(model, src.layout, size), size, ranks_per_node,
                       "--batch (or --per-class, --classes)");
   return src;

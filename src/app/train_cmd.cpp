@@ -187,7 +187,9 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
   CheckedRun run;
   collective_check([&] {
     const Layout layout = layout_for_world(cfg.parallel.tp, cfg.parallel.pp);
-    const RunDraws draws = run_draws(cfg);
+    RunDraws draws = run_draws(cfg);
+    // A latent run's grids are decoded by data.vae: its decode is planned with the sampling.
+    if (!cfg.data.vae.empty()) draws.drawn.vae = open_vae(cfg.data.vae, cfg.data.vae_config).config;
     const EvalPaths eval = eval_paths(cfg);
     const std::string backend = backend_name(cfg.backend_str(), cfg.precision_str());
     plan_run(run, cfg, layout, draws);

@@ -37,14 +37,14 @@ std::string format_duration(double s) {
 }
 
 namespace {
-// A field of /proc/self/status in kB ("VmHWM:", "VmRSS:"), in bytes; 0 when unknown.
-std::uint64_t status_bytes(const char* field) {
+// A /proc/self/status field ("VmHWM", "RssAnon") in bytes; 0 when absent.
+std::uint64_t status_bytes(const std::string& key) {
   std::ifstream f("/proc/self/status");
   std::string line;
   const std::size_t n = std::string(field).size();
   while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream is(line.substr(n));
+    if (line.rfind(key + ":", 0) == 0) {
+      std::istringstream is(line.substr(key.size() + 1));
       std::uint64_t kb = 0;
       is >> kb;
       return kb * 1024;
@@ -53,8 +53,8 @@ std::uint64_t status_bytes(const char* field) {
 }
 }  // namespace
 
-std::uint64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
-std::uint64_t rss_bytes() { return status_bytes("VmRSS:"); }
+std::uint64_t peak_rss_bytes() { return status_bytes("VmHWM"); }
+std::uint64_t rss_bytes() { return status_bytes("RssAnon") + status_bytes("RssShmem"); }
 
 bool reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
@@ -86,6 +86,16 @@ double meminfo_bytes(const std::string& key) {
       is >> kb;
       return kb * 1024;
     }
+  return 0;
+}
+
+// A cgroup's memory.stat field ("inactive_file"); 0 when absent.
+double stat_field(const std::string& stat_file, const std::string& key) {
+  std::ifstream f(stat_file);
+  std::string name;
+  double v = 0;
+  while (f >> name >> v)
+    if (name == key) return v;
   return 0;
 }
 
@@ -129,10 +139,28 @@ HostMemory host_memory() {
     const double limit = read_number(limit_file.c_str());
     if (limit <= 0 || (m.limit > 0 && limit >= m.limit)) continue;  // no limit, or none below the tightest yet
     m.limit = limit;
-    m.free = std::min(m.free > 0 ? m.free : limit, std::max(0.0, limit - read_number(usage_file.c_str())));
+    // Its inactive file cache (v1 counts its subtree as total_inactive_file) is reclaimable: free.
+    const std::string stat = usage_file.substr(0, usage_file.rfind('/')) + "/memory.stat";
+    const bool v1 = usage_file.find("usage_in_bytes") != std::string::npos;
+    const double cache = stat_field(stat, v1 ? "total_inactive_file" : "inactive_file");
+    const double used = read_number(usage_file.c_str()) - cache;
+    m.free = std::min(m.free > 0 ? m.free : limit, std::max(0.0, limit - std::max(0.0, used)));
     m.source = "cgroup";
   }
   return m;
+}
+
+HostBudget host_budget(int ranks_here) {
+  const HostMemory h = host_memory();
+  const int ranks = std::max(ranks_here, 1);
+  const double limit = h.limit > 0 ? h.limit : machine_memory_bytes(), held = double(rss_bytes());
+  HostBudget b;
+  b.bytes = std::max(0.0, limit / ranks - held);
+  b.where = format_bytes(b.bytes) + " of " +
+            (std::string(h.source) == "cgroup" ? "this memory cgroup's " : "this machine's ") + format_bytes(limit) +
+            " (a share of " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " less the " +
+            format_bytes(held) + " this process holds)";
+  return b;
 }
 
 }  // namespace dit

@@ -17,6 +17,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/resources.h"
 #include "engine/rank_backend.h"
 #include "io/atomic_file.h"
 #include "io/dataset_writer.h"
@@ -25,6 +26,7 @@
 #include "io/vae_weights.h"
 #include "layers/vae.h"
 #include "parallel/agree.h"
+#include "parallel/device_placement.h"
 #include "parallel/world.h"
 
 namespace dit {
@@ -43,6 +45,8 @@ struct Plan {
   std::string compute;  // the VAE's backend and dtype, "cpu" or "cuda:bf16"
   int copies = 1, side = 0, channels = 0;  // latents per picture, their side and channels
   std::int64_t batches = 0;
+  int encode_at_once = 1;  // pictures the VAE encodes at once: a batch's, or fewer where memory is short
+  std::string memory_where;  // the memory it was sized against (core/resources.h HostBudget::where)
   std::string settings;  // rank 0: the work folder's settings
   std::int64_t first(std::int64_t b) const { return b * o.batch; }
   std::int64_t end(std::int64_t b) const { return std::min<std::int64_t>((b + 1) * o.batch, files()); }
@@ -59,7 +63,33 @@ std::string hex(std::uint64_t v, int digits) {
   return s;
 }
 
-Plan make_plan(const ImageLatentsOptions& o) {
+// The pictures (copies included) the VAE encodes at once on the CPU: a batch's, halved until the
+// encode (layers/vae.h vae_encode_bytes) and its host buffers fit this rank's share of the tightest
+// memory limit (core/resources.h host_budget); throws with the numbers when one picture does not.
+// Each picture's latent is the same at any count (every op works per image).
+int encode_at_once(Plan& p, int ranks_here) {
+  if (p.compute.rfind("cpu", 0) != 0) return p.o.batch * p.copies;  // the GPU's memory is its own
+  const HostBudget budget = host_budget(ranks_here);
+  p.memory_where = budget.where;
+  const VaeConfig& c = p.vae.config;
+  const std::int64_t s = p.o.size;
+  const std::size_t colon = p.compute.find(':');  // "cpu" is fp32, "cpu:bf16" names its dtype
+  const DType dt = colon == std::string::npos ? DType::F32 : parse_dtype(p.compute.substr(colon + 1));
+  for (int n = p.o.batch * p.copies;; n = (n + 1) / 2) {
+    // The encode; the batch's decoded crops, fp32 pictures, moments and latents on the host.
+    const double host = 4.0 * double(p.o.batch) * double(p.copies) *
+                        (3.0 * double(s * s) * 1.25 + 3.0 * double(p.channels) * double(p.side * p.side));
+    const double need = double(vae_encode_bytes(c, dt, n, s, s, BackendKind::Cpu)) + host;
+    if (need <= budget.bytes) return n;
+    if (n == 1)
+      DIT_FAIL("encoding one picture of ", s, " x ", s, " with the VAE ", p.o.vae, " needs ", format_bytes(need),
+               " (its parameters, activations and scratch, planned, and a batch's pictures at --batch ", p.o.batch,
+               "), more than ", budget.where, "; give it a machine or job with more memory, fewer ranks on one ",
+               "machine, or a smaller --batch or --size");
+  }
+}
+
+Plan make_plan(const ImageLatentsOptions& o, int ranks_here) {
   Plan p;
   p.o = o;
   DIT_CHECK(o.size >= 1 && o.batch >= 1, "image latents: size ", o.size, " and batch ", o.batch, " must be positive");
@@ -77,6 +107,7 @@ Plan make_plan(const ImageLatentsOptions& o) {
   p.side = o.size / c.downsampling();
   p.channels = c.latent_channels;
   p.batches = (p.files() + o.batch - 1) / o.batch;
+  p.encode_at_once = encode_at_once(p, ranks_here);  // before the lock and the work folder: refused, nothing is left
   if (world_rank() == 0) {
     // What the records' values depend on, one "key value" line each (io/latent_work.h).
     const std::string vae_id = fs::absolute(o.vae).lexically_normal().string() + " (" +
@@ -185,15 +216,18 @@ class BatchEncoder {
   // The encoder's moments of `images` (host fp32), then the stored latent of each.
   void latents(const std::vector<float>& images, const std::vector<std::int64_t>& sources, std::vector<float>& out) {
     const std::int64_t n = std::int64_t(sources.size()), s = p_.o.size, l = p_.channels, hw = std::int64_t(p_.side) * p_.side;
-    arena_.reset();
     const DType dt = be_.compute_dtype();
-    Tensor x = arena_.tensor(Shape{n, 3, s, s}, dt);
-    be_.copy(x, Tensor{const_cast<float*>(images.data()), DType::F32, x.shape, Device::Host});
-    Tensor m = arena_.tensor(Shape{n, 2 * l, p_.side, p_.side}, dt);
-    vae_.encode(x, m);
-    std::vector<float> moments(std::size_t(m.numel()));
-    be_.copy(Tensor{moments.data(), DType::F32, m.shape, Device::Host}, m);
-    be_.synchronize();
+    std::vector<float> moments(std::size_t(n * 2 * l * hw));
+    for (std::int64_t first = 0; first < n; first += p_.encode_at_once) {  // as many at once as memory allows
+      const std::int64_t k = std::min<std::int64_t>(p_.encode_at_once, n - first);
+      arena_.reset();
+      Tensor x = arena_.tensor(Shape{k, 3, s, s}, dt);
+      be_.copy(x, Tensor{const_cast<float*>(images.data()) + first * 3 * s * s, DType::F32, x.shape, Device::Host});
+      Tensor m = arena_.tensor(Shape{k, 2 * l, p_.side, p_.side}, dt);
+      vae_.encode(x, m);
+      be_.copy(Tensor{moments.data() + first * 2 * l * hw, DType::F32, m.shape, Device::Host}, m);
+      be_.synchronize();
+    }
     for (std::int64_t k = 0; k < n; ++k) {
       const float* mean = &moments[std::size_t(k * 2 * l * hw)];
       const float* logvar = mean + l * hw;
@@ -346,7 +380,9 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
 
 PrepareResult prepare_image_latents(const ImageLatentsOptions& options) {
   Plan p;
-  collective_check([&] { p = make_plan(options); });
+  // Collective (every rank is here); one rank, MPI started or not, is alone on its machine.
+  const int ranks_here = world_size() > 1 ? place_rank_on_gpu().local_size : 1;
+  collective_check([&] { p = make_plan(options, ranks_here); });
   LatentWork work(options.out, p.settings);
   std::int64_t kept = 0;
   collective_check([&] {
@@ -369,6 +405,9 @@ PrepareResult prepare_image_latents(const ImageLatentsOptions& options) {
                 static_cast<long long>(p.files()), p.folder.classes.size(), options.batch, world_size(), options.size,
                 options.size, p.channels, p.side, p.side, p.latent_text().c_str(), p.compute.c_str(),
                 p.vae.describe().c_str());
+    if (p.encode_at_once < options.batch * p.copies)
+      std::printf("memory: %d pictures encoded at once, not a batch's %d, to fit %s\n", p.encode_at_once,
+                  options.batch * p.copies, p.memory_where.c_str());
     if (p.vae.force_upcast && options.precision != "fp32")
       std::printf("note: the VAE's config says force_upcast: it runs in fp32, not %s\n", options.precision.c_str());
     if (kept > 0)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/attention_path.h"
 #include "backend/virtual/virtual_backend.h"
 #include "core/error.h"
 
@@ -312,13 +313,33 @@ void Vae::decode(const Tensor& latents, const Tensor& images) {
   arena_.reset();
 }
 
-std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w) {
-  VirtualBackend plan(dtype);
+namespace {
+VirtualBackend::Attention vae_attention(BackendKind backend) {
+  return backend == BackendKind::Cuda || attention_path_from_env() == AttentionPath::Composed
+             ? VirtualBackend::Attention::Composed
+             : VirtualBackend::Attention::Fused;
+}
+}  // namespace
+
+std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w,
+                             BackendKind backend) {
+  VirtualBackend plan(dtype, vae_attention(backend));
   Vae vae(plan, cfg, nullptr);
   Arena io(plan);
   const std::int64_t f = cfg.downsampling();
   vae.decode(io.tensor(Shape{n, cfg.latent_channels, h, w}, dtype),
              io.tensor(Shape{n, cfg.out_channels, h * f, w * f}, dtype));
+  return plan.allocated_bytes() + plan.workspace_bytes();
+}
+
+std::size_t vae_encode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t height, std::int64_t width,
+                             BackendKind backend) {
+  VirtualBackend plan(dtype, vae_attention(backend));
+  Vae vae(plan, cfg, nullptr);
+  Arena io(plan);
+  const std::int64_t f = cfg.downsampling();
+  vae.encode(io.tensor(Shape{n, cfg.in_channels, height, width}, dtype),
+             io.tensor(Shape{n, 2 * cfg.latent_channels, height / f, width / f}, dtype));
   return plan.allocated_bytes() + plan.workspace_bytes();
 }
 

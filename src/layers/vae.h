@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_kind.h"
 #include "core/arena.h"
 
 namespace dit {
@@ -55,9 +56,15 @@ std::vector<VaeParam> vae_parameters(const VaeConfig& cfg);
 // Supplies a parameter's values (fp32, numel of the parameter), given what it is.
 using VaeWeightSource = std::function<std::vector<float>(const VaeParam&)>;
 
-// Device bytes a decode of `n` latents (L, h, w) takes in `dtype`: the parameters, the activations
-// and the largest convolution's scratch, from a decode run on the planning backend.
-std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w);
+// Device bytes a decode of `n` latents (L, h, w) takes in `dtype` on `backend`: the parameters, the
+// activations and the largest convolution's scratch, from a decode run on the planning backend.
+// The mid block's attention over h w positions is the GPU's composed attention (its scores
+// counted) on CUDA, and on the CPU the CPU's own (streamed, no scores) unless DIT_ATTENTION=composed.
+std::size_t vae_decode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t h, std::int64_t w,
+                             BackendKind backend = BackendKind::Cuda);
+// Device bytes an encode of `n` images (in_channels, H, W) takes in `dtype`, counted the same way.
+std::size_t vae_encode_bytes(const VaeConfig& cfg, DType dtype, std::int64_t n, std::int64_t height, std::int64_t width,
+                             BackendKind backend = BackendKind::Cuda);
 
 class Vae {
  public:

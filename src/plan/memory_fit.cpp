@@ -61,7 +61,7 @@ RunDraws run_draws(const RunConfig& cfg) {
     images = std::int64_t(m.num_classes) * cfg.eval.per_class;
     drawn.num_steps = cfg.eval.num_steps;
   }
-  return {plan_device(cfg), {images, images, drawn, cfg.diffusion.steps, cfg.train.backend, cfg.train.precision}};
+  return {plan_device(cfg), {images, images, drawn, cfg.diffusion.steps, cfg.train.backend, cfg.train.precision, {}}};
 }
 
 std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws& run, int ranks_per_node,
@@ -121,6 +121,12 @@ SamplingNeed sampling_memory_need(const DiTConfig& m, const Layout& l, const Sam
     const SamplingNeed here{host ? weights : 0, host ? double(b.backend) : 0, double(b.host)};
     if (here.total() > need.total()) need = here;
   }
+  if (size.vae && host) {
+    const VaeConfig& v = *size.vae;
+    const std::int64_t side = m.input_size, f = v.downsampling();
+    need.decode = double(vae_decode_bytes(v, DType::F32, 1, side, side, BackendKind::Cpu)) +
+                  4.0 * double(size.total) * double(v.out_channels) * double(side * f) * double(side * f);
+  }
   return need;
 }
 
@@ -140,9 +146,13 @@ void check_sampling_fits(const SamplingNeed& need, const SamplingSize& size, int
                          const std::string& settings) {
   const auto [limit, where] = node_memory();
   if (limit <= 0 || need.total() * ranks_per_node <= limit) return;
+  const std::string decode =
+      need.decode > 0 ? ", then the VAE's decode of one latent and the pictures " + format_bytes(need.decode) +
+                            " (the VAE's size: no batch lowers it)"
+                      : "";
   DIT_FAIL("sampling ", size.total, " images, ", size.batch, " at once, needs at least ", format_bytes(need.total()),
            " per rank (weights ", format_bytes(need.weights), ", the forward pass ", format_bytes(need.pass),
-           ", the sampler's host buffers and samples ", format_bytes(need.host), ") x ", ranks_per_node, where,
+           ", the sampler's host buffers and samples ", format_bytes(need.host), decode, ") x ", ranks_per_node, where,
            "; lower ", settings, " or use more machines");
 }
 

@@ -3,7 +3,9 @@
 // sampler's own allocations on the virtual backend, compared with the machine's memory.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "layers/vae.h"
 #include "engine/train_setup.h"
 #include "engine/trainer.h"
 #include "parallel/grid.h"
@@ -37,6 +40,8 @@ struct SamplingSize {
   int diffusion_steps = 1000;
   BackendKind backend = BackendKind::Cpu;
   DType precision = DType::F32;
+  // The VAE the samples are decoded with (sample --vae, a latent run's data.vae), none without.
+  std::optional<VaeConfig> vae;
 };
 
 // A training run's settings beyond its TrainSetup that its memory depends on: what it computes on,
@@ -61,11 +66,14 @@ std::vector<MemoryAccount> plan_training(const TrainSetup& setup, const RunDraws
 // Host bytes one rank needs to sample, from the sampler's own pass planned on the virtual backend
 // (engine/sampler.h: sampler_bytes) at every pipeline stage, the largest kept. On the CUDA backend
 // the weights and the pass are the GPU's and only the host buffers count.
+// With a VAE on the CPU backend, its decode of one latent (its parameters, activations and
+// scratch, and the decoded pictures), which comes after the sampling stage is freed.
 struct SamplingNeed {
   double weights = 0;  // the stage's parameters in the compute dtype
   double pass = 0;     // the forward pass's activation arenas, scratch and workspace
   double host = 0;     // the sampler's host buffers and the gathered samples
-  double total() const { return weights + pass + host; }
+  double decode = 0;   // the VAE's decode of one latent and the decoded pictures (0: no VAE, or on the GPU)
+  double total() const { return std::max(weights + pass, decode) + host; }
 };
 SamplingNeed sampling_memory_need(const DiTConfig& model, const Layout& layout, const SamplingSize& size);
 // Throws, naming `settings` and the numbers, when `ranks_per_node` ranks of `need` exceed the

@@ -21,13 +21,14 @@ void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& w
 }
 
 int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch, double budget,
-                 const std::string& where) {
+                 const std::string& where, BackendKind backend) {
   for (int b = std::max(batch, 1);; b /= 2) {  // halving: 8, 4, 2, 1
-    const double need = static_cast<double>(vae_decode_bytes(cfg, DType::F32, b, h, w));
+    const double need = static_cast<double>(vae_decode_bytes(cfg, DType::F32, b, h, w, backend));
     if (need <= budget) return b;
     if (b == 1)
       DIT_FAIL("decoding one latent of (", cfg.latent_channels, ", ", h, ", ", w, ") needs ", format_bytes(need),
-               " (the VAE's parameters, activations and scratch, planned), more than ", where);
+               " (the VAE's parameters, activations and scratch, planned), more than ", where,
+               "; give it a machine or job with more memory, or fewer ranks on one machine");
   }
 }
 
@@ -41,12 +42,13 @@ std::vector<float> decode_latents(const VaeFile& vae, const std::string& backend
   std::unique_ptr<Backend> be = make_backend(backend, DType::F32);
   std::size_t free = 0, total = 0;
   const bool device = be->device_memory(&free, &total);
-  const double budget =
-      device ? 0.9 * static_cast<double>(free) : 0.8 * machine_memory_bytes() / std::max(ranks_here, 1);
+  // On the CPU: the tightest limit (a job's or container's memory cgroup, else the machine), less
+  // what this rank already holds, so that a decode too large is one line rather than the OOM killer.
+  const HostBudget host = device ? HostBudget{} : host_budget(ranks_here);
+  const double budget = device ? 0.9 * static_cast<double>(free) : host.bytes;
   batch = decode_batch(c, h, w, std::min<std::int64_t>(batch, std::max<std::int64_t>(n, 1)), budget,
-                       format_bytes(budget) + (device ? " usable on the GPU"
-                                                      : " of this machine's memory (a share of " +
-                                                            std::to_string(std::max(ranks_here, 1)) + " ranks)"));
+                       device ? format_bytes(budget) + " usable on the GPU" : host.where,
+                       device ? BackendKind::Cuda : BackendKind::Cpu);
   Vae decoder(*be, c, vae.source());
   Arena arena(*be);
   std::vector<float> images(static_cast<std::size_t>(n * per_image));

@@ -21,7 +21,7 @@ void check_vae_fits(const VaeFile& vae, int model_channels, const std::string& w
 // planned (layers/vae.h vae_decode_bytes: parameters, activations, scratch); throws with the
 // numbers when one latent does not fit. `where` names the memory ("GPU 0: 12 GiB free").
 int decode_batch(const VaeConfig& cfg, std::int64_t h, std::int64_t w, int batch, double budget,
-                 const std::string& where);
+                 const std::string& where, BackendKind backend = BackendKind::Cuda);
 
 // images (n, C, h f, w f) in [-1, 1] of latents (n, L, h, w) in the model's space: the decoder
 // reads z = x / scaling_factor + shift_factor (per channel x latents_std_c / scaling_factor +
