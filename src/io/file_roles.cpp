@@ -352,6 +352,13 @@ void FilePlan::check() const {
       if (other.role == FileRole::Input && (same || (out.replaced_whole && inside(ids[i], ids[o]))))
         DIT_FAIL(command_, ": ", role_text(out), same ? " is " : " would replace ", role_text(other),
                  same ? "" : " inside it", ": no output may overwrite an input; choose another ", out.option);
+      // An input folder is read whole (prepare-data's pictures, features, labels): an output inside
+      // it, with its lock, work folder and temporaries beside it, would be read as part of it (a
+      // killed preparation's .parts folder as a class) by the next run of the same command.
+      if (other.role == FileRole::Input && other.kind == FileKind::Folder && !same && inside(ids[o], ids[i]))
+        DIT_FAIL(command_, ": ", role_text(out), " lies inside ", role_text(other),
+                 ", which is read whole: its lock, work folder and temporaries would be read as part of it; choose an ",
+                 out.option, " outside that folder");
       if (other.role == FileRole::Output && same && i > o)
         DIT_FAIL(command_, ": ", role_text(out), " and ", role_text(other), " are one file: give them different names");
     }

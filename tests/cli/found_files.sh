@@ -211,3 +211,14 @@ refused "vae_nan.safetensors: tensor encoder.conv_in.weight holds a NaN at eleme
 refused "vae_nan.safetensors: tensor encoder.conv_in.weight holds a NaN at element 3 of" \
   "$DIT_MP" prepare-data images "$IM" --vae "$SCRATCH/vae_nan.safetensors" --size 16 --out "$SCRATCH/nan.h5"
 echo "ok: a VAE with a NaN is refused, naming the tensor"
+
+# 9. An --out inside the folder of pictures (a class folder included, or reached through a link) is
+# refused before anything is written: a killed preparation's work folder there would be read as a
+# class by the command that resumes it.
+ln -s "$IM" "$SCRATCH/im_link"
+for out in "$IM/in.h5" "$IM/0/in.h5" "$SCRATCH/im_link/in.h5"; do
+  refused "prepare-data: output --out $out \(the dataset written\) lies inside input dir $IM \(the source images\), which is read whole" \
+    "$DIT_MP" "${PREP[@]}" --out "$out"
+done
+for f in "$IM"/in.h5* "$IM"/0/in.h5*; do [[ ! -e $f ]] || fail "a refused preparation left $f"; done
+echo "ok: a preparation's --out inside its folder of pictures is refused"
