@@ -47,6 +47,7 @@ struct Plan {
   std::int64_t batches = 0;
   int encode_at_once = 1;  // pictures the VAE encodes at once: a batch's, or fewer where memory is short
   std::string memory_where;  // the memory it was sized against (core/resources.h HostBudget::where)
+  std::string dir;       // the folder of pictures by its resolved path (no link, no working directory)
   std::string settings;  // rank 0: the work folder's settings
   std::int64_t first(std::int64_t b) const { return b * o.batch; }
   std::int64_t end(std::int64_t b) const { return std::min<std::int64_t>((b + 1) * o.batch, files()); }
@@ -95,6 +96,12 @@ Plan make_plan(const ImageLatentsOptions& o, int ranks_here) {
   DIT_CHECK(o.size >= 1 && o.batch >= 1, "image latents: size ", o.size, " and batch ", o.batch, " must be positive");
   p.folder = list_image_folder(o.dir);
   p.vae = open_vae(o.vae, o.vae_config);
+  // What is recorded (the work folder's settings, the dataset's attributes) names the folder, the
+  // VAE and its config by their resolved paths: reached relatively, from another working directory
+  // or through a link, they are the same preparation and the same dataset (the bytes: crc32 below).
+  p.dir = fs::weakly_canonical(o.dir).string();
+  p.vae.path = fs::weakly_canonical(o.vae).string();
+  if (!p.vae.config_path.empty()) p.vae.config_path = fs::weakly_canonical(p.vae.config_path).string();
   const VaeConfig& c = p.vae.config;
   DIT_CHECK(c.in_channels == 3, "the VAE ", o.vae, ": it encodes ", c.in_channels, "-channel images; pictures are RGB");
   DIT_CHECK(o.size % c.downsampling() == 0, "image size ", o.size, " is not a multiple of the VAE's downsampling factor ",
@@ -110,10 +117,10 @@ Plan make_plan(const ImageLatentsOptions& o, int ranks_here) {
   p.encode_at_once = encode_at_once(p, ranks_here);  // before the lock and the work folder: refused, nothing is left
   if (world_rank() == 0) {
     // What the records' values depend on, one "key value" line each (io/latent_work.h).
-    const std::string vae_id = fs::absolute(o.vae).lexically_normal().string() + " (" +
-                               std::to_string(fs::file_size(o.vae)) + " bytes, crc32 " + hex(file_crc32(o.vae), 8) + ")";
-    p.settings = "work dit_mp prepare-data images --vae, version 1\nfolder " +
-                 fs::absolute(o.dir).lexically_normal().string() + "\nsize " + std::to_string(o.size) + "\nflips " +
+    const std::string vae_id = p.vae.path + " (" + std::to_string(fs::file_size(o.vae)) + " bytes, crc32 " +
+                               hex(file_crc32(o.vae), 8) + ")";
+    p.settings = "work dit_mp prepare-data images --vae, version 1\nfolder " + p.dir + "\nsize " +
+                 std::to_string(o.size) + "\nflips " +
                  flips_name(o.flips) + "\nlatent " + p.latent_text() + "\nbatch " + std::to_string(o.batch) +
                  "\nvae " + vae_id + "\nvae_architecture " + p.vae.describe() + "\ncompute " + p.compute + "\n";
   }
@@ -331,12 +338,12 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
     n += r->samples;
   }
   DIT_CHECK(n > 0, p.o.dir, ": none of its ", p.files(), " files could be read");
-  const std::string vae_file = fs::path(p.o.vae).filename().string();
+  const std::string vae_file = fs::path(p.vae.path).filename().string();
   const std::string preprocessing = "ADM center_crop_arr to " + std::to_string(p.o.size) + "x" +
                                     std::to_string(p.o.size) + ", x/127.5-1; flips " + flips_name(p.o.flips) +
                                     (p.copies == 2 ? " (each picture, then its mirror image)" : "");
   DatasetLayout layout{n, p.channels, p.side, p.side, true};
-  layout.text_bytes = p.o.dir.size() + 2 * p.vae.describe().size() + preprocessing.size() + 256;
+  layout.text_bytes = p.dir.size() + 2 * p.vae.describe().size() + preprocessing.size() + 256;
   for (const std::string& c : p.folder.classes) layout.text_bytes += c.size() + 32;
   write_atomically(p.o.out, "dataset", [&](const std::string& tmp) {
     DatasetWriter w(tmp, layout);
@@ -367,7 +374,7 @@ PrepareResult assemble(const Plan& p, LatentWork& work) {
     write_dataset_attr_strings(w.file(), "latent", {p.latent_text()}, h5::AttrShape::Scalar, tmp);
     write_dataset_attr(w.file(), "image_size", H5T_STD_I64LE, H5T_NATIVE_INT64, &size, 0, tmp);
     write_dataset_attr(w.file(), "skipped_files", H5T_STD_I64LE, H5T_NATIVE_INT64, &skips, 0, tmp);
-    w.finish(labels, int(p.folder.classes.size()), "image folder " + p.o.dir + " through the VAE " + vae_file);
+    w.finish(labels, int(p.folder.classes.size()), "image folder " + p.dir + " through the VAE " + vae_file);
   });
   work.remove();
   for (const std::string& s : skipped) std::printf("skipped %s\n", s.c_str());

@@ -222,3 +222,18 @@ for out in "$IM/in.h5" "$IM/0/in.h5" "$SCRATCH/im_link/in.h5"; do
 done
 for f in "$IM"/in.h5* "$IM"/0/in.h5*; do [[ ! -e $f ]] || fail "a refused preparation left $f"; done
 echo "ok: a preparation's --out inside its folder of pictures is refused"
+
+# 10. A killed preparation resumed with the same VAE and folder reached by other paths (relative,
+# from another working directory, through links) resumes, into the same bytes as one that ran
+# through: the settings and the dataset's attributes name the resolved paths.
+"$DIT_MP" "${PREP[@]}" --batch 1 --out "$SCRATCH/p10_once.h5" > /dev/null
+rc=0
+DIT_PREPARE_KILL_AFTER=2 "$DIT_MP" "${PREP[@]}" --batch 1 --out "$SCRATCH/p10.h5" > /dev/null 2>&1 || rc=$?
+[[ $rc -ne 0 && -d "$SCRATCH/p10.h5.parts" ]] || fail "the preparation was not killed midway (rc $rc)"
+ln -s "$DIT_DATA/vae_tiny.safetensors" "$SCRATCH/vae_link.safetensors"
+ln -s "$DIT_DATA/vae_tiny_config.json" "$SCRATCH/vae_link_config.json"
+(cd "$SCRATCH" && "$DIT_MP" prepare-data images im_link --vae vae_link.safetensors --size 16 --batch 1 --out p10.h5) \
+  > "$SCRATCH/p10.txt" 2>&1 || { cat "$SCRATCH/p10.txt"; fail "the resume through other paths failed"; }
+grep -q "^resuming: 2 of 6 images done" "$SCRATCH/p10.txt" || { cat "$SCRATCH/p10.txt"; fail "it did not resume"; }
+cmp "$SCRATCH/p10.h5" "$SCRATCH/p10_once.h5" || fail "the resumed dataset differs from one prepared through"
+echo "ok: a preparation resumes with its VAE and folder reached by other paths, into the same bytes"
