@@ -49,7 +49,7 @@ void check_evaluate_files(const EvaluateOptions& opt, const EvalPaths& defaults)
 }
 
 void write_json_file(const std::string& path, const std::string& json) {
-  write_file_atomic(path, json + "\n", "evaluation result");
+  write_file_atomic(path, with_json_mark(json, "evaluate") + "\n", "evaluation result");
   std::printf("wrote %s\n", path.c_str());
 }
 

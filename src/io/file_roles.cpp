@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/checkpoint_format.h"
 #include "io/h5.h"
+#include "core/quote.h"
 #include "io/png.h"
 #include "io/utf8.h"
 #include "io/sealed_h5.h"
@@ -300,6 +301,22 @@ void expect_kind(const std::string& name, const std::string& path, FileKind expe
   expect_kind_of(name, path, expected, detect_kind(path));
 }
 
+std::string with_json_mark(const std::string& json, const std::string& what) {
+  const std::size_t brace = json.find('{');
+  if (brace == std::string::npos) return json;
+  const std::size_t next = json.find_first_not_of(" \t\r\n", brace + 1);
+  const bool empty = next != std::string::npos && json[next] == '}';
+  return json.substr(0, brace + 1) + "\"dit_mp\": " + quote_string(what) + (empty ? "" : ", ") + json.substr(brace + 1);
+}
+
+bool json_written_by_dit_mp(const std::string& head) {
+  std::size_t at = head.find_first_not_of(" \t\r\n");
+  if (at != std::string::npos && head[at] == '[') at = head.find_first_not_of(" \t\r\n", at + 1);
+  if (at == std::string::npos || head[at] != '{') return false;
+  at = head.find_first_not_of(" \t\r\n", at + 1);
+  return at != std::string::npos && head.compare(at, 8, "\"dit_mp\"") == 0;
+}
+
 void expect_kind_of(const std::string& name, const std::string& path, FileKind expected, FileKind actual) {
   if (actual == FileKind::Special)
     DIT_FAIL(name, " ", path, " is a FIFO, device or socket, expected ", kind_name(expected), ": ",
@@ -329,7 +346,9 @@ void FilePlan::bind(const std::vector<FileDecl>& decls, const std::function<std:
     const std::string option = *d.key ? d.key : d.option[0] == '@' ? d.option + 1 : d.option;
     std::string name = option;
     if (*d.derive) name += std::string(": its ") + (d.derive + 4) + (d.derive[0] == 'e' ? " file" : "");
-    add({name, option, d.what, derived_path(d, v), d.role, d.kind});
+    FileUse use{name, option, d.what, derived_path(d, v), d.role, d.kind};
+    use.in_folder = std::string(d.derive).rfind("dir:", 0) == 0;
+    add(std::move(use));
   }
 }
 
@@ -373,6 +392,13 @@ void FilePlan::check() const {
     // A folder where a file goes is the writer's to name (its message says which file name to give);
     // an empty file holds nothing to lose (a run stopped before its first metrics line).
     const bool empty = actual == FileKind::Empty;
+    // A JSON output fits a JSON file by format, and must also carry dit_mp's mark; the files a
+    // folder option names are the folder's (a run folder is dit_mp's, or refused as a whole).
+    if (u.kind == FileKind::Json && actual == FileKind::Json && !u.in_folder && !u.overwrite &&
+        !json_written_by_dit_mp(head_of(u.path, 256)))
+      DIT_FAIL(command_, ": output ", u.name, " ", u.path, " (", u.what, ") exists and is a JSON file that dit_mp ",
+               "did not write (its first key is not \"dit_mp\"): dit_mp replaces only its own outputs; move it or ",
+               "choose another ", u.option);
     if (actual == FileKind::Missing || fits(u.kind, actual) || empty || (folder_kind_p(actual) && !folder_kind_p(u.kind)))
       continue;
     // A picture of the grid's format: replaced only when asked (the user's photo.png, a class

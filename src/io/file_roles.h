@@ -30,6 +30,12 @@ enum class FileKind {
 // The first bytes of every report page dit_mp writes (run/report_page.cpp): what tells a report it
 // may replace from a user's HTML file.
 inline constexpr const char* kReportHead = "<!DOCTYPE html>\n<!-- dit_mp report";
+// dit_mp's JSON outputs (evaluate's result, plan's layouts) carry the key "dit_mp" first, naming
+// what wrote them, as its PNGs carry a tEXt chunk: a JSON file without it (a VAE's config.json, a
+// run's accounting.json or metrics.jsonl) is one a --json output never replaces.
+// with_json_mark puts the key first in the object (or in an array's first object).
+std::string with_json_mark(const std::string& json, const std::string& what);
+bool json_written_by_dit_mp(const std::string& head);  // `head`: the file's first bytes
 
 std::string kind_name(FileKind kind);  // "a weights file", "a checkpoint's index", ...
 std::string kind_id(FileKind kind);    // "weights", "checkpoint_index", ... (help files)
@@ -64,6 +70,7 @@ struct FileUse {
   FileKind kind = FileKind::Unknown;
   bool replaced_whole = false;  // an output folder whose contents are replaced (--overwrite)
   bool overwrite = false;       // --overwrite given: a PNG output may replace a picture dit_mp did not write
+  bool in_folder = false;       // a file a folder option names ("dir:"): the folder's own check vouches for it
 };
 
 class FilePlan {

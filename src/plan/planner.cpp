@@ -18,6 +18,7 @@
 #include "io/dataset.h"
 #include "parallel/virtual_comm.h"
 #include "io/atomic_file.h"
+#include "io/file_roles.h"
 #include "io/h5.h"
 
 namespace dit {
@@ -513,7 +514,9 @@ std::string fit_json(const std::vector<FitRow>& rows, int top) {
   return os.str();
 }
 
-void save_json(const std::string& path, const std::string& text) { write_file_atomic(path, text, "plan"); }
+void save_json(const std::string& path, const std::string& text) {
+  write_file_atomic(path, with_json_mark(text, "plan"), "plan");  // the mark: a later --json may replace it
+}
 
 std::string format_fit_rows(const std::vector<FitRow>& rows, int first, int count) {
   std::ostringstream os;

@@ -237,3 +237,23 @@ ln -s "$DIT_DATA/vae_tiny_config.json" "$SCRATCH/vae_link_config.json"
 grep -q "^resuming: 2 of 6 images done" "$SCRATCH/p10.txt" || { cat "$SCRATCH/p10.txt"; fail "it did not resume"; }
 cmp "$SCRATCH/p10.h5" "$SCRATCH/p10_once.h5" || fail "the resumed dataset differs from one prepared through"
 echo "ok: a preparation resumes with its VAE and folder reached by other paths, into the same bytes"
+
+# 8. A --json onto a JSON file that dit_mp did not write as such an output (a VAE's config.json not
+# read by this command, a run's metrics.jsonl or accounting.json) is refused; dit_mp's own result,
+# which carries the "dit_mp" key first, is replaced (as a PNG without dit_mp's tEXt mark is refused).
+cp "$V/config.json" "$SCRATCH/other_config.json"
+sums=$(md5sum "$SCRATCH/other_config.json" "$SCRATCH/lat/metrics.jsonl" "$SCRATCH/lat/accounting.json")
+for j in "$SCRATCH/other_config.json" "$SCRATCH/lat/metrics.jsonl" "$SCRATCH/lat/accounting.json"; do
+  refused "output --json $j \(the result\) exists and is a JSON file that dit_mp did not write \(its first key is not \"dit_mp\"\)" \
+    "$DIT_MP" evaluate --samples "$SCRATCH/lat/samples.h5" --vae "$V/w.safetensors" --json "$j" "${JUDGE[@]}"
+  refused "output --json $j \(the plan\) exists and is a JSON file that dit_mp did not write" "$DIT_MP" plan --json "$j"
+done
+[[ $(md5sum "$SCRATCH/other_config.json" "$SCRATCH/lat/metrics.jsonl" "$SCRATCH/lat/accounting.json") == "$sums" ]] ||
+  fail "a JSON file dit_mp did not write was changed"
+for pass in 1 2; do
+  runs e8.txt "$DIT_MP" evaluate --samples "$SCRATCH/plain/samples.h5" --json "$SCRATCH/e8.json" "${JUDGE[@]}"
+  runs p8.txt "$DIT_MP" plan --json "$SCRATCH/p8.json"
+done
+grep -q '^{"dit_mp": "evaluate", ' "$SCRATCH/e8.json" && grep -q '^{"dit_mp": "plan", ' "$SCRATCH/p8.json" ||
+  fail "dit_mp's JSON outputs lack their mark: $(head -c 80 "$SCRATCH/e8.json") $(head -c 80 "$SCRATCH/p8.json")"
+echo "ok: --json replaces only dit_mp's own JSON outputs"
