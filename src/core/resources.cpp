@@ -41,7 +41,6 @@ namespace {
 std::uint64_t status_bytes(const std::string& key) {
   std::ifstream f("/proc/self/status");
   std::string line;
-  const std::size_t n = std::string(field).size();
   while (std::getline(f, line))
     if (line.rfind(key + ":", 0) == 0) {
       std::istringstream is(line.substr(key.size() + 1));
