@@ -29,14 +29,14 @@ with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
 PY
 
 # eval.json on a full disk: exit non-zero naming the cause; the previous result stays whole.
-echo '{"previous": true}' > "$SCRATCH/full/eval.json"
+echo '{"dit_mp": "evaluate", "previous": true}' > "$SCRATCH/full/eval.json"
 dd if=/dev/zero of="$SCRATCH/full/filler" bs=4k status=none 2>/dev/null || true
 if "$DIT_MP" evaluate --samples "$SCRATCH/real.h5" "${EV[@]}" --json "$SCRATCH/full/eval.json" \
   > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt"; then
   fail "evaluate reported success on a full disk: $(cat "$SCRATCH/out.txt")"
 fi
 grep -q "eval.json: cannot write (No space left on device" "$SCRATCH/err.txt" || { cat "$SCRATCH/err.txt"; fail "no cause"; }
-[[ $(cat "$SCRATCH/full/eval.json") == '{"previous": true}' ]] || fail "eval.json lost its previous content"
+[[ $(cat "$SCRATCH/full/eval.json") == '{"dit_mp": "evaluate", "previous": true}' ]] || fail "eval.json lost its previous content"
 [[ -z $(ls -A "$SCRATCH/full" | grep -v -e '^eval.json$' -e '^filler$') ]] || fail "leftovers: $(ls -A "$SCRATCH/full")"
 echo "ok: eval.json on a full disk keeps the previous result and names the cause"
 
@@ -51,14 +51,16 @@ grep -q "jdir: cannot write (Is a directory" "$SCRATCH/err.txt" || { cat "$SCRAT
 [[ -z $(ls -A "$SCRATCH" | grep '\.tmp') ]] || fail "a refused --json left a temporary: $(ls -A "$SCRATCH")"
 echo "ok: --json naming a folder is refused, nothing left"
 
-# metrics.jsonl on a disk that fills while training: one line naming the file and the cause, a
-# non-zero exit, and the checkpoint of that step saved (elsewhere) so the run can be resumed.
+# metrics.jsonl (or ranks.jsonl, written beside it at each logged step) on a disk that fills while
+# training: one line naming the file and the cause, a non-zero exit, and the checkpoint of that step
+# saved (elsewhere) so the run can be resumed. TensorBoard's files are off here: they grow faster.
 mount -t tmpfs -o size=24k tmpfs "$SCRATCH/small"
 rc=0
 timeout 300 $MPIRUN -n 2 "$DIT_MP" --data "$FM" "${TINY[@]}" --tp 1 --pp 1 --steps 400 --log-every 1 \
-  --run-dir "$SCRATCH/small/run" --checkpoint-dir "$SCRATCH/ckpt" > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
+  --set train.tensorboard=false --run-dir "$SCRATCH/small/run" --checkpoint-dir "$SCRATCH/ckpt" \
+  > "$SCRATCH/out.txt" 2> "$SCRATCH/err.txt" || rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$SCRATCH/err.txt"; fail "a full metrics disk did not end the run (rc $rc)"; }
-grep -q "metrics.jsonl: cannot write the metrics (No space left on device)" "$SCRATCH/err.txt" ||
+grep -Eq "(metrics|ranks)\.jsonl: cannot write the metrics \(No space left on device\)" "$SCRATCH/err.txt" ||
   { cat "$SCRATCH/err.txt"; fail "the metrics failure is not named"; }
 [[ $(wc -l < "$SCRATCH/err.txt") -eq 1 ]] || { cat "$SCRATCH/err.txt"; fail "not one line"; }
 grep -q '^step_' <<<"$(ls "$SCRATCH/ckpt")" || fail "no checkpoint before the metrics failure ended the run"

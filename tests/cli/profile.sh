@@ -74,9 +74,15 @@ wait "$pid"
 SH
 chmod +x "$SCRATCH/slow.sh"
 S=("${BASE[@]}" --tp 1 --pp 1 --set train.steps=16 --set train.log_every=2 --profile 10:13 --run-dir "$SCRATCH/slow")
-$MPIRUN -n 3 "$DIT_MP" "${S[@]}" : -n 1 "$SCRATCH/slow.sh" "$DIT_MP" "${S[@]}" > "$SCRATCH/slow.log" 2>&1 ||
-  { tail -30 "$SCRATCH/slow.log"; fail "the run with a slowed rank failed"; }
-grep "straggler" "$SCRATCH/slow.log" || true
+# A timing check on a shared machine (other tests run beside it): up to three tries.
+for try in 1 2 3; do
+  rm -rf "$SCRATCH/slow"
+  $MPIRUN -n 3 "$DIT_MP" "${S[@]}" : -n 1 "$SCRATCH/slow.sh" "$DIT_MP" "${S[@]}" > "$SCRATCH/slow.log" 2>&1 ||
+    { tail -30 "$SCRATCH/slow.log"; fail "the run with a slowed rank failed"; }
+  grep -q "straggler: rank 3 on " "$SCRATCH/slow.log" && break
+  echo "try $try: rank 3 not named: $(grep straggler: "$SCRATCH/slow.log")"
+done
+grep "straggler: " "$SCRATCH/slow.log" || true
 grep -q "straggler: rank 3 on " "$SCRATCH/slow.log" || fail "the slowed rank 3 was not named a straggler"
 python3 - "$SCRATCH/slow/trace.json" <<'PY' || fail "the slowed rank's spans"
 import collections, json, sys
