@@ -1,4 +1,4 @@
-// The CPU backend: fp32 throughout, Eigen GEMMs, OpenMP loops inside a rank (OMP_NUM_THREADS).
+// The CPU backend: fp32 throughout, its own packed GEMM (packed_gemm.h), OpenMP loops inside a rank (OMP_NUM_THREADS).
 // It is the reference every other backend is tested against.
 #pragma once
 
@@ -123,7 +123,8 @@ class CpuBackend final : public Backend {
 // Threads of the CPU backend (OpenMP loops and Eigen products) in this process.
 void cpu_set_num_threads(int n);
 
-// Row-major fp32 GEMM on raw pointers (Eigen), shared by gemm() and the attention kernels:
+// Row-major fp32 GEMM on raw pointers (packed_gemm.h's kernel, or Eigen), shared by gemm(), the
+// attention kernels and the convolution:
 // C (m x n) = alpha * op(A) op(B) + beta * C with leading dimensions lda, ldb, ldc.
 void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
                float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,

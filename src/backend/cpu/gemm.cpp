@@ -1,13 +1,14 @@
-// fp32 GEMM for the CPU backend through Eigen, which parallelizes a product with the same
-// OpenMP threads as every other loop (and stays single-threaded inside a parallel region, as in
-// the attention). Debian's OpenBLAS runs its own pthread pool: side by side its sgemm is within
-// about 15% of Eigen on these shapes (benchmarks/bench_gemm.cpp), but with two OpenMP threads
-// its spinning pool made a whole training step 4x slower, so Eigen it is.
+// fp32 GEMM for the CPU backend: the packed kernels of packed_gemm.h where the CPU has AVX-512F
+// or AVX2, Eigen's GEMM elsewhere (or under DIT_CPU_GEMM=eigen). Both use the same OpenMP threads
+// as every other loop and stay single-threaded inside a parallel region (as in the attention).
+// OpenBLAS is no dependency: its own spinning pthread pool beside two OpenMP threads made a whole
+// training step 4x slower; benchmarks/bench_gemm.cpp keeps it as a comparison.
 #include <omp.h>
 
 #include <Eigen/Core>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/packed_gemm.h"
 
 namespace dit {
 
@@ -17,9 +18,10 @@ using ConstMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 using Map = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 }  // namespace
 
-void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
-               float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-               float beta, float* c, std::int64_t ldc) {
+namespace {
+void eigen_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                 std::int64_t ldc) {
   Map C(c, m, n, Eigen::OuterStride<>(ldc));
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -41,6 +43,22 @@ void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::
   else if (ta == Transpose::No) run(A, B.transpose());
   else if (tb == Transpose::No) run(A.transpose(), B);
   else run(A.transpose(), B.transpose());
+}
+}  // namespace
+
+void cpu::sgemm_on(GemmKernel kernel, Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                   float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                   float* c, std::int64_t ldc) {
+  if (kernel == cpu::GemmKernel::Eigen)
+    eigen_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cpu::packed_sgemm(kernel, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void cpu_sgemm(Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k,
+               float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+               float beta, float* c, std::int64_t ldc) {
+  cpu::sgemm_on(cpu::gemm_kernel(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void CpuBackend::gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb,

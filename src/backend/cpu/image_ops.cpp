@@ -7,11 +7,12 @@
 // added into y with the bias (store_band says why not into y directly). With fewer bands than
 // threads, the output channels of a band are split between threads. A 1x1 stride-1 convolution
 // without padding reads x as it is, in column blocks of the same size.
-// The GEMM: on CPUs with AVX-512F a micro-kernel of this file (8 output channels x 32 columns,
-// the weights packed once a call, the patches gathered straight into the kernel's layout), about
-// 1.6x Eigen's AVX2 GEMM here (150-175 against 90-100 GFLOP/s a core on these bands; Eigen falls
-// to 24-70 on patch matrices of a whole 256 x 256 image); elsewhere, or with DIT_CPU_CONV=eigen,
-// the backend's Eigen GEMM (cpu_sgemm). GroupNorm has an AVX-512 build of the same loops too.
+// The GEMM: when the backend's GEMM kernel is avx512 (packed_gemm.h), that kernel's register tile
+// (8 output channels x 32 columns) on this file's own packing (the weights packed once a call,
+// the patches gathered straight into the tile's layout), about 1.6x Eigen's AVX2 GEMM here
+// (150-175 against 90-100 GFLOP/s a core on these bands; Eigen falls to 24-70 on patch matrices
+// of a whole 256 x 256 image); with another kernel (DIT_CPU_GEMM=avx2 or eigen, or a CPU without
+// AVX-512F), im2col bands through cpu_sgemm. GroupNorm has an AVX-512 build of the same loops too.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -23,6 +24,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/host_views.h"
+#include "backend/cpu/packed_gemm.h"
 
 namespace dit {
 
@@ -37,19 +39,6 @@ constexpr std::int64_t kMinBandCols = 256;
 
 // A thread's buffers, by slot (0: patches, 1: a band's GEMM output, 2: packed weights, 3: one
 // patch row), 64-byte aligned and kept between calls (grown, never shrunk, never zeroed).
-float* thread_scratch(int which, std::size_t floats) {
-  thread_local std::unique_ptr<float[]> buf[4];
-  thread_local float* aligned[4] = {};
-  thread_local std::size_t size[4] = {};
-  if (size[which] < floats) {
-    buf[which].reset(new float[floats + 16]);
-    const auto addr = reinterpret_cast<std::uintptr_t>(buf[which].get());
-    aligned[which] = buf[which].get() + ((64 - addr % 64) % 64) / sizeof(float);
-    size[which] = floats;
-  }
-  return aligned[which];
-}
-
 // First index i >= 0 with i * s + off >= 0, and one past the last with i * s + off < lim (s > 0).
 std::int64_t first_inside(std::int64_t off, std::int64_t s) { return off >= 0 ? 0 : (-off + s - 1) / s; }
 std::int64_t end_inside(std::int64_t off, std::int64_t s, std::int64_t lim) {
@@ -90,24 +79,17 @@ void im2col_rows(const ConvShape& s, const ConvGeometry& g, const float* x, std:
   for (std::int64_t p = 0; p < s.c * s.kh * s.kw; ++p) im2col_row(s, g, x, r0, rows, p, col + p * cols);
 }
 
-// ---- AVX-512 micro-kernel GEMM for a band (CPUs with AVX-512F; the others use Eigen) ----------
+// ---- the avx512 tile's GEMM for a band (the avx512 GEMM kernel; the others use cpu_sgemm) -------
 // out (K, cols) = W (K, P) col (P, cols) in micro-tiles of kMR output channels x kNR columns: W
 // packed once a call into panels (P, kMR), a band's patches gathered into strips (P, kNR)
 // straight from x, kKC patch rows per pass over a tile (a strip's kKC rows, 32 KB, stay in L1),
-// 2 kMR accumulators of 16 floats, the weights broadcast. The kernel alone runs at about 90% of
-// the core's AVX-512 FMA peak.
-constexpr int kMR = 8, kNR = 32;
+// the tile of packed_gemm.h (2 kMR accumulators of 16 floats, the weights broadcast). The tile
+// alone runs at about 90% of the core's AVX-512 FMA peak.
+constexpr int kMR = cpu::kTileMR, kNR = cpu::kTileNR;
 constexpr std::int64_t kKC = 256;
 constexpr std::int64_t kStreamBytes = std::int64_t(16) << 20;  // outputs this large: streaming stores
 
-bool use_avx512() {
-  static const bool on = [] {
-    const char* env = std::getenv("DIT_CPU_CONV");
-    if (env != nullptr && std::string_view(env) == "eigen") return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return on;
-}
+bool use_avx512() { return cpu::gemm_kernel() == cpu::GemmKernel::Avx512; }
 
 // panels (ceil(K / kMR), P, kMR) of w (K, P); rows past K are zero.
 void pack_weights(const float* w, std::int64_t k, std::int64_t patch, float* panels) {
@@ -171,33 +153,6 @@ void im2col_strips(const ConvShape& s, const ConvGeometry& g, const float* x, st
   put_row(strips, patch, p, cols, nullptr, padded - cols, 0, 0);
 }
 
-// c (kMR, kNR; row stride ldc) = (add ? c : 0) + a (kc, kMR) b (kc, kNR).
-__attribute__((target("avx512f"))) void micro_tile(const float* a, const float* b, std::int64_t kc, float* c,
-                                                   std::int64_t ldc, bool add) {
-  __m512 acc[kMR][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (std::int64_t p = 0; p < kc; ++p, a += kMR, b += kNR) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r]);
-      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) {
-    float* cr = c + r * ldc;
-    if (add) {
-      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_load_ps(cr));
-      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_load_ps(cr + 16));
-    }
-    _mm512_store_ps(cr, acc[r][0]);
-    _mm512_store_ps(cr + 16, acc[r][1]);
-  }
-}
-
 // out rows [i0 kMR, i1 kMR) (row stride ldo = strips kNR) = panels [i0, i1) times the strips.
 void band_gemm(const float* panels, std::int64_t i0, std::int64_t i1, const float* strips, std::int64_t nstrips,
                std::int64_t patch, float* out) {
@@ -207,7 +162,8 @@ void band_gemm(const float* panels, std::int64_t i0, std::int64_t i1, const floa
     for (std::int64_t st = 0; st < nstrips; ++st) {
       const float* b = strips + (st * patch + p0) * kNR;
       for (std::int64_t i = i0; i < i1; ++i)
-        micro_tile(panels + (i * patch + p0) * kMR, b, kc, out + i * kMR * ldo + st * kNR, ldo, p0 > 0);
+        cpu::avx512_tile(panels + (i * patch + p0) * kMR, b, kc, out + i * kMR * ldo + st * kNR, ldo, 1.f, p0 > 0,
+                         kMR, kNR);
     }
   }
 }
@@ -335,7 +291,7 @@ void CpuBackend::conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias
     const std::int64_t parts = std::min(panels, tiles >= threads ? 1 : (threads + tiles - 1) / tiles);
     const std::int64_t per_part = (panels + parts - 1) / parts, nstrips_max = (band_cols + kNR - 1) / kNR;
     const bool stream = acc == Accumulate::Overwrite && s.n * s.k * plane * std::int64_t(sizeof(float)) >= kStreamBytes;
-    float* packed = thread_scratch(2, static_cast<std::size_t>(panels * kMR * patch));
+    float* packed = cpu::thread_scratch(2, static_cast<std::size_t>(panels * kMR * patch));
     pack_weights(pw, s.k, patch, packed);
     auto run = [&](std::int64_t item) {
       const std::int64_t t = item / parts, part = item % parts;
@@ -346,9 +302,9 @@ void CpuBackend::conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias
       const std::int64_t rows = direct ? 1 : std::min(band, s.oh - b0);
       const std::int64_t cols = direct ? std::min(band, plane - b0) : rows * s.ow, j0 = direct ? b0 : b0 * s.ow;
       const std::int64_t nstrips = (cols + kNR - 1) / kNR;
-      float* strips = thread_scratch(0, static_cast<std::size_t>(nstrips_max * kNR * patch));
-      float* out = thread_scratch(1, static_cast<std::size_t>(panels * kMR * nstrips_max * kNR));
-      float* row = thread_scratch(3, static_cast<std::size_t>(band_cols));
+      float* strips = cpu::thread_scratch(0, static_cast<std::size_t>(nstrips_max * kNR * patch));
+      float* out = cpu::thread_scratch(1, static_cast<std::size_t>(panels * kMR * nstrips_max * kNR));
+      float* row = cpu::thread_scratch(3, static_cast<std::size_t>(band_cols));
       for (std::int64_t p = 0; p < patch; ++p) {
         if (direct) {
           put_row(strips, patch, p, 0, xn + p * plane + b0, cols, 0, cols);
@@ -378,14 +334,14 @@ void CpuBackend::conv2d_fwd(const Tensor& x, const Tensor& w, const Tensor& bias
   auto run = [&](std::int64_t t) {
     const std::int64_t n = t / per_image, b0 = (t % per_image) * band;
     const float* xn = px + n * s.c * s.h * s.w;
-    float* out = thread_scratch(1, static_cast<std::size_t>(s.k * band_cols));
+    float* out = cpu::thread_scratch(1, static_cast<std::size_t>(s.k * band_cols));
     if (direct) {
       const std::int64_t len = std::min(band, plane - b0);
       cpu_sgemm(Transpose::No, Transpose::No, s.k, len, s.c, 1.f, pw, s.c, xn + b0, plane, 0.f, out, len);
       store_band(out, len, s.k, len, pb, acc, plane, b0, py + n * s.k * plane);
     } else {
       const std::int64_t rows = std::min(band, s.oh - b0), cols = rows * s.ow;
-      float* col = thread_scratch(0, static_cast<std::size_t>(patch * band_cols));
+      float* col = cpu::thread_scratch(0, static_cast<std::size_t>(patch * band_cols));
       im2col_rows(s, g, xn, b0, rows, col);
       cpu_sgemm(Transpose::No, Transpose::No, s.k, cols, patch, 1.f, pw, patch, col, cols, 0.f, out, cols);
       store_band(out, cols, s.k, cols, pb, acc, plane, b0 * s.ow, py + n * s.k * plane);
