@@ -1,11 +1,16 @@
-// Fused multi-head attention for the CPU backend, flash-attention style: queries are processed in
-// blocks, scores live only in a per-thread (block x T) scratch, and backward recomputes them from
-// the saved row logsumexp. One OpenMP task per (sample, head); GEMMs read q, k, v in place from
-// the fused qkv rows through leading dimensions, so nothing is transposed or copied.
+// Fused multi-head attention for the CPU backend, the flash-attention algorithm: queries in blocks
+// of kQueryBlock rows, keys and values in blocks of kKeyBlock, the scores of one (query block, key
+// block) pair the only ones alive, merged across key blocks by the online-softmax rule (a running
+// row maximum and sum, the output rescaled when the maximum grows). Memory is linear in tokens: a
+// thread's scratch is a few kQueryBlock x kKeyBlock tiles (scratch_bytes) whatever the sequence
+// length. Backward recomputes each tile's probabilities from the saved row logsumexp. One OpenMP
+// task per (sample, head); GEMMs read q, k, v in place from the fused qkv rows through leading
+// dimensions, so nothing is transposed or copied.
 // Under DIT_ATTENTION=composed the two entry points run the composed attention instead, over the
 // row primitives at the end of this file (softmax_rows, softmax_rows_bwd, row_dot).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -16,6 +21,7 @@ namespace dit {
 namespace {
 
 constexpr std::int64_t kQueryBlock = 64;
+constexpr std::int64_t kKeyBlock = 256;
 
 struct AttnGeom {
   std::int64_t n, t, h, e;  // batch, tokens, heads, head dim
@@ -35,29 +41,76 @@ AttnGeom attn_geom(const Tensor& qkv, int heads, const Tensor& out, const Tensor
   return g;
 }
 
-// s (rows x t) = scale * q k^T, then each row is turned into exp(s - lse_row).
-// In forward (lse == nullptr) the row max and sum are computed and lse is written to lse_out.
-void scores_to_probs(float* s, std::int64_t rows, std::int64_t t, const float* lse, float* lse_out) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * t;
-    float sub;
-    if (lse) {
-      sub = lse[r];
-    } else {
-      sub = *std::max_element(sr, sr + t);
-    }
-    for (std::int64_t j = 0; j < t; ++j) sr[j] = math::exp_f32(sr[j] - sub);
-    double sum = 0;
-    for (std::int64_t j = 0; j < t; ++j) sum += sr[j];
-    if (!lse) {
-      const float inv = static_cast<float>(1.0 / sum);
-      for (std::int64_t j = 0; j < t; ++j) sr[j] *= inv;
-      lse_out[r] = sub + static_cast<float>(std::log(sum));
+// Row steps written so that they vectorise: a maximum in 8 lanes (exact in any order), exp in
+// place, and a sum in 8 double lanes added pairwise.
+float row_max(const float* __restrict x, std::int64_t n) {
+  float lane[8];
+  for (int j = 0; j < 8; ++j) lane[j] = -std::numeric_limits<float>::infinity();
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+#pragma omp simd
+    for (int j = 0; j < 8; ++j) lane[j] = std::max(lane[j], x[i + j]);
+  float m = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  for (int j = 0; j < 8; ++j) m = std::max(m, lane[j]);
+  return m;
+}
+void exp_minus(float* __restrict x, std::int64_t n, float sub) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) x[i] = math::exp_f32(x[i] - sub);
+}
+double row_sum(const float* __restrict x, std::int64_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+#pragma omp simd
+    for (int j = 0; j < 8; ++j) lane[j] += x[i + j];
+  for (int j = 0; i < n; ++i, ++j) lane[j] += x[i];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// The running state of one query block's rows over the key blocks seen so far: row maximum m,
+// sum l of exp(s - m), and the output accumulated unnormalised in acc (rows x e).
+struct OnlineRows {
+  std::vector<float> m, acc;
+  std::vector<double> l;
+  OnlineRows(std::int64_t rows, std::int64_t e) : m(rows), acc(rows * e), l(rows) {}
+  void reset(std::int64_t rows, std::int64_t e) {
+    std::fill(m.begin(), m.begin() + rows, -std::numeric_limits<float>::infinity());
+    std::fill(l.begin(), l.begin() + rows, 0.0);
+    std::fill(acc.begin(), acc.begin() + rows * e, 0.f);
+  }
+  // Turns the scores s (rows x cols, leading dimension ld) of the next key block into
+  // exp(s - m_new) in place, rescaling what was accumulated when a row's maximum grows.
+  void absorb(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t e) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* sr = s + r * ld;
+      const float mnew = std::max(m[r], row_max(sr, cols));
+      if (mnew > m[r] && l[r] > 0) {
+        const float alpha = math::exp_f32(m[r] - mnew);
+        l[r] *= alpha;
+        for (std::int64_t j = 0; j < e; ++j) acc[r * e + j] *= alpha;
+      }
+      m[r] = mnew;
+      exp_minus(sr, cols, mnew);
+      l[r] += row_sum(sr, cols);
     }
   }
+};
+
+// p (rows x cols, leading dimension ld) = exp(p - lse_row), the probabilities of a recomputed tile.
+void tile_probs(float* p, std::int64_t rows, std::int64_t cols, std::int64_t ld, const float* lse) {
+  for (std::int64_t r = 0; r < rows; ++r) exp_minus(p + r * ld, cols, lse[r]);
 }
 
 }  // namespace
+
+std::size_t CpuBackend::fused_attention_scratch_bytes(std::int64_t head_dim, int threads) {
+  // Forward: a score tile, the running rows (m, l, acc); backward: two tiles and the row deltas.
+  const std::int64_t fwd = kQueryBlock * kKeyBlock * 4 + kQueryBlock * (4 + 8 + 4 * head_dim);
+  const std::int64_t bwd = 2 * kQueryBlock * kKeyBlock * 4 + kQueryBlock * 4;
+  return static_cast<std::size_t>(std::max(fwd, bwd)) * static_cast<std::size_t>(std::max(threads, 1));
+}
 
 CpuBackend::CpuBackend() : attention_path_(attention_path_from_env()) {}
 CpuBackend::~CpuBackend() = default;
@@ -78,9 +131,11 @@ void CpuBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out, 
   const float* pq = qkv.as<float>();
   float* po = out.as<float>();
   float* pl = lse.as<float>();
+  const std::int64_t kb = std::min(kKeyBlock, g.t);
 #pragma omp parallel
   {
-    std::vector<float> s(kQueryBlock * g.t);
+    std::vector<float> s(kQueryBlock * kb);
+    OnlineRows run(kQueryBlock, g.e);
 #pragma omp for schedule(dynamic) collapse(2)
     for (std::int64_t n = 0; n < g.n; ++n)
       for (std::int64_t h = 0; h < g.h; ++h) {
@@ -91,11 +146,21 @@ void CpuBackend::attention_fwd(const Tensor& qkv, int heads, const Tensor& out, 
         float* l = pl + (n * g.h + h) * g.t;
         for (std::int64_t r0 = 0; r0 < g.t; r0 += kQueryBlock) {
           const std::int64_t rows = std::min(kQueryBlock, g.t - r0);
-          cpu_sgemm(Transpose::No, Transpose::Yes, rows, g.t, g.e, scale, q + r0 * g.ld_qkv(),
-                    g.ld_qkv(), k, g.ld_qkv(), 0.f, s.data(), g.t);
-          scores_to_probs(s.data(), rows, g.t, nullptr, l + r0);
-          cpu_sgemm(Transpose::No, Transpose::No, rows, g.e, g.t, 1.f, s.data(), g.t, v,
-                    g.ld_qkv(), 0.f, o + r0 * g.ld_out(), g.ld_out());
+          run.reset(rows, g.e);
+          for (std::int64_t c0 = 0; c0 < g.t; c0 += kb) {
+            const std::int64_t cols = std::min(kb, g.t - c0);
+            cpu_sgemm(Transpose::No, Transpose::Yes, rows, cols, g.e, scale, q + r0 * g.ld_qkv(),
+                      g.ld_qkv(), k + c0 * g.ld_qkv(), g.ld_qkv(), 0.f, s.data(), kb);
+            run.absorb(s.data(), rows, cols, kb, g.e);
+            cpu_sgemm(Transpose::No, Transpose::No, rows, g.e, cols, 1.f, s.data(), kb,
+                      v + c0 * g.ld_qkv(), g.ld_qkv(), 1.f, run.acc.data(), g.e);
+          }
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const float inv = static_cast<float>(1.0 / run.l[r]);
+            float* orow = o + (r0 + r) * g.ld_out();
+            for (std::int64_t j = 0; j < g.e; ++j) orow[j] = run.acc[r * g.e + j] * inv;
+            l[r0 + r] = run.m[r] + static_cast<float>(std::log(run.l[r]));
+          }
         }
       }
   }
@@ -118,9 +183,10 @@ void CpuBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tenso
   const float* pdo = dout.as<float>();
   const float* pl = lse.as<float>();
   float* pdq = dqkv.as<float>();
+  const std::int64_t kb = std::min(kKeyBlock, g.t);
 #pragma omp parallel
   {
-    std::vector<float> p(kQueryBlock * g.t), dp(kQueryBlock * g.t), di(kQueryBlock);
+    std::vector<float> p(kQueryBlock * kb), dp(kQueryBlock * kb), di(kQueryBlock);
 #pragma omp for schedule(dynamic) collapse(2)
     for (std::int64_t n = 0; n < g.n; ++n)
       for (std::int64_t h = 0; h < g.h; ++h) {
@@ -136,30 +202,41 @@ void CpuBackend::attention_bwd(const Tensor& qkv, const Tensor& out, const Tenso
         const float* l = pl + (n * g.h + h) * g.t;
         for (std::int64_t r0 = 0; r0 < g.t; r0 += kQueryBlock) {
           const std::int64_t rows = std::min(kQueryBlock, g.t - r0);
-          const float beta = r0 == 0 ? 0.f : 1.f;  // dk, dv: first block overwrites
-          // P = exp(scale q k^T - lse)
-          cpu_sgemm(Transpose::No, Transpose::Yes, rows, g.t, g.e, scale, q + r0 * g.ld_qkv(),
-                    g.ld_qkv(), k, g.ld_qkv(), 0.f, p.data(), g.t);
-          scores_to_probs(p.data(), rows, g.t, l + r0, nullptr);
-          // dV += P^T dO
-          cpu_sgemm(Transpose::Yes, Transpose::No, g.t, g.e, rows, 1.f, p.data(), g.t,
-                    dout_h + r0 * g.ld_out(), g.ld_out(), beta, dv, g.ld_qkv());
-          // dP = dO V^T;  dS = P (dP - rowsum(dO o O))
-          cpu_sgemm(Transpose::No, Transpose::Yes, rows, g.t, g.e, 1.f, dout_h + r0 * g.ld_out(),
-                    g.ld_out(), v, g.ld_qkv(), 0.f, dp.data(), g.t);
+          const float first_q = r0 == 0 ? 0.f : 1.f;  // dk, dv: the first query block overwrites
+          const float* qb = q + r0 * g.ld_qkv();
+          const float* dob = dout_h + r0 * g.ld_out();
+          // delta = rowsum(dO o O)
           for (std::int64_t r = 0; r < rows; ++r) {
             double d = 0;
-            for (std::int64_t j = 0; j < g.e; ++j)
-              d += dout_h[(r0 + r) * g.ld_out() + j] * o[(r0 + r) * g.ld_out() + j];
-            const float dr = static_cast<float>(d);
-            for (std::int64_t j = 0; j < g.t; ++j)
-              dp[r * g.t + j] = p[r * g.t + j] * (dp[r * g.t + j] - dr);
+            for (std::int64_t j = 0; j < g.e; ++j) d += dob[r * g.ld_out() + j] * o[(r0 + r) * g.ld_out() + j];
+            di[r] = static_cast<float>(d);
           }
-          // dQ = scale dS K;  dK += scale dS^T Q
-          cpu_sgemm(Transpose::No, Transpose::No, rows, g.e, g.t, scale, dp.data(), g.t, k,
-                    g.ld_qkv(), 0.f, dq + r0 * g.ld_qkv(), g.ld_qkv());
-          cpu_sgemm(Transpose::Yes, Transpose::No, g.t, g.e, rows, scale, dp.data(), g.t,
-                    q + r0 * g.ld_qkv(), g.ld_qkv(), beta, dk, g.ld_qkv());
+          for (std::int64_t c0 = 0; c0 < g.t; c0 += kb) {
+            const std::int64_t cols = std::min(kb, g.t - c0);
+            const std::int64_t kc = c0 * g.ld_qkv();
+            // P = exp(scale q k^T - lse)
+            cpu_sgemm(Transpose::No, Transpose::Yes, rows, cols, g.e, scale, qb, g.ld_qkv(), k + kc,
+                      g.ld_qkv(), 0.f, p.data(), kb);
+            tile_probs(p.data(), rows, cols, kb, l + r0);
+            // dV += P^T dO
+            cpu_sgemm(Transpose::Yes, Transpose::No, cols, g.e, rows, 1.f, p.data(), kb, dob,
+                      g.ld_out(), first_q, dv + kc, g.ld_qkv());
+            // dP = dO V^T;  dS = P (dP - delta)
+            cpu_sgemm(Transpose::No, Transpose::Yes, rows, cols, g.e, 1.f, dob, g.ld_out(), v + kc,
+                      g.ld_qkv(), 0.f, dp.data(), kb);
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const float* __restrict pr = p.data() + r * kb;
+              float* __restrict dr = dp.data() + r * kb;
+              const float delta = di[r];
+#pragma omp simd
+              for (std::int64_t j = 0; j < cols; ++j) dr[j] = math::softmax_grad(pr[j], dr[j], delta);
+            }
+            // dQ += scale dS K;  dK += scale dS^T Q
+            cpu_sgemm(Transpose::No, Transpose::No, rows, g.e, cols, scale, dp.data(), kb, k + kc,
+                      g.ld_qkv(), c0 == 0 ? 0.f : 1.f, dq + r0 * g.ld_qkv(), g.ld_qkv());
+            cpu_sgemm(Transpose::Yes, Transpose::No, cols, g.e, rows, scale, dp.data(), kb, qb,
+                      g.ld_qkv(), first_q, dk + kc, g.ld_qkv());
+          }
         }
       }
   }
