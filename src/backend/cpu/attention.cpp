@@ -2,7 +2,7 @@
 // of kQueryBlock rows, keys and values in blocks of kKeyBlock, the scores of one (query block, key
 // block) pair the only ones alive, merged across key blocks by the online-softmax rule (a running
 // row maximum and sum, the output rescaled when the maximum grows). Memory is linear in tokens: a
-// thread's scratch is a few kQueryBlock x kKeyBlock tiles (scratch_bytes) whatever the sequence
+// thread's scratch is a few kQueryBlock x kKeyBlock tiles whatever the sequence
 // length. Backward recomputes each tile's probabilities from the saved row logsumexp. One OpenMP
 // task per (sample, head); GEMMs read q, k, v in place from the fused qkv rows through leading
 // dimensions, so nothing is transposed or copied.
@@ -104,13 +104,6 @@ void tile_probs(float* p, std::int64_t rows, std::int64_t cols, std::int64_t ld,
 }
 
 }  // namespace
-
-std::size_t CpuBackend::fused_attention_scratch_bytes(std::int64_t head_dim, int threads) {
-  // Forward: a score tile, the running rows (m, l, acc); backward: two tiles and the row deltas.
-  const std::int64_t fwd = kQueryBlock * kKeyBlock * 4 + kQueryBlock * (4 + 8 + 4 * head_dim);
-  const std::int64_t bwd = 2 * kQueryBlock * kKeyBlock * 4 + kQueryBlock * 4;
-  return static_cast<std::size_t>(std::max(fwd, bwd)) * static_cast<std::size_t>(std::max(threads, 1));
-}
 
 CpuBackend::CpuBackend() : attention_path_(attention_path_from_env()) {}
 CpuBackend::~CpuBackend() = default;

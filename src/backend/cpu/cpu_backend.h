@@ -73,9 +73,6 @@ class CpuBackend final : public Backend {
   void attention_fwd(const Tensor& qkv, int heads, const Tensor& out, const Tensor& lse) override;
   void attention_bwd(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                      int heads, const Tensor& dqkv) override;
-  // The fused attention's scratch on `threads` threads at head dimension `head_dim`: a few tiles
-  // per thread, whatever the token count (attention.cpp).
-  static std::size_t fused_attention_scratch_bytes(std::int64_t head_dim, int threads);
   void softmax_rows(const Tensor& s, const Tensor& p, const Tensor& lse, SoftmaxStats stats) override;
   void softmax_rows_bwd(const Tensor& p, const Tensor& dp, const Tensor& delta,
                         const Tensor& ds) override;
