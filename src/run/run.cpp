@@ -167,7 +167,8 @@ void Run::start() {
     });
   }
   const std::optional<CheckpointMeta> resumed =
-      start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_);
+      start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_,
+                            data_->latents() ? DataKind::Latents : DataKind::Pixels);
   if (resumed && !resumed->run_id.empty()) cfg_.run.id = resumed->run_id;
   if (cfg_.run.id.empty()) cfg_.run.id = agreed_new_run_id(*ctx_.world);
 }
