@@ -212,9 +212,12 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
       run.checkpoints = RunLock::acquire(cfg.run.checkpoint_dir, &note, {"checkpoint folder", "run", "run.checkpoint_dir"});
       if (!note.empty()) std::printf("note: %s\n", note.c_str());
     }
-    if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
-      DIT_FAIL("run folder ", dir.string(),
-               " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+    if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty()) {
+      DIT_CHECK(holds_failed_start(dir.string()), "run folder ", dir.string(),
+                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+      std::printf("note: run folder %s holds only what a start that failed before its first step left (its "
+                  "config.toml, empty logs): replacing it\n", dir.string().c_str());
+    }
     if (cfg.run.overwrite) check_overwritable(cfg);
     if (!cfg.run.resume.empty()) check_resumable(cfg);
     // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are
