@@ -259,11 +259,11 @@ grep -q '^{"dit_mp": "evaluate", ' "$SCRATCH/e8.json" && grep -q '^{"dit_mp": "p
 echo "ok: --json replaces only dit_mp's own JSON outputs"
 
 # Low: a start that failed before its first step (here killed in its first step, as the kernel's
-# OOM killer would kill it) leaves its config.toml and empty logs; the rerun replaces them without
-# --overwrite, saying so. A run that trained is still refused.
-DIT_FAULT_SLOW_LAYOUT=1x1:50 "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/fs" > "$SCRATCH/fs1.txt" 2>&1 &
+# OOM killer would kill it; the fault slows the planner's virtual step too) leaves its config.toml
+# and empty logs; the rerun replaces them without --overwrite, saying so. A trained run is refused.
+DIT_FAULT_SLOW_LAYOUT=1x1:10 "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/fs" > "$SCRATCH/fs1.txt" 2>&1 &
 pid=$!
-for _ in $(seq 600); do
+for _ in $(seq 1200); do
   [[ -f "$SCRATCH/fs/metrics.jsonl" ]] && break
   sleep 0.05
 done
