@@ -47,6 +47,7 @@ void check_train_files(const RunConfig& cfg, const std::string& config) {
         if (key == "eval.reference") return eval.reference;
         if (key == "eval.classifier") return eval.classifier;
         if (key == "run.dir") return cfg.run.dir;
+        if (key == "run.checkpoint_dir" && d.kind == FileKind::Lock) return cfg.run.checkpoint_dir;  // given only
         if (key == "run.checkpoint_dir")
           return cfg.run.checkpoint_dir.empty() ? (fs::path(cfg.run.dir) / "ckpt").string() : cfg.run.checkpoint_dir;
         return config;  // --config

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file_roles.h"
 
 namespace dit {
 
@@ -139,13 +140,8 @@ std::string stale_reason(const Fields& f) {
 
 std::string run_lock_path(const std::string& run_dir) {
   // The folder's real path: a run that names it through a symlink, or by another relative path,
-  // takes the same lock.
-  fs::path p = fs::absolute(fs::path(run_dir)).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
-  std::error_code ec;
-  const fs::path real = fs::weakly_canonical(p, ec);
-  if (!ec && real.has_filename()) p = real;
-  return p.string() + ".lock";
+  // takes the same lock (the file-role table's "beside:.lock", io/file_roles.h).
+  return beside_path(run_dir, ".lock");
 }
 
 RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const LockedPath& what) {
