@@ -110,7 +110,7 @@ EvalPaths resolve_evaluation(const EvaluateOptions& opt, bool from_weights, bool
   std::string config = opt.config;
   if (config.empty() && !opt.sample.run_dir.empty()) {
     config = (fs::path(opt.sample.run_dir) / "config.toml").string();
-    DIT_CHECK(fs::is_regular_file(config), "--run ", opt.sample.run_dir,
+    DIT_CHECK(fs::exists(config), "--run ", opt.sample.run_dir,  // a FIFO there: the reader names it
               ": not a run folder (expected config.toml and ema.h5 in it)");
   }
   if (!config.empty()) cfg = RunConfig::from_file(config);

@@ -47,6 +47,7 @@ void check_train_files(const RunConfig& cfg, const std::string& config) {
         if (key == "eval.reference") return eval.reference;
         if (key == "eval.classifier") return eval.classifier;
         if (key == "run.dir") return cfg.run.dir;
+        if (key == "run.checkpoint_dir" && d.kind == FileKind::Lock) return cfg.run.checkpoint_dir;  // given only
         if (key == "run.checkpoint_dir")
           return cfg.run.checkpoint_dir.empty() ? (fs::path(cfg.run.dir) / "ckpt").string() : cfg.run.checkpoint_dir;
         return config;  // --config
@@ -212,9 +213,12 @@ CheckedRun ready_run(RunConfig& cfg, TrainMode mode, RunLock& lock) {
       run.checkpoints = RunLock::acquire(cfg.run.checkpoint_dir, &note, {"checkpoint folder", "run", "run.checkpoint_dir"});
       if (!note.empty()) std::printf("note: %s\n", note.c_str());
     }
-    if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty())
-      DIT_FAIL("run folder ", dir.string(),
-               " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+    if (fs::exists(dir) && !cfg.run.overwrite && cfg.run.resume.empty()) {
+      DIT_CHECK(holds_failed_start(dir.string()), "run folder ", dir.string(),
+                " already exists: choose another run.dir, continue it with --resume auto, or pass --overwrite");
+      std::printf("note: run folder %s holds only what a start that failed before its first step left (its "
+                  "config.toml, empty logs): replacing it\n", dir.string().c_str());
+    }
     if (cfg.run.overwrite) check_overwritable(cfg);
     if (!cfg.run.resume.empty()) check_resumable(cfg);
     // The classifier is trained at the first evaluation, if it must be; bad [eval] inputs are

@@ -361,8 +361,9 @@ void RunConfig::validate() const {
           "1 (optimizer state sharded over data parallelism), 2 (and gradients) or 3 (and parameters)");
   require(optim.zero == 1 || train.backend != BackendKind::Cuda, "optim.zero", optim.zero,
           "1 on the cuda backend (it cannot yet hand the memory of sharded gradients and parameters back)");
-  require(optim.bucket_mib > 0 && optim.bucket_mib <= 4096, "optim.bucket_mib", optim.bucket_mib,
-          "a message size in MiB in (0, 4096]: the gradient reduction's staging holds dp - 1 of them "
+  // At least 1 KiB (256 fp32 gradients): a smaller bucket rounds to no gradient at all.
+  require(optim.bucket_mib >= 0.001 && optim.bucket_mib <= 4096, "optim.bucket_mib", optim.bucket_mib,
+          "a message size in MiB in [0.001, 4096]: the gradient reduction's staging holds dp - 1 of them "
           "(25: 6.5 million fp32 gradients)");
   require_one_of("optim.offload", optim.offload, {"none", "cpu"});
   validate_parallel_common(parallel);

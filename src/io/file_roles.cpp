@@ -59,6 +59,8 @@ constexpr KindText kKinds[] = {
     {FileKind::ForeignPng, "foreign_png", "a PNG image that dit_mp did not write"},
     {FileKind::Report, "report", "a run's report page (HTML)"},
     {FileKind::Empty, "empty", "an empty file (0 bytes)"},
+    {FileKind::Lock, "lock", "a lock file (host=, pid= lines)"},
+    {FileKind::WorkFolder, "work_folder", "a preparation's work folder (settings.txt, part-*.bin)"},
     {FileKind::WeightsOrCheckpoint, "weights_or_checkpoint", "a weights file or a checkpoint"},
     {FileKind::CheckpointOrSafetensors, "checkpoint_or_safetensors", "a checkpoint or a safetensors file"},
 };
@@ -135,6 +137,7 @@ FileKind text_kind(const std::string& head) {
   if (head.find('\0') != std::string::npos || !utf8_head(head)) return FileKind::Unknown;
   if (head.rfind(kRunConfigHeader, 0) == 0) return FileKind::RunConfig;
   if (head.rfind(kReportHead, 0) == 0) return FileKind::Report;
+  if (head.rfind("host=", 0) == 0 && head.find("\npid=") != std::string::npos) return FileKind::Lock;
   const std::size_t first = head.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (head[first] == '{' || head[first] == '[')) {
     // "[section]" (or "[[section]]") opens a TOML table: a bare key starts with a letter or '_',
@@ -160,6 +163,9 @@ FileKind folder_kind(const std::string& path) {
   std::error_code ec;
   if (fs::exists(fs::path(path) / ckpt::kIndexFile, ec)) return FileKind::Checkpoint;
   if (fs::exists(fs::path(path) / "config.toml", ec)) return FileKind::RunFolder;
+  if (fs::is_regular_file(fs::path(path) / "settings.txt", ec) &&
+      head_of((fs::path(path) / "settings.txt").string(), 12) == "work dit_mp ")
+    return FileKind::WorkFolder;
   for (const auto& e : fs::directory_iterator(path, ec)) {
     const std::string n = e.path().filename().string();
     if (n == "latest" || n.rfind("step_", 0) == 0) return FileKind::CheckpointRoot;
@@ -169,7 +175,7 @@ FileKind folder_kind(const std::string& path) {
 
 bool folder_kind_p(FileKind k) {
   return k == FileKind::Folder || k == FileKind::Checkpoint || k == FileKind::CheckpointRoot ||
-         k == FileKind::RunFolder;
+         k == FileKind::RunFolder || k == FileKind::WorkFolder;
 }
 
 // What to give instead of a FIFO or device: a folder for a folder's role.
@@ -184,6 +190,7 @@ bool fits(FileKind expected, FileKind actual) {
     case FileKind::Config: return actual == FileKind::Text || actual == FileKind::RunConfig || actual == FileKind::Empty;
     case FileKind::Folder: return folder_kind_p(actual);
     case FileKind::RunFolder: return folder_kind_p(actual);
+    case FileKind::WorkFolder: return actual == FileKind::Folder;  // its reader names what else it holds
     case FileKind::CheckpointRoot: return actual == FileKind::Folder || actual == FileKind::Checkpoint;
     case FileKind::Checkpoint: return actual == FileKind::CheckpointRoot || actual == FileKind::CheckpointIndex;
     case FileKind::CheckpointOrSafetensors:
@@ -332,8 +339,18 @@ void expect_kind_of(const std::string& name, const std::string& path, FileKind e
   DIT_FAIL(name, " ", path, " is ", kind_name(actual), ", expected ", kind_name(expected), hint(expected, actual, path));
 }
 
+std::string beside_path(const std::string& value, const std::string& suffix) {
+  fs::path p = fs::absolute(fs::path(value)).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(p, ec);
+  if (!ec && real.has_filename()) p = real;
+  return p.string() + suffix;
+}
+
 std::string derived_path(const FileDecl& decl, const std::string& value) {
   const std::string d = decl.derive;
+  if (d.rfind("beside:", 0) == 0) return beside_path(value, d.substr(7));
   if (d.rfind("dir:", 0) == 0) return (fs::path(value) / d.substr(4)).string();
   if (d.rfind("ext:", 0) == 0) return fs::path(value).replace_extension(d.substr(4)).string();
   return value;
@@ -345,7 +362,9 @@ void FilePlan::bind(const std::vector<FileDecl>& decls, const std::function<std:
     if (v.empty()) continue;
     const std::string option = *d.key ? d.key : d.option[0] == '@' ? d.option + 1 : d.option;
     std::string name = option;
-    if (*d.derive) name += std::string(": its ") + (d.derive + 4) + (d.derive[0] == 'e' ? " file" : "");
+    const std::string derive = d.derive;
+    if (derive.rfind("beside:", 0) == 0) name += ": its " + derive.substr(7) + " beside it";
+    else if (!derive.empty()) name += ": its " + derive.substr(4) + (derive[0] == 'e' ? " file" : "");
     FileUse use{name, option, d.what, derived_path(d, v), d.role, d.kind};
     use.in_folder = std::string(d.derive).rfind("dir:", 0) == 0;
     add(std::move(use));

@@ -23,6 +23,8 @@ enum class FileKind {
   ForeignPng,  // a PNG without write_png's mark (io/png.h): a user's picture, never replaced unasked
   Report,      // a run's report page, told by the line kReportHead it opens with (dit_mp report)
   Empty,       // a regular file of 0 bytes
+  Lock,        // a lock dit_mp takes beside a folder or file it writes for a while (run/run_lock.h)
+  WorkFolder,  // a resumable preparation's work folder, <out>.parts (io/latent_work.h)
   WeightsOrCheckpoint,  // expected only: a weights file or a checkpoint (--init-from)
   CheckpointOrSafetensors,  // expected only: a checkpoint or a safetensors file (inspect)
 };
@@ -45,7 +47,8 @@ enum class FileRole { Input, Output };
 
 // One line of a command's declaration. `derive` says where the file is relative to the option's
 // value: "" the value itself, "dir:NAME" the file NAME in that folder, "ext:.h5" the value with its
-// extension replaced.
+// extension replaced, "beside:.lock" the value's real path with ".lock" appended (a lock or work
+// folder beside it). A derived file is one the command finds or makes on its own.
 struct FileDecl {
   const char* option;  // "--weights", "@dir" (positional), or a config key without a flag ("eval.reference")
   FileRole role;
@@ -105,6 +108,10 @@ class FilePlan {
 void expect_kind(const std::string& name, const std::string& path, FileKind expected);
 // The same for a file already looked at (`actual` = detect_kind(path)).
 void expect_kind_of(const std::string& name, const std::string& path, FileKind expected, FileKind actual);
+
+// `value`'s real path (absolute, its folder's links resolved, no trailing '/') with `suffix` appended:
+// "runs/x/" -> "<cwd>/runs/x.lock", where a lock beside it lives whatever name reaches it.
+std::string beside_path(const std::string& value, const std::string& suffix);
 
 // The path a declaration names for an option's value `value` (applies `derive`).
 std::string derived_path(const FileDecl& decl, const std::string& value);

@@ -67,6 +67,18 @@ void require_regular(const std::string& path, const std::string& what) {
   if (*not_regular(st.st_mode)) refuse(path, what, not_regular(st.st_mode));
 }
 
+std::string not_a_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0)
+    return S_ISREG(st.st_mode) ? "" : std::string(not_regular(st.st_mode)) + ", not a regular file (dit_mp reads only "
+                                                                             "regular files: a FIFO or device would block it)";
+  const int err = errno;
+  std::error_code ec;
+  if (fs::is_symlink(path, ec))
+    return "a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist";
+  return std::string("cannot be read (") + std::strerror(err) + ")";
+}
+
 std::string read_regular(const std::string& path, const std::string& what) {
   const int fd = open_regular(path, what);
   if (fd < 0) return "";

@@ -19,6 +19,9 @@ int open_regular(const std::string& path, const std::string& what, int flags = O
 // The same check for a reader that opens by path (HDF5, a stream): throws unless `path` is a regular
 // file (a symbolic link to one passes) or does not exist (the reader's message names that).
 void require_regular(const std::string& path, const std::string& what);
+// Why an entry a folder's listing found is no regular file to read ("" when it is one, or a link to
+// one): "a FIFO, not a regular file ...", "a symbolic link to T, which does not exist", ...
+std::string not_a_regular_file(const std::string& path);
 // The whole of the regular file `path` ("" when it does not exist), through open_regular.
 std::string read_regular(const std::string& path, const std::string& what);
 

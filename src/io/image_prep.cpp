@@ -261,7 +261,11 @@ DecodedImage decode_image(const std::string& bytes) {
 }
 
 DecodedImage decode_image_file(const std::string& path) {
-  require_regular(path, "the image");
+  if (std::string why = not_a_regular_file(path); !why.empty()) {  // a FIFO, a dangling link: --bad-files decides
+    DecodedImage d;
+    d.problem = std::move(why);
+    return d;
+  }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream bytes;
   if (in) bytes << in.rdbuf();

@@ -174,7 +174,7 @@ class JsonReader {
 }  // namespace
 
 const Json* Json::find(const std::string& key) const {
-  for (std::size_t i = 0; i < keys.size(); ++i)
+  for (std::size_t i = keys.size(); i-- > 0;)
     if (keys[i] == key) return &items[i];
   return nullptr;
 }

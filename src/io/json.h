@@ -14,7 +14,7 @@ struct Json {
   std::vector<std::string> keys;  // Object: member names, in file order
   std::vector<Json> items;        // Object: member values (keys[i]'s); Array: the items
   std::string text;               // String; Number as written; Other: true, false or null
-  // An object's member (the first of that name), or nullptr.
+  // An object's member, or nullptr; of a name given twice, the last (as Python's json.load keeps it).
   const Json* find(const std::string& key) const;
 };
 

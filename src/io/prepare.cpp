@@ -175,7 +175,8 @@ std::vector<std::vector<Tap>> area_weights(int src, int dst) {
 
 // Decodes one image to RGB, centre-crops a square and resizes it to (3, size, size) uint8.
 void load_square(const std::string& path, int size, std::uint8_t* out) {
-  require_regular(path, "the image");
+  const std::string why = not_a_regular_file(path);
+  DIT_CHECK(why.empty(), path, ": ", why, "; remove it or point it at a picture");
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -239,7 +240,9 @@ ImageFolder list_image_folder(const std::string& dir) {
   for (std::size_t k = 0; k < f.classes.size(); ++k) {
     std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(fs::path(dir) / f.classes[k]))
-      if (is_image_file(e.path()) && fs::is_regular_file(entry_status(e.path()))) found.push_back(e.path().string());
+      // A picture's name that is no regular file (a dangling link, a FIFO) is listed: its reader
+      // names it (refused, or with --bad-files skip, left out and counted), never left out unsaid.
+      if (is_image_file(e.path()) && !fs::is_directory(entry_status(e.path()))) found.push_back(e.path().string());
     std::sort(found.begin(), found.end());
     per_class[k] = found.size();
     for (auto& file : found) {

@@ -30,7 +30,9 @@ struct PrepareResult {
 PrepareResult prepare_fashion_mnist(const std::string& src_dir, const std::string& out_path,
                                     const std::string& split, Overwrite overwrite = Overwrite::No);
 
-// A folder of class sub-folders holding .png/.jpg/.jpeg files (any case; other files skipped).
+// A folder of class sub-folders holding .png/.jpg/.jpeg files (any case; other files skipped; a
+// picture's name that is no regular file, such as a dangling link or a FIFO, is listed for its
+// reader to name).
 // Class index = position in the byte-wise sorted sub-folder names, as torchvision's ImageFolder
 // (names starting with '.' are skipped). Files within a class are taken in sorted order.
 // Errors: not a folder, no sub-folders, an empty class, no images at all.

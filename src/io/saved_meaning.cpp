@@ -16,7 +16,7 @@ enum class Rule { Same, Free, TeacherCovers };
 
 struct Row {
   const char* key;
-  std::string (*value)(const SavedMeaning&);
+  std::string (*value)(const SavedMeaning&);  // "" where the setting is unused by the run's kind
   Rule resume, teacher, teacher_features;
 };
 
@@ -28,11 +28,15 @@ std::string text(const T& v) {
 }
 
 // The table: every setting that gives saved state its meaning, once.
+// The objective comes first: diffusion.steps is compared only once both sides are DDPM.
 const Row kRows[] = {
-    {"diffusion.steps", [](const SavedMeaning& m) { return text(m.diffusion_steps); }, Rule::Same, Rule::Same,
-     Rule::Same},
     {"diffusion.objective",
      [](const SavedMeaning& m) { return "\"" + std::string(name_of(diffusion::kObjectiveNames, m.objective)) + "\""; },
+     Rule::Same, Rule::Same, Rule::Same},
+    {"diffusion.steps",
+     [](const SavedMeaning& m) {
+       return m.objective == diffusion::Objective::Flow ? std::string() : text(m.diffusion_steps);
+     },
      Rule::Same, Rule::Same, Rule::Same},
     {"model.learn_sigma", [](const SavedMeaning& m) { return std::string(m.learn_sigma ? "true" : "false"); },
      Rule::Same, Rule::TeacherCovers, Rule::TeacherCovers},
@@ -40,7 +44,10 @@ const Row kRows[] = {
     {"model.input_size", [](const SavedMeaning& m) { return text(m.input_size); }, Rule::Same, Rule::Same, Rule::Same},
     {"model.num_classes", [](const SavedMeaning& m) { return text(m.num_classes); }, Rule::Same, Rule::Same, Rule::Same},
     {"model.patch_size", [](const SavedMeaning& m) { return text(m.patch_size); }, Rule::Same, Rule::Free, Rule::Same},
-    {"data.latent_scale", [](const SavedMeaning& m) { return m.latent_scale > 0 ? text(m.latent_scale) : ""; },
+    {"data.latent_scale",
+     [](const SavedMeaning& m) {
+       return m.latent_scale > 0 && m.data != DataKind::Pixels ? text(m.latent_scale) : std::string();
+     },
      Rule::Same, Rule::Free, Rule::Free},
 };
 
@@ -62,10 +69,10 @@ std::string remedy(MeaningCheck check, const Row& r, const std::string& saved) {
 
 }  // namespace
 
-SavedMeaning meaning_of(const RunConfig& cfg) {
+SavedMeaning meaning_of(const RunConfig& cfg, DataKind data) {
   const DiTConfig& m = cfg.model.dit;
   return {cfg.diffusion.steps, cfg.diffusion.objective, m.learn_sigma,     m.patch_size,
-          m.in_channels,       m.input_size,            m.num_classes,     cfg.data.latent_scale};
+          m.in_channels,       m.input_size,            m.num_classes,     cfg.data.latent_scale, data};
 }
 
 SavedMeaning meaning_of_weights(const std::string& path) {

@@ -11,15 +11,21 @@
 
 namespace dit {
 
+// What the run trains on, where known: data.latent_scale means something for latents only.
+enum class DataKind { Unknown, Pixels, Latents };
+
 struct SavedMeaning {
   int diffusion_steps = 1000;  // the linear beta schedule's length (the only schedule)
   diffusion::Objective objective = diffusion::Objective::Ddpm;  // ddpm predicts epsilon, flow velocity
   bool learn_sigma = true;
   int patch_size = 2, in_channels = 4, input_size = 32, num_classes = 1000;
   double latent_scale = 0;  // 0: not recorded (weights files)
+  DataKind data = DataKind::Unknown;
 };
 
-SavedMeaning meaning_of(const RunConfig& cfg);
+// A setting unused by a run's kind is not compared: diffusion.steps under the flow objective (its
+// t is continuous), data.latent_scale on pixel data (only latents are scaled).
+SavedMeaning meaning_of(const RunConfig& cfg, DataKind data = DataKind::Unknown);
 // A weights file's /config: its model, diffusion_steps and objective (latent scale unrecorded).
 SavedMeaning meaning_of_weights(const std::string& path);
 

@@ -163,10 +163,13 @@ void check_memory_fits(const MemoryNeed& need, int ranks_per_node, const std::st
       need.offloaded > 0 ? " (" + format_bytes(need.offloaded) + " of it the optimizer state optim.offload = \"cpu\" "
                                                                    "keeps in host memory)"
                          : "";
-  DIT_FAIL("the run needs at least ", format_bytes(need.total()), " per rank (parameters and optimizer state ",
-           format_bytes(need.state), offloaded, ", training activations ", format_bytes(need.activations),
-           ", sampling ", format_bytes(need.sampling), ") x ", ranks_per_node, where, "; lower ", settings,
-           " or use more machines");
+  // Only the parts counted: the first bound counts the state alone, and on a GPU the activations
+  // are the device's (a "0 B" row would read as a measurement).
+  std::string parts = "parameters and optimizer state " + format_bytes(need.state) + offloaded;
+  if (need.activations > 0) parts += ", training activations " + format_bytes(need.activations);
+  if (need.sampling > 0) parts += ", sampling " + format_bytes(need.sampling);
+  DIT_FAIL("the run needs at least ", format_bytes(need.total()), " per rank (", parts, ") x ", ranks_per_node, where,
+           "; lower ", settings, " or use more machines");
 }
 
 }  // namespace dit

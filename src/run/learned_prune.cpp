@@ -59,7 +59,7 @@ std::vector<int> learn_kept_blocks(const LearnedPrune& job) {
   ConsoleLog console;
   RunConfig init = cfg;
   init.run.init_from = job.teacher;
-  start_from_checkpoint(init, "", job.setup.model, ctx, trainer, console);
+  start_from_checkpoint(init, "", job.setup.model, ctx, trainer, console, DataKind::Unknown);
   const LayerGates& gates = trainer.part<GatePart>()->gates();
   const bool talk = ctx.world_rank == 0;
   const std::int64_t steps = job.setup.train.steps;

@@ -44,8 +44,8 @@ void drop_metrics_after(const fs::path& path, std::int64_t step) {
 // A resumed run keeps what its checkpoint's numbers mean (io/saved_meaning.h): the settings its
 // config_toml records. A config this version cannot read (or one from before objectives) is taken
 // as the run's own with objective ddpm, as such checkpoints were.
-void check_same_meaning_as(const CheckpointMeta& meta, const RunConfig& cfg) {
-  const SavedMeaning now = meaning_of(cfg);
+void check_same_meaning_as(const CheckpointMeta& meta, const RunConfig& cfg, DataKind data) {
+  const SavedMeaning now = meaning_of(cfg, data);
   SavedMeaning saved = now;
   saved.objective = diffusion::Objective::Ddpm;
   try {
@@ -75,8 +75,8 @@ void check_same_teacher(const CheckpointMeta& meta, const RunConfig& cfg) {
 
 // What a resume checks of its checkpoint before it continues it: the meaning of its numbers, its
 // teacher, its run (a note for a checkpoint from before run ids).
-std::string check_resumable(const CheckpointMeta& meta, const RunConfig& cfg) {
-  check_same_meaning_as(meta, cfg);
+std::string check_resumable(const CheckpointMeta& meta, const RunConfig& cfg, DataKind data) {
+  check_same_meaning_as(meta, cfg, data);
   check_same_teacher(meta, cfg);
   return check_same_run(meta, cfg.run.id, cfg.run.dir);
 }
@@ -87,7 +87,7 @@ std::string check_resumable(const CheckpointMeta& meta, const RunConfig& cfg) {
 // from weights (a checkpoint or a weights file), with fresh optimizer state and the EMA at them.
 std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const std::string& root,
                                                    const DiTConfig& model, ParallelContext& ctx, Trainer& trainer,
-                                                   ConsoleLog& console) {
+                                                   ConsoleLog& console, DataKind data) {
   std::string path = cfg.run.resume == "auto" ? latest_checkpoint(root) : cfg.run.resume;
   const bool resume = !path.empty();
   if (!resume) path = cfg.run.init_from;
@@ -111,7 +111,7 @@ std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const 
       planned = read_checkpoint_meta(path);
     } catch (const Error&) {  // unreadable: the load says why (and --resume auto tries older ones)
     }
-    if (planned) check_resumable(*planned, cfg);
+    if (planned) check_resumable(*planned, cfg, data);
   });
   CheckpointMeta meta;
   const FlatRange range = trainer.restore_range();  // this rank's shard: all restore() reads
@@ -141,7 +141,7 @@ std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const 
     }
   }
   std::string note;
-  if (resume) collective_check([&] { note = check_resumable(meta, cfg); });  // the one loaded (auto may fall back)
+  if (resume) collective_check([&] { note = check_resumable(meta, cfg, data); });  // the one loaded (auto may fall back)
   if (!note.empty() && ctx.world_rank == 0) console.line(note);
   LossScaleState scaling;
   if (resume) scaling = {meta.loss_scale, meta.loss_scale_clean_steps, meta.skipped_steps, meta.loss_scaling};

@@ -8,6 +8,7 @@
 
 #include "engine/trainer.h"
 #include "io/config.h"
+#include "io/saved_meaning.h"
 #include "run/log.h"
 
 namespace dit {
@@ -17,9 +18,10 @@ namespace dit {
 // A resume is refused, before its first step, when the checkpoint means something else than the
 // run's config (io/saved_meaning.h), was distilled from another teacher, or belongs to another
 // run than cfg.run.id (run/run_identity.h; "" accepts any). Returns the resumed checkpoint's
-// metadata, or nothing when the run starts fresh or from weights.
+// metadata, or nothing when the run starts fresh or from weights. `data`: what the run trains on
+// (a setting unused by it, data.latent_scale on pixels, is not compared).
 std::optional<CheckpointMeta> start_from_checkpoint(const RunConfig& cfg, const std::string& root,
                                                    const DiTConfig& model, ParallelContext& ctx, Trainer& trainer,
-                                                   ConsoleLog& console);
+                                                   ConsoleLog& console, DataKind data);
 
 }  // namespace dit

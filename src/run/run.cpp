@@ -98,7 +98,9 @@ void Run::make_folder() {
   collective_check([&] {
     if (world_rank() != 0) return;
     const fs::path dir(cfg_.run.dir);
-    if (cfg_.run.overwrite) clear_run_folder(dir.string());  // check_overwritable allowed it
+    // check_overwritable allowed it; or (ready_run) a fresh run's folder holds only a failed start's files
+    if (cfg_.run.overwrite || (cfg_.run.resume.empty() && holds_failed_start(dir.string())))
+      clear_run_folder(dir.string());
     probe_writable(dir.string(), "run.dir", "rank0");        // creates it
     write_file_atomic((dir / "config.toml").string(), cfg_.to_toml(), "run config");
   });
@@ -167,7 +169,8 @@ void Run::start() {
     });
   }
   const std::optional<CheckpointMeta> resumed =
-      start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_);
+      start_from_checkpoint(cfg_, checkpoint_root(), setup_.model, ctx_, *trainer_, console_,
+                            data_->latents() ? DataKind::Latents : DataKind::Pixels);
   if (resumed && !resumed->run_id.empty()) cfg_.run.id = resumed->run_id;
   if (cfg_.run.id.empty()) cfg_.run.id = agreed_new_run_id(*ctx_.world);
 }

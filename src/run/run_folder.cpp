@@ -170,6 +170,26 @@ void check_resumable(const RunConfig& cfg) {
            "move them or choose another run.dir");
 }
 
+bool holds_failed_start(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || fs::is_empty(dir, ec) || !written_by_dit_mp(fs::path(dir) / "config.toml") ||
+      !foreign_entries(dir).empty())
+    return false;
+  // Nothing a step leaves: no file but config.toml holds a byte (metrics.jsonl and ranks.jsonl are
+  // opened empty at start), no checkpoint; the TensorBoard folder's header events aside.
+  const std::vector<std::string> roots = checkpoint_folders(dir);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == kTensorBoardFolder) continue;
+    if (std::find(roots.begin(), roots.end(), name) != roots.end()) {
+      if (!fs::is_empty(e.path(), ec)) return false;
+      continue;
+    }
+    if (name != "config.toml" && (!e.is_regular_file(ec) || e.file_size(ec) != 0)) return false;
+  }
+  return true;
+}
+
 void clear_run_folder(const std::string& dir) {
   if (!fs::exists(dir)) return;
   std::vector<std::string> roots = checkpoint_folders(dir);

@@ -36,6 +36,11 @@ void check_overwritable(const RunConfig& cfg);
 // starts there and writes over them.
 void check_resumable(const RunConfig& cfg);
 
+// Whether `dir` holds only what a start that failed before its first step left (issue 53): dit_mp's
+// config.toml, empty metrics.jsonl and ranks.jsonl, an empty checkpoint folder, TensorBoard's header.
+// A rerun replaces such a folder without --overwrite: it holds nothing a run made.
+bool holds_failed_start(const std::string& dir);
+
 // Removes the run's outputs from `dir` (after check_overwritable), leaving the folder in place.
 void clear_run_folder(const std::string& dir);
 

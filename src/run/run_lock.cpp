@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file_roles.h"
 
 namespace dit {
 
@@ -74,6 +76,41 @@ Fields parse(const std::string& text) {
 
 std::string read_all(const fs::path& p) { return read_regular(p.string(), "the lock file"); }
 
+// Whether `f` names a holder as describe_self() writes one: a host, a numeric pid, a start time.
+bool lock_lines(const Fields& f) {
+  const auto number = [&](const char* k) {
+    const auto it = f.find(k);
+    return it != f.end() && !it->second.empty() && it->second.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const auto host = f.find("host");
+  return host != f.end() && !host->second.empty() && number("pid") && number("started");
+}
+
+// The first bytes of a file that is not a lock, printable ("" for none).
+std::string shown_head(const std::string& text) {
+  std::string s;
+  for (std::size_t i = 0; i < text.size() && s.size() < 40; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
+      s += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      s += hex;
+    }
+  }
+  return "\"" + s + (text.size() > 40 ? "...\"" : "\"");
+}
+
+// A lock file dit_mp did not write (or one damaged): refused, never judged stale nor removed.
+[[noreturn]] void foreign_lock(const std::string& run_dir, const fs::path& lock, const std::string& text,
+                               const LockedPath& what) {
+  DIT_FAIL(what.thing, " ", run_dir, ": its lock file ", lock.string(), " is not dit_mp's lock (",
+           text.empty() ? std::string("it is empty") : "it holds " + shown_head(text),
+           ", not the host=, pid= and started= lines a lock holds): if no ", what.holder,
+           " uses it, delete it, or choose another ", what.setting);
+}
+
 std::string holder(const Fields& f) {
   std::string s = "host " + f.at("host") + ", pid " + f.at("pid");
   if (!f.at("job_id").empty()) s += ", SLURM job " + f.at("job_id");
@@ -103,13 +140,8 @@ std::string stale_reason(const Fields& f) {
 
 std::string run_lock_path(const std::string& run_dir) {
   // The folder's real path: a run that names it through a symlink, or by another relative path,
-  // takes the same lock.
-  fs::path p = fs::absolute(fs::path(run_dir)).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
-  std::error_code ec;
-  const fs::path real = fs::weakly_canonical(p, ec);
-  if (!ec && real.has_filename()) p = real;
-  return p.string() + ".lock";
+  // takes the same lock (the file-role table's "beside:.lock", io/file_roles.h).
+  return beside_path(run_dir, ".lock");
 }
 
 RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const LockedPath& what) {
@@ -139,6 +171,12 @@ RunLock RunLock::acquire(const std::string& run_dir, std::string* note, const Lo
     }
     const std::string text = read_all(lock);
     Fields f = parse(text);
+    std::error_code gone;
+    if (text.empty() && !fs::exists(lock, gone)) continue;  // released meanwhile: try again
+    if (!lock_lines(f)) {
+      fs::remove(mine);
+      foreign_lock(run_dir, lock, text, what);
+    }
     for (const char* k : {"host", "pid", "start_ticks", "job_id", "restart_count", "started"}) f.emplace(k, "");
     const std::string why = stale_reason(f);
     if (why.empty() || attempt > 0) {

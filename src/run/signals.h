@@ -16,9 +16,10 @@ namespace dit {
 constexpr int kExitPreempted = 75;
 
 // Installs the handlers for SIGUSR1 and SIGTERM on this process. Until defer_stop_signals(), a stop
-// signal ends the process at once, quietly, with kExitPreempted (nothing to save yet, and a start-up
-// blocked in a read must not wait for a step boundary that never comes); after it, the handler sets
-// a flag (later signals, e.g. a second one during the checkpoint, only count).
+// signal ends the process at once with kExitPreempted (nothing to save yet, and a start-up blocked
+// in a read must not wait for a step boundary that never comes), world rank 0 printing one line on
+// stderr that says so; after it, the handler sets a flag (later signals, e.g. a second one during
+// the checkpoint, only count).
 void install_stop_handlers();
 // From here on a stop signal is only recorded: training answers it at the next step boundary with a
 // checkpoint, and a job that is ending (mpirun stops the other ranks once one has exited) ends with

@@ -53,8 +53,9 @@ quick_fail "train.global_batch = 1000000000 is 500000000 microbatches" "${T[@]}"
 quick_fail "diffusion.steps = 100000000: expected an integer in \\[1, 100000\\]" "${T[@]}" --set diffusion.steps=100000000
 quick_fail "needs at least .* per rank .*training activations" "${T[@]}" --set train.micro_batch=1000000 \
   --set train.global_batch=1000000
-quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB" "${T[@]}" \
+quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB\\) x " "${T[@]}" \
   --set model.hidden_size=65536 --set model.num_heads=64 --set model.depth=256
+! grep -q " 0 B" "$SCRATCH/err.txt" || fail "the refusal lists a part of 0 B (not counted): $(cat "$SCRATCH/err.txt")"
 quick_fail "needs at least .* per rank .*sampling" "${T[@]}" --set sample.per_class=100000000
 # Offloaded, the optimizer state is still this machine's memory: named in the refusal.
 quick_fail "needs at least .* per rank \\(parameters and optimizer state [0-9.]+ TiB \\([0-9.]+ [GT]iB of it the optimizer state optim.offload = \"cpu\" keeps in host memory\\)" \

@@ -220,7 +220,8 @@ done
 echo "ok: optim.zero, optim.bucket_mib, optim.offload change the bytes held, optim.overlap the timing, none the losses"
 refused "optim.offload = \"gpu\": expected one of" --set optim.offload=\"gpu\"
 refused "optim.zero = 4: expected 1 \\(optimizer state" --set optim.zero=4
-refused "optim.bucket_mib = 0: expected a message size in MiB in \\(0, 4096\\]" --set optim.bucket_mib=0
+refused "optim.bucket_mib = 0: expected a message size in MiB in \\[0.001, 4096\\]" --set optim.bucket_mib=0
+refused "optim.bucket_mib = 1e-0?9: expected a message size in MiB in \\[0.001, 4096\\]" --set optim.bucket_mib=1e-9
 refused "optim.bucket_mib = 1e\\+12: expected a message size" --set optim.bucket_mib=1e12
 refused "optim.zero = 3: expected 1 on the cuda backend" --set optim.zero=3 --set train.backend=\"cuda\"
 # train.deterministic selects cuDNN engines: the CPU backend is deterministic either way.

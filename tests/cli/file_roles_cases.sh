@@ -99,7 +99,23 @@ wait $pid || rc=$?
 ((SECONDS - t0 <= 3)) || fail "a stop before training took $((SECONDS - t0)) s"
 ! grep -q "stopping after step" "$SCRATCH/stop.log" || fail "a stop before training waited for step 1"
 [[ ! -e "$SCRATCH/try/stop/ckpt" ]] || fail "a stop before training saved a checkpoint"
-echo "ok: SIGTERM before training ends the job at once (exit 75)"
+# ... and says so in one line (issue 53): what stopped it, and that nothing was saved.
+[[ $(grep -c "stopped by SIGTERM during start-up, before its first step: nothing was saved" "$SCRATCH/stop.log") -eq 1 ]] ||
+  { cat "$SCRATCH/stop.log"; fail "a stop before training did not say why, once"; }
+# The reported case: SIGTERM 0.3 s after start (inside MPI's start, or reading the data) is one line
+# on stderr and exit 75 (a machine fast enough to reach step 1 says so with its checkpoint instead).
+"$DIT_MP" "${TINY[@]}" --tp 1 --pp 1 --steps 100000 --data "$SCRATCH/try/fm.h5" --run-dir "$SCRATCH/try/stop03" \
+  > "$SCRATCH/stop03.out" 2> "$SCRATCH/stop03.err" &
+pid=$!
+sleep 0.3
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+[[ $rc -eq 75 ]] || { cat "$SCRATCH/stop03.out" "$SCRATCH/stop03.err"; fail "SIGTERM after 0.3 s: exit $rc, expected 75"; }
+grep -q "stopping after step" "$SCRATCH/stop03.out" ||
+  { [[ $(wc -l < "$SCRATCH/stop03.err") -eq 1 ]] && grep -q "^dit_mp: stopped by SIGTERM during start-up, before its first step: nothing was saved" "$SCRATCH/stop03.err"; } ||
+  { cat "$SCRATCH/stop03.out" "$SCRATCH/stop03.err"; fail "SIGTERM after 0.3 s: no one line saying why"; }
+echo "ok: SIGTERM before training ends the job at once (exit 75), saying so"
 # Low: --overwrite removes only dit_mp's own temporaries, never a user's model.h5.tmp-evil.
 echo mine > "$R/model.h5.tmp-evil"
 refused "holds model.h5.tmp-evil, which dit_mp did not write" "${T[@]}" --run-dir "$R" --overwrite

@@ -39,7 +39,8 @@ BASE = {  # options that get each command past its first checks; a pair's own op
     "train": [("--dry-run", None), ("--tp", "1"), ("--pp", "1")],
     "sample": [("--per-class", "1"), ("--steps", "1")],
     "evaluate": [("--samples", f"{RUN}/samples.h5")],
-    "prune": [("--weights", f"{RUN}/ema.h5"), ("--depth", "1"), ("--method", "index"), ("--keep", "1")],
+    "prune": [("--weights", f"{RUN}/ema.h5"), ("--depth", "1"), ("--method", "index"), ("--keep", "1"),
+              ("--out", f"{S}/missing/pruned.h5")],
     "plan": [("--tp", "1"), ("--pp", "1")],
     "prepare-data": [("@kind", "images"), ("@dir", f"{S}/imgs")],
     "dit_checkpoint.py import": [("@source", f"{S}/state.pt"), ("--num-heads", "4")],
@@ -56,7 +57,7 @@ POSITIONAL = {"prepare-data": ["@kind", "@dir"], "report": ["@run"], "dit_checkp
 decls = {}
 for line in open(sys.argv[1]):
     words = line.split()
-    key = words.pop() if words[-1] not in ("-",) and not words[-1].startswith(("dir:", "ext:")) else ""
+    key = words.pop() if words[-1] not in ("-",) and not words[-1].startswith(("dir:", "ext:", "beside:")) else ""
     *cmd, role, option, kind, derive = words
     decls.setdefault(" ".join(cmd), []).append(dict(role=role, option=option, kind=kind, derive=derive, key=key))
 
@@ -71,6 +72,8 @@ def digest(path):
 
 def value_for(decl, target):  # the option's value whose derived path is `target`
     d = decl["derive"]
+    if d.startswith("beside:"):
+        return target[: -len(d[7:])]
     if d.startswith("dir:"):
         return os.path.dirname(target)
     if d.startswith("ext:"):
@@ -124,6 +127,10 @@ def complete(cmd, given):  # a folder option's other declared inputs, when missi
 tries = []  # (what, argv, target, names)
 accepted = []  # tries whose files' check must pass: a grid dit_mp wrote, a user's picture with --overwrite
 
+def leaf_of(decl):  # the file name a declaration's derived path ends in ("f.h5" for the value itself)
+    d = decl["derive"]
+    return d[4:] if d.startswith("dir:") else "f.h5" + d[7:] if d.startswith("beside:") else "f.h5"
+
 def user_png(path):  # a 2x2 grey PNG of another program: the signature, IHDR, IDAT, IEND
     import struct, zlib
     def chunk(kind, data):
@@ -168,13 +175,17 @@ for cmd, ds in decls.items():
             names = {x["derive"][4:] for x in (o, inp) if x["derive"].startswith("dir:")}
             if len(names) > 1 or (names and o["derive"].startswith("ext:") and not next(iter(names)).endswith(o["derive"][4:])):
                 continue  # the two can never be one file
-            target = os.path.join(S, "pairs", f"{cmd.replace(' ', '_')}_{i}_{j}", names.pop() if names else "f.h5")
+            besides = {x["derive"][7:] for x in (o, inp) if x["derive"].startswith("beside:")}
+            if besides and (names or len(besides) > 1 or o["derive"].startswith("ext:")):
+                continue  # a lock or work folder beside a value is never a file in a folder or another's
+            leaf = names.pop() if names else "f.h5" + (besides.pop() if besides else "")
+            target = os.path.join(S, "pairs", f"{cmd.replace(' ', '_')}_{i}_{j}", leaf)
             place(inp["kind"], target)
             given = {o["option"]: value_for(o, target), inp["option"]: value_for(inp, target)}
             expect_refused(f"{cmd}: output {o['option']} {o['derive']} = input {inp['option']} {inp['derive']}",
                            cmd, given, target, [shown(o), shown(inp)])
         # A file dit_mp never writes (a golden file) where the output goes.
-        name = o["derive"][4:] if o["derive"].startswith("dir:") else "f.h5"
+        name = leaf_of(o)
         target = os.path.join(S, "foreign", f"{cmd.replace(' ', '_')}_{i}", name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy(GOLDEN, target)
@@ -198,6 +209,33 @@ for cmd, ds in decls.items():
                     given["--overwrite"] = None
                 complete(cmd, given)
                 accepted.append((f"{cmd}: {case} at output {o['option']} {o['derive']}", argv(cmd, given), target, []))
+
+# Files a command finds or makes on its own (every derived declaration: a run folder's files, the
+# locks and work folder beside an output, issue 53): a FIFO there is refused, naming it, never
+# opened (no hang); a foreign file (a golden file) where a derived input is found is refused.
+found = 0
+for cmd, ds in decls.items():
+    if cmd.startswith("dit_checkpoint.py"):
+        continue
+    for i, d in enumerate(ds):
+        if d["derive"] == "-":
+            continue
+        found += 1
+        for case in ("fifo", "foreign"):
+            if case == "foreign" and d["role"] != "input":
+                continue  # a foreign file at every output is tried above
+            target = os.path.join(S, "found", case, f"{cmd.replace(' ', '_')}_{i}", leaf_of(d))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if case == "fifo":
+                os.mkfifo(target)
+            else:
+                shutil.copy(GOLDEN, target)
+            what = f"{cmd}: a {'FIFO' if case == 'fifo' else 'golden file'} at found {d['role']} {d['option']} {d['derive']}"
+            expect_refused(what, cmd, {d["option"]: value_for(d, target)}, target,
+                           [target, "is a FIFO" if case == "fifo" else "is a golden file"])
+if found < 30:
+    print(f"FAIL: only {found} found files declared (expected a run folder's, the locks, a work folder)")
+    sys.exit(1)
 
 # A process start costs about a second (MPI and the CUDA libraries), so dit_mp's tries run in one
 # process (`dit_mp help check-files`: each command line up to its files' check, the same code), and

@@ -257,3 +257,23 @@ done
 grep -q '^{"dit_mp": "evaluate", ' "$SCRATCH/e8.json" && grep -q '^{"dit_mp": "plan", ' "$SCRATCH/p8.json" ||
   fail "dit_mp's JSON outputs lack their mark: $(head -c 80 "$SCRATCH/e8.json") $(head -c 80 "$SCRATCH/p8.json")"
 echo "ok: --json replaces only dit_mp's own JSON outputs"
+
+# Low: a start that failed before its first step (here killed in its first step, as the kernel's
+# OOM killer would kill it; the fault slows the planner's virtual step too) leaves its config.toml
+# and empty logs; the rerun replaces them without --overwrite, saying so. A trained run is refused.
+DIT_FAULT_SLOW_LAYOUT=1x1:10 "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/fs" > "$SCRATCH/fs1.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do
+  [[ -f "$SCRATCH/fs/metrics.jsonl" ]] && break
+  sleep 0.05
+done
+sleep 0.5
+kill -9 "$pid" && wait "$pid" || true
+[[ -f "$SCRATCH/fs/config.toml" && -f "$SCRATCH/fs/metrics.jsonl" && ! -s "$SCRATCH/fs/metrics.jsonl" ]] ||
+  { cat "$SCRATCH/fs1.txt"; ls -la "$SCRATCH/fs" || true; fail "the killed start did not leave config.toml and an empty metrics.jsonl"; }
+runs fs2.txt "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/fs"
+grep -q "^note: run folder .*fs holds only what a start that failed before its first step left" "$SCRATCH/fs2.txt" ||
+  { cat "$SCRATCH/fs2.txt"; fail "the rerun did not say it replaced a failed start's folder"; }
+[[ -f "$SCRATCH/fs/ema.h5" && -s "$SCRATCH/fs/metrics.jsonl" ]] || fail "the rerun did not train"
+refused "run folder .*fs already exists" "$DIT_MP" "${R[@]}" --steps 2 --run-dir "$SCRATCH/fs"
+echo "ok: a failed start's folder is replaced by the rerun, a trained run's is not"

@@ -43,6 +43,17 @@ grep -Eq "model.learn_sigma = false in this run's config but true in the checkpo
 "$DIT_MP" "${D[@]}" --steps 3 --run-dir "$SCRATCH/r" --resume auto > "$SCRATCH/r3.log" 2>&1 ||
   { cat "$SCRATCH/r3.log"; fail "the unchanged resume"; }
 grep -q "resumed from .*step_00000002 at step 2" "$SCRATCH/r3.log" || fail "the unchanged resume did not resume"
+# Settings unused by the run's kind are not compared (issue 53): data.latent_scale on pixel data,
+# diffusion.steps under the flow objective (its t is continuous).
+"$DIT_MP" "${D[@]}" --steps 4 --run-dir "$SCRATCH/r" --resume auto --set data.latent_scale=0.5 > "$SCRATCH/r4.log" 2>&1 ||
+  { cat "$SCRATCH/r4.log"; fail "a resume of pixel data with another data.latent_scale was refused"; }
+grep -q "resumed from .*step_00000003 at step 3" "$SCRATCH/r4.log" || fail "the data.latent_scale resume did not resume"
+FLOW=(--objective flow --sampler euler --set model.learn_sigma=false)
+"$DIT_MP" "${D[@]}" "${FLOW[@]}" --steps 1 --run-dir "$SCRATCH/f" > "$SCRATCH/f.log" 2>&1 || { cat "$SCRATCH/f.log"; fail "run f"; }
+"$DIT_MP" "${D[@]}" "${FLOW[@]}" --steps 2 --run-dir "$SCRATCH/f" --resume auto --set diffusion.steps=500 \
+  > "$SCRATCH/f2.log" 2>&1 || { cat "$SCRATCH/f2.log"; fail "a flow run's resume with another diffusion.steps was refused"; }
+grep -q "resumed from .*step_00000001 at step 1" "$SCRATCH/f2.log" || fail "the flow resume did not resume"
+echo "ok: diffusion.steps on flow and data.latent_scale on pixels are not compared"
 # Case 12: a patch-2 teacher for a patch-4 student's feature loss, at a fixed layout, under
 # --layout auto and in plan --fit: refused before any search or step, naming the patch sizes.
 P12="model.patch_size = 4 in the student's config but 2 in the teacher .*p2/ema.h5: the feature loss \(distill.feature_weight > 0\) pairs the tokens of both"

@@ -61,5 +61,27 @@ TEST(RunLock, TakesOverTheLockOfADeadProcess) {
   fs::remove_all(d);
 }
 
+// A lock file whose lines are not a holder's (a user's file, a damaged one) is named as not dit_mp's,
+// showing what it holds, and left in place: never "host , pid , since 1970" (issue 53).
+TEST(RunLock, ForeignLockIsNamedNotJudged) {
+  const fs::path d = scratch();
+  const std::string run = (d / "run").string();
+  for (const std::string& text : {std::string("garbage\n"), std::string(), std::string("host=x\npid=abc\nstarted=1\n")}) {
+    std::ofstream(run + ".lock") << text;
+    try {
+      RunLock::acquire(run);
+      FAIL() << "a foreign lock file was taken over: '" << text << "'";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("run folder " + run + ": its lock file " + run + ".lock is not dit_mp's lock ("), std::string::npos) << m;
+      EXPECT_NE(m.find(text.empty() ? "it is empty" : "it holds \""), std::string::npos) << m;
+      EXPECT_EQ(m.find("1970"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    EXPECT_TRUE(fs::exists(run + ".lock"));
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace dit

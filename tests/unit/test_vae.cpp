@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "io/h5.h"
+#include "io/json.h"
 #include "io/vae_weights.h"
 #include "layers/vae.h"
 #include "run/vae_decode.h"
@@ -288,6 +289,22 @@ TEST(vae_file, AssumedGroupsAndScaleAreSaid) {
   c.config(R"({"block_out_channels": [32, 32], "layers_per_block": 1, "norm_num_groups": 32})");
   const std::string read = open_vae(c.weights()).describe();  // with a config.json nothing is assumed
   EXPECT_EQ(read.find("assumed"), std::string::npos) << read;
+}
+
+// A key given twice in config.json keeps its last value, as Python's json.load (and so diffusers)
+// reads it (issue 53): a scaling_factor of 9 first, the file's 0.18215 after it.
+TEST(vae_file, DuplicateKeyKeepsTheLastValue) {
+  VaeCopy c;
+  const std::string json = read_all(kData + "/vae_tiny_config.json");
+  ASSERT_EQ(json.find('{'), 0u);
+  ASSERT_NE(json.find("\"scaling_factor\": 0.18215"), std::string::npos);
+  c.config("{\"scaling_factor\": 9.0, \"layers_per_block\": 7," + json.substr(1));
+  const VaeFile f = open_vae(c.weights());
+  EXPECT_DOUBLE_EQ(f.scaling_factor, 0.18215);
+  EXPECT_EQ(f.config.layers_per_block, 2);
+  const Json doc = parse_json(R"({"a": 1, "b": 2, "a": 3})", "test", "", 4);
+  ASSERT_NE(doc.find("a"), nullptr);
+  EXPECT_EQ(doc.find("a")->text, "3");
 }
 
 TEST(vae_file, ConfigThatDisagreesWithTheWeightsIsNamed) {
