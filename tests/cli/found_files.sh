@@ -119,7 +119,7 @@ fifo_case shard "$STEP/$SHARD" "$DIT_MP" "${R[@]}" --steps 1 --run-dir "$SCRATCH
   --init-from "$SCRATCH/fifo_shard/$STEP"
 fifo_case shard2 "$STEP/$SHARD" "$DIT_MP" inspect "$SCRATCH/fifo_shard2/$STEP"
 mkfifo "$SCRATCH/locked.lock"
-refused "$SCRATCH/locked.lock is a FIFO, expected a regular file" "$DIT_MP" "${R[@]}" --steps 1 --run-dir "$SCRATCH/locked"
+refused "run.dir: its .lock beside it $SCRATCH/locked.lock is a FIFO" "$DIT_MP" "${R[@]}" --steps 1 --run-dir "$SCRATCH/locked"
 # A preparation's lock and its work folder's part (the work of a preparation killed after 2 images).
 IM="$SCRATCH/imgs"
 python3 - "$IM" <<'PY'
@@ -136,7 +136,7 @@ for c in range(2):
 PY
 PREP=(prepare-data images "$IM" --vae "$DIT_DATA/vae_tiny.safetensors" --size 16)
 mkfifo "$SCRATCH/pl.h5.lock"
-refused "$SCRATCH/pl.h5.lock is a FIFO, expected a regular file" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pl.h5"
+refused "--out: its .lock beside it $SCRATCH/pl.h5.lock is a FIFO" "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pl.h5"
 rc=0
 DIT_PREPARE_KILL_AFTER=2 timeout 120 "$DIT_MP" "${PREP[@]}" --out "$SCRATCH/pk.h5" > "$SCRATCH/pk.txt" 2>&1 || rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] && ls "$SCRATCH"/pk.h5.parts/part-*.bin > /dev/null ||
