@@ -42,7 +42,7 @@ run_side() {  # side model rep
     OMP_NUM_THREADS=$THREADS DIT_CPU_GEMM=${side#ours_} "$BUILD/bin/bench_train" --backend cpu --model "$model" \
       "${COMMON[@]}" --json "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1 || { cat "$OUT/$tag.log" >&2; exit 1; }
   fi
-  echo "  $tag: $(grep -o 'images/s [0-9.]*' "$OUT/$tag.log" | head -1)" >&2
+  echo "  $tag: $(grep -m1 -o 'images/s [0-9.]*' "$OUT/$tag.log")" >&2
 }
 sides=(torch)
 for k in $KERNELS; do sides+=("ours_$k"); done
